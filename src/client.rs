@@ -1,0 +1,268 @@
+//! `LockClient`: the connection pool, the two actors, the local key table and the settings.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
+
+use crate::conn::Connections;
+use crate::error::{ErrorKind, LockError, Result};
+use crate::keys::{DEFAULT_PREFIX, LockKeys, validate_prefix};
+use crate::local::LocalTable;
+use crate::lock::Lock;
+use crate::pubsub::PubSub;
+use crate::watchdog::Watchdog;
+
+/// Default lease of a watchdog-mode lock: renewed while held, gone this long after the
+/// holder dies.
+pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
+/// Default bound on a waiter's sleep between looks at the lock, whatever pub/sub says.
+pub const DEFAULT_REPOLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default bound on one Redis round trip (checkout, script, reply).
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default size of the pool the client creates (it shares one multiplexed connection for
+/// commands; the others are spares after a connection breaks).
+pub const DEFAULT_POOL_SIZE: usize = 4;
+
+/// The client's settings; every field has a documented default.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) prefix: String,
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) renew_interval: Duration,
+    pub(crate) repoll_interval: Duration,
+    pub(crate) command_timeout: Duration,
+}
+
+/// A client for distributed locks on one Redis. Cheap to clone: clones share the pool, the
+/// watchdog, the pub/sub connection and the local key table.
+///
+/// The actors stop when [`LockClient::shutdown`] is called, or when the last clone and the
+/// last guard are dropped.
+#[derive(Debug, Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) config: Config,
+    pub(crate) connections: Arc<Connections>,
+    pub(crate) local: LocalTable,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) pubsub: PubSub,
+    pub(crate) runtime: tokio::runtime::Handle,
+    instance_id: String,
+    next_holder: AtomicU64,
+    shut_down: AtomicBool,
+}
+
+impl Inner {
+    pub(crate) fn ensure_running(&self) -> Result<()> {
+        if self.shut_down.load(Ordering::SeqCst) {
+            return Err(LockError::shut_down());
+        }
+        Ok(())
+    }
+
+    /// A fresh owner id (`<instance id>:<holder number>`) and its holder number.
+    pub(crate) fn new_owner(&self) -> (Arc<str>, u64) {
+        let holder = self.next_holder.fetch_add(1, Ordering::Relaxed);
+        (format!("{}:{holder}", self.instance_id).into(), holder)
+    }
+}
+
+/// Builds a [`LockClient`]; see each method for its default.
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct LockClientBuilder {
+    url: String,
+    pool: Option<Pool>,
+    config: Config,
+    renew_interval: Option<Duration>,
+}
+
+impl LockClient {
+    /// Connects to the Redis at `url` (`redis://[user:password@]host:port[/db]`) with the
+    /// default settings.
+    ///
+    /// Connections are made lazily: a Redis that is down at start makes operations fail
+    /// with [`ErrorKind::RedisUnavailable`] until it is back, and the client recovers on its
+    /// own. Must be called within a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`] when the URL cannot be parsed.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::builder(url).build().await
+    }
+
+    /// A builder for a client of the Redis at `url`.
+    pub fn builder(url: &str) -> LockClientBuilder {
+        LockClientBuilder {
+            url: url.to_owned(),
+            pool: None,
+            config: Config {
+                prefix: DEFAULT_PREFIX.to_owned(),
+                watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+                renew_interval: DEFAULT_WATCHDOG_LEASE / 3,
+                repoll_interval: DEFAULT_REPOLL_INTERVAL,
+                command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            },
+            renew_interval: None,
+        }
+    }
+
+    /// The lock called `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidName`] when the name is empty or longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes.
+    pub fn lock(&self, name: &str) -> Result<Lock> {
+        let keys = LockKeys::new(&self.inner.config.prefix, name)?;
+        Ok(Lock::new(self.clone(), name, keys))
+    }
+
+    /// This client's random instance id (128 bits, hex), the first part of every owner id.
+    pub fn instance_id(&self) -> &str {
+        &self.inner.instance_id
+    }
+
+    /// How many lock names this client's tasks hold or await right now.
+    pub fn local_keys(&self) -> usize {
+        self.inner.local.len()
+    }
+
+    /// How many release channels this client's pub/sub connection serves right now.
+    pub fn subscribed_channels(&self) -> usize {
+        self.inner.pubsub.channel_count()
+    }
+
+    /// Whether [`LockClient::shutdown`] was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.shut_down.load(Ordering::SeqCst)
+    }
+
+    /// Releases every lock this client holds (their lost signals fire with
+    /// [`LostReason::ShutDown`](crate::LostReason::ShutDown)), wakes every waiter (they return
+    /// [`ErrorKind::ShutDown`]), and stops both actors and the pool.
+    pub async fn shutdown(&self) {
+        self.inner.shut_down.store(true, Ordering::SeqCst);
+        self.inner.watchdog.shutdown().await;
+        self.inner.pubsub.shutdown().await;
+        self.inner.connections.close();
+    }
+}
+
+impl LockClientBuilder {
+    /// Uses an existing pool for commands instead of creating one (default: a pool of
+    /// [`DEFAULT_POOL_SIZE`] from the URL). The URL is still used for the pub/sub connection,
+    /// which never comes from a pool.
+    pub fn pool(mut self, pool: Pool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Prefix of every key (default [`DEFAULT_PREFIX`], `"lock:"`). Must not contain `{` or
+    /// `}`.
+    pub fn key_prefix(mut self, prefix: &str) -> Self {
+        self.config.prefix = prefix.to_owned();
+        self
+    }
+
+    /// Lease of watchdog-mode locks (default [`DEFAULT_WATCHDOG_LEASE`], 30 s). The watchdog
+    /// renews it every third of this unless [`Self::renew_interval`] says otherwise.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.config.watchdog_lease = lease;
+        self
+    }
+
+    /// How often the watchdog renews (default: a third of the watchdog lease). Must be
+    /// shorter than the lease.
+    pub fn renew_interval(mut self, interval: Duration) -> Self {
+        self.renew_interval = Some(interval);
+        self
+    }
+
+    /// Longest sleep of a waiter between looks at the lock (default
+    /// [`DEFAULT_REPOLL_INTERVAL`], 1 s): what a missed release message can cost at most.
+    pub fn repoll_interval(mut self, interval: Duration) -> Self {
+        self.config.repoll_interval = interval;
+        self
+    }
+
+    /// Bound on one Redis round trip (default [`DEFAULT_COMMAND_TIMEOUT`], 2 s); past it
+    /// the operation fails with [`ErrorKind::RedisUnavailable`].
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.config.command_timeout = timeout;
+        self
+    }
+
+    /// Builds the client and starts its actors on the current Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`] for an unparsable URL or unusable durations,
+    /// [`ErrorKind::InvalidName`] for a prefix containing `{` or `}`.
+    pub async fn build(self) -> Result<LockClient> {
+        let mut config = self.config;
+        config.renew_interval = self
+            .renew_interval
+            .unwrap_or(config.watchdog_lease / 3);
+        validate_prefix(&config.prefix)?;
+        if config.watchdog_lease < Duration::from_millis(3)
+            || config.renew_interval.is_zero()
+            || config.renew_interval >= config.watchdog_lease
+            || config.repoll_interval.is_zero()
+            || config.command_timeout.is_zero()
+        {
+            return Err(LockError::new(
+                ErrorKind::InvalidConfig,
+                "durations must be positive, the lease at least 3 ms and the renew interval \
+                 shorter than the lease",
+            ));
+        }
+        let notify_client = redis::Client::open(self.url.as_str())
+            .map_err(|err| LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err))?;
+        let pool = match self.pool {
+            Some(pool) => pool,
+            None => create_pool(&self.url, config.command_timeout)?,
+        };
+        let connections = Arc::new(Connections::new(pool, config.command_timeout));
+        let watchdog = Watchdog::start(
+            connections.clone(),
+            config.watchdog_lease,
+            config.renew_interval,
+        );
+        let pubsub = PubSub::start(notify_client, config.command_timeout);
+        Ok(LockClient {
+            inner: Arc::new(Inner {
+                connections,
+                local: LocalTable::default(),
+                watchdog,
+                pubsub,
+                runtime: tokio::runtime::Handle::current(),
+                instance_id: format!("{:032x}", rand::random::<u128>()),
+                next_holder: AtomicU64::new(1),
+                shut_down: AtomicBool::new(false),
+                config,
+            }),
+        })
+    }
+}
+
+fn create_pool(url: &str, command_timeout: Duration) -> Result<Pool> {
+    let mut pool_config = PoolConfig::new(DEFAULT_POOL_SIZE);
+    pool_config.timeouts = Timeouts {
+        wait: Some(command_timeout),
+        create: Some(command_timeout),
+        recycle: Some(command_timeout),
+    };
+    let mut config = deadpool_redis::Config::from_url(url);
+    config.pool = Some(pool_config);
+    config
+        .create_pool(Some(Runtime::Tokio1))
+        .map_err(|err| LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err))
+}

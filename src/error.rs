@@ -1,0 +1,159 @@
+//! The crate's one error type: opaque, with a [`ErrorKind`] to match on.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// What went wrong, for callers that branch on the cause.
+///
+/// New kinds may be added in minor releases, so matches need a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The wait bound passed before the lock could be acquired.
+    Timeout,
+    /// Redis could not be reached, or did not answer within the command timeout.
+    RedisUnavailable,
+    /// Redis answered with an error (a script failure, a permission error, a wrong type).
+    Redis,
+    /// The lock is no longer held by this guard: its lease ran out or it was force-unlocked.
+    NotOwner,
+    /// The lock name is empty, too long, or the key prefix is unusable.
+    InvalidName,
+    /// The client configuration (URL, durations) is unusable.
+    InvalidConfig,
+    /// The client was shut down.
+    ShutDown,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Timeout => "timed out waiting for the lock",
+            Self::RedisUnavailable => "redis unavailable",
+            Self::Redis => "redis error",
+            Self::NotOwner => "lock not held by this owner",
+            Self::InvalidName => "invalid lock name",
+            Self::InvalidConfig => "invalid configuration",
+            Self::ShutDown => "lock client shut down",
+        })
+    }
+}
+
+/// An error from this crate. Match on [`LockError::kind`]; the source, when there is one,
+/// carries the underlying cause for logs.
+pub struct LockError {
+    kind: ErrorKind,
+    detail: String,
+    source: Option<Box<dyn StdError + Send + Sync>>,
+}
+
+/// Short for `Result<T, LockError>`.
+pub type Result<T, E = LockError> = std::result::Result<T, E>;
+
+impl LockError {
+    pub(crate) fn new(kind: ErrorKind, detail: impl Into<String>) -> Self {
+        Self {
+            kind,
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    pub(crate) fn with_source(
+        kind: ErrorKind,
+        detail: impl Into<String>,
+        source: impl StdError + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            kind,
+            detail: detail.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// Whether this is a [`ErrorKind::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Timeout
+    }
+
+    pub(crate) fn timeout(what: &str) -> Self {
+        Self::new(ErrorKind::Timeout, what)
+    }
+
+    pub(crate) fn command_timeout() -> Self {
+        Self::new(
+            ErrorKind::RedisUnavailable,
+            "no answer from redis within the command timeout",
+        )
+    }
+
+    pub(crate) fn shut_down() -> Self {
+        Self::new(ErrorKind::ShutDown, "the lock client was shut down")
+    }
+}
+
+impl From<redis::RedisError> for LockError {
+    fn from(err: redis::RedisError) -> Self {
+        use redis::{ErrorKind as K, ServerErrorKind as S};
+        let unavailable = err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || matches!(
+                err.kind(),
+                K::Server(
+                    S::BusyLoading | S::TryAgain | S::ClusterDown | S::MasterDown | S::ReadOnly
+                ) | K::ClusterConnectionNotFound
+            );
+        let kind = if unavailable {
+            ErrorKind::RedisUnavailable
+        } else if err.kind() == K::InvalidClientConfig {
+            ErrorKind::InvalidConfig
+        } else {
+            ErrorKind::Redis
+        };
+        Self::with_source(kind, err.to_string(), err)
+    }
+}
+
+impl From<deadpool_redis::PoolError> for LockError {
+    fn from(err: deadpool_redis::PoolError) -> Self {
+        match err {
+            deadpool_redis::PoolError::Backend(redis) => redis.into(),
+            deadpool_redis::PoolError::Closed => Self::shut_down(),
+            other => Self::with_source(ErrorKind::RedisUnavailable, other.to_string(), other),
+        }
+    }
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.detail.is_empty() {
+            write!(f, "{}", self.kind)
+        } else {
+            write!(f, "{}: {}", self.kind, self.detail)
+        }
+    }
+}
+
+impl fmt::Debug for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockError")
+            .field("kind", &self.kind)
+            .field("detail", &self.detail)
+            .finish()
+    }
+}
+
+impl StdError for LockError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|source| source as &(dyn StdError + 'static))
+    }
+}

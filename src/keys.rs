@@ -1,0 +1,141 @@
+//! Lock names to Redis keys: escaping, the hash tag, and the keys one lock owns.
+
+use crate::error::{ErrorKind, LockError, Result};
+
+/// The longest lock name accepted, in bytes (before escaping).
+pub const MAX_NAME_LEN: usize = 512;
+
+/// The default key prefix: the lock `acme` lives in the hash `lock:{acme}`.
+pub const DEFAULT_PREFIX: &str = "lock:";
+
+/// The Redis keys and channel of one lock.
+///
+/// The escaped name sits inside one `{hash tag}`, so every key of a lock shares one cluster
+/// slot and no name can reach another lock's keys: `{`, `}` and `%` are percent-encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockKeys {
+    hash: String,
+    fence: String,
+    channel: String,
+}
+
+impl LockKeys {
+    /// The keys of the lock `name` under `prefix`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidName`] when the name is empty or longer than [`MAX_NAME_LEN`]
+    /// bytes, or the prefix contains `{` or `}`.
+    pub fn new(prefix: &str, name: &str) -> Result<Self> {
+        validate_prefix(prefix)?;
+        if name.is_empty() {
+            return Err(LockError::new(ErrorKind::InvalidName, "the lock name is empty"));
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(LockError::new(
+                ErrorKind::InvalidName,
+                format!(
+                    "the lock name is {} bytes, over the limit of {MAX_NAME_LEN}",
+                    name.len()
+                ),
+            ));
+        }
+        let mut hash = String::with_capacity(prefix.len() + name.len() + 8);
+        hash.push_str(prefix);
+        hash.push('{');
+        escape_into(name, &mut hash);
+        hash.push('}');
+        Ok(Self {
+            fence: format!("{hash}:fence"),
+            channel: format!("{hash}:released"),
+            hash,
+        })
+    }
+
+    /// The hash holding owner ids and hold counts.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// The fencing-token counter.
+    pub fn fence(&self) -> &str {
+        &self.fence
+    }
+
+    /// The pub/sub channel a release is announced on.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+}
+
+/// Rejects prefixes that would break the hash tag.
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.contains(['{', '}']) {
+        return Err(LockError::new(
+            ErrorKind::InvalidName,
+            "the key prefix must not contain '{' or '}'",
+        ));
+    }
+    Ok(())
+}
+
+fn escape_into(name: &str, out: &mut String) {
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(name: &str) -> LockKeys {
+        LockKeys::new(DEFAULT_PREFIX, name).unwrap()
+    }
+
+    #[test]
+    fn plain_names_sit_inside_one_hash_tag() {
+        let k = keys("acme");
+        assert_eq!(k.hash(), "lock:{acme}");
+        assert_eq!(k.fence(), "lock:{acme}:fence");
+        assert_eq!(k.channel(), "lock:{acme}:released");
+    }
+
+    #[test]
+    fn braces_and_percent_are_escaped() {
+        assert_eq!(keys("a{b}c%").hash(), "lock:{a%7Bb%7Dc%25}");
+        // A name crafted to look like another lock's internal key stays inside its own tag.
+        let crafted = keys("x}:fence");
+        assert_eq!(crafted.hash(), "lock:{x%7D:fence}");
+        assert_ne!(crafted.hash(), keys("x").fence());
+    }
+
+    #[test]
+    fn escaping_keeps_distinct_names_distinct() {
+        let names = ["%7B", "{", "%", "%25", "}", "%7D", "a", "a%", "a{"];
+        let hashes: std::collections::HashSet<_> =
+            names.iter().map(|n| keys(n).hash().to_owned()).collect();
+        assert_eq!(hashes.len(), names.len());
+    }
+
+    #[test]
+    fn empty_and_oversize_names_are_rejected() {
+        let empty = LockKeys::new(DEFAULT_PREFIX, "").unwrap_err();
+        assert_eq!(empty.kind(), ErrorKind::InvalidName);
+        let long = "n".repeat(MAX_NAME_LEN + 1);
+        let oversize = LockKeys::new(DEFAULT_PREFIX, &long).unwrap_err();
+        assert_eq!(oversize.kind(), ErrorKind::InvalidName);
+        assert!(LockKeys::new(DEFAULT_PREFIX, &long[1..]).is_ok());
+    }
+
+    #[test]
+    fn prefixes_with_braces_are_rejected() {
+        let err = LockKeys::new("bad{", "x").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidName);
+    }
+}

@@ -1,0 +1,40 @@
+//! Distributed locks on Redis for Tokio services, with Redisson's semantics: reentrant hash
+//! locks, a lease watchdog, pub/sub wake-ups, fencing tokens and a lost-lock signal.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), tower_redis_lock::LockError> {
+//! use tower_redis_lock::LockClient;
+//!
+//! let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
+//! let guard = locks.lock("tenant:acme")?.acquire().await?;
+//! // Pass the token to the resource you write, so it can refuse a stale holder.
+//! let token = guard.fencing_token();
+//! # let _ = token;
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! One client runs ONE watchdog task that renews every lease it holds in batches, and ONE
+//! pub/sub connection that wakes every waiter; the tasks of one client that wait for the
+//! same lock queue locally, and only the first talks to Redis.
+
+mod client;
+mod conn;
+mod error;
+mod guard;
+pub mod keys;
+mod local;
+mod lock;
+mod pubsub;
+mod scripts;
+mod watchdog;
+
+pub use client::{
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_REPOLL_INTERVAL, DEFAULT_WATCHDOG_LEASE,
+    LockClient, LockClientBuilder,
+};
+pub use error::{ErrorKind, LockError, Result};
+pub use guard::{LockGuard, LostReason, LostSignal};
+pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
+pub use lock::{Lease, Lock, LockState};
