@@ -1,0 +1,318 @@
+//! Lock semantics against a real redis-server: mutual exclusion, reentrancy, leases, the
+//! watchdog, lost signals, fencing tokens and names.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use support::{RedisServer, client};
+use tower_redis_lock::{ErrorKind, Lease, LockClient, LostReason, MAX_NAME_LEN};
+
+/// Bound for waits that normally take milliseconds; generous because CI machines are shared
+/// and a debug build on two cores can stall for a while.
+const SLACK: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_clients_of_eight_tasks_never_overlap_on_one_key() {
+    const CLIENTS: usize = 4;
+    const TASKS: usize = 8;
+    const ROUNDS: usize = 25;
+    let server = RedisServer::start();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let locks = client(&server).await;
+        for _ in 0..TASKS {
+            let lock = locks.lock("counter").unwrap();
+            let (inside, overlaps) = (inside.clone(), overlaps.clone());
+            let mut data = redis::Client::open(server.url())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = lock.acquire_timeout(Duration::from_secs(60)).await.unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // A deliberately non-atomic read-modify-write: only the lock keeps it whole.
+                    let value: Option<u64> = data.get("data:counter").await.unwrap();
+                    tokio::task::yield_now().await;
+                    let () = data.set("data:counter", value.unwrap_or(0) + 1).await.unwrap();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let counter: u64 = server.cmd(&["GET", "data:counter"]);
+    assert_eq!(counter, (CLIENTS * TASKS * ROUNDS) as u64);
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn reentry_counts_holds_and_only_the_last_release_frees_the_lock() {
+    let server = RedisServer::start();
+    let (holder, other) = (client(&server).await, client(&server).await);
+    let lock = holder.lock("reentrant").unwrap();
+    let rival = other.lock("reentrant").unwrap();
+
+    let first = lock.acquire().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    let second = first.reenter().await.unwrap();
+    let third = second.reenter().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 3);
+    assert_eq!(second.fencing_token(), first.fencing_token());
+    assert_eq!(third.owner_id(), first.owner_id());
+    let state = lock.inspect().await.unwrap();
+    assert_eq!(state.holders, vec![(first.owner_id().to_owned(), 3)]);
+    assert!(rival.try_acquire().await.unwrap().is_none());
+
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    third.release().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    assert!(rival.try_acquire().await.unwrap().is_none());
+    second.release().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+
+    let next = rival.try_acquire().await.unwrap().expect("free after the last release");
+    assert!(next.fencing_token() > token);
+}
+
+#[tokio::test]
+async fn a_fixed_lease_runs_out_fires_lost_and_frees_the_lock() {
+    let server = RedisServer::start();
+    let (holder, other) = (client(&server).await, client(&server).await);
+    let lease = Duration::from_millis(300);
+    let guard = holder
+        .lock("fixed")
+        .unwrap()
+        .with_lease(Lease::Fixed(lease))
+        .acquire()
+        .await
+        .unwrap();
+    let ttl = holder.lock("fixed").unwrap().remaining_ttl().await.unwrap().unwrap();
+    assert!(ttl <= lease);
+
+    let reason = tokio::time::timeout(lease + SLACK, guard.lost_signal().lost())
+        .await
+        .expect("the lost signal fires when the fixed lease runs out");
+    assert_eq!(reason, LostReason::Expired);
+    assert!(!guard.is_held());
+    let next = other
+        .lock("fixed")
+        .unwrap()
+        .acquire_timeout(SLACK)
+        .await
+        .expect("free once the lease ran out");
+    assert_eq!(guard.release().await.unwrap_err().kind(), ErrorKind::NotOwner);
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_lock_past_several_leases() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(400);
+    let holder = LockClient::builder(&server.url())
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .unwrap();
+    let other = client(&server).await;
+    let guard = holder.lock("renewed").unwrap().acquire().await.unwrap();
+    // Time passing is what is under test: four leases without the watchdog would free it.
+    tokio::time::sleep(lease * 4).await;
+    assert!(guard.is_held());
+    assert!(!guard.lost_signal().is_lost());
+    assert!(other.lock("renewed").unwrap().try_acquire().await.unwrap().is_none());
+    let ttl = other.lock("renewed").unwrap().remaining_ttl().await.unwrap();
+    assert!(ttl.is_some_and(|ttl| ttl <= lease));
+    guard.release().await.unwrap();
+    assert!(!other.lock("renewed").unwrap().is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn an_external_delete_fires_lost_within_one_renewal_interval() {
+    let server = RedisServer::start();
+    let interval = Duration::from_millis(300);
+    let holder = LockClient::builder(&server.url())
+        .watchdog_lease(interval * 3)
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("deleted").unwrap().acquire().await.unwrap();
+    let lost = guard.lost_signal();
+    let () = server.cmd(&["DEL", "lock:{deleted}"]);
+    // The next renewal tick (at most one interval away) finds the key gone.
+    let reason = tokio::time::timeout(interval + SLACK, lost.lost())
+        .await
+        .expect("lost fires at the next renewal");
+    assert_eq!(reason, LostReason::Taken);
+    assert!(!guard.is_held());
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_fires_lost_before_the_lease_would_end() {
+    let mut server = RedisServer::start();
+    let lease = Duration::from_millis(600);
+    let holder = LockClient::builder(&server.url())
+        .watchdog_lease(lease)
+        .command_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("cut-off").unwrap().acquire().await.unwrap();
+    server.kill();
+    let reason = tokio::time::timeout(lease + SLACK, guard.lost_signal().lost())
+        .await
+        .expect("lost fires when no renewal can reach redis");
+    assert_eq!(reason, LostReason::Unreachable);
+    assert_eq!(
+        guard.release().await.unwrap_err().kind(),
+        ErrorKind::RedisUnavailable
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_strictly_increase_across_clients() {
+    let server = RedisServer::start();
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let locks = client(&server).await;
+        for _ in 0..4 {
+            let (lock, tokens) = (locks.lock("fenced").unwrap(), tokens.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    let guard = lock.acquire().await.unwrap();
+                    // Pushed inside the critical section, so the order is the lock's order.
+                    tokens.lock().unwrap().push(guard.fencing_token());
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 120);
+    assert!(tokens.windows(2).all(|pair| pair[0] < pair[1]), "{tokens:?}");
+}
+
+#[tokio::test]
+async fn fencing_tokens_keep_growing_after_redis_loses_its_data() {
+    let mut server = RedisServer::start();
+    let port = server.port();
+    let locks = client(&server).await;
+    let before = locks.lock("fenced").unwrap().acquire().await.unwrap();
+    let token = before.fencing_token();
+    drop(before);
+    server.kill();
+    let _restarted = RedisServer::start_on(port);
+    let after = locks
+        .lock("fenced")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(after.fencing_token() > token);
+}
+
+#[tokio::test]
+async fn invalid_names_are_typed_errors_and_crafted_names_stay_apart() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    assert_eq!(locks.lock("").unwrap_err().kind(), ErrorKind::InvalidName);
+    let oversize = "x".repeat(MAX_NAME_LEN + 1);
+    assert_eq!(locks.lock(&oversize).unwrap_err().kind(), ErrorKind::InvalidName);
+    let bad_prefix = LockClient::builder(&server.url()).key_prefix("a{b").build().await;
+    assert_eq!(bad_prefix.unwrap_err().kind(), ErrorKind::InvalidName);
+
+    // A name shaped like another lock's internal keys is a different lock of its own.
+    let plain = locks.lock("x").unwrap().acquire().await.unwrap();
+    let crafted = locks.lock("x}:fence").unwrap().try_acquire().await.unwrap();
+    let crafted = crafted.expect("a crafted name does not collide with 'x'");
+    let fence: u64 = server.cmd(&["GET", "lock:{x}:fence"]);
+    assert_eq!(fence, plain.fencing_token());
+    assert_eq!(locks.lock("x}:fence").unwrap().keys().hash(), "lock:{x%7D:fence}");
+    drop((plain, crafted));
+}
+
+#[tokio::test]
+async fn only_the_owner_releases_and_force_unlock_is_for_operators() {
+    let server = RedisServer::start();
+    let (holder, operator) = (client(&server).await, client(&server).await);
+    let guard = holder.lock("owned").unwrap().acquire().await.unwrap();
+    let lock = operator.lock("owned").unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    assert!(lock.force_unlock().await.unwrap());
+    assert!(!lock.is_locked().await.unwrap());
+    assert!(!lock.force_unlock().await.unwrap());
+    assert_eq!(guard.release().await.unwrap_err().kind(), ErrorKind::NotOwner);
+}
+
+#[tokio::test]
+async fn shutdown_releases_held_locks_and_stops_waiters() {
+    let server = RedisServer::start();
+    let (locks, other) = (client(&server).await, client(&server).await);
+    let held = locks.lock("held").unwrap().acquire().await.unwrap();
+    let blocker = other.lock("busy").unwrap().acquire().await.unwrap();
+    let waiter = {
+        let lock = locks.lock("busy").unwrap();
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    assert!(
+        support::eventually(SLACK, || support::subscribers(&server, "lock:{busy}:released") == 1)
+            .await
+    );
+
+    locks.shutdown().await;
+    assert_eq!(held.lost_signal().reason(), Some(LostReason::ShutDown));
+    assert!(!other.lock("held").unwrap().is_locked().await.unwrap());
+    let stopped = tokio::time::timeout(SLACK, waiter).await.unwrap().unwrap();
+    assert_eq!(stopped.unwrap_err().kind(), ErrorKind::ShutDown);
+    let after = locks.lock("other").unwrap().acquire().await;
+    assert_eq!(after.unwrap_err().kind(), ErrorKind::ShutDown);
+    blocker.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_started_before_redis_recovers_once_redis_is_up() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let locks = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .expect("the client starts without redis");
+    let down = locks.lock("late").unwrap().try_acquire().await.unwrap_err();
+    assert_eq!(down.kind(), ErrorKind::RedisUnavailable);
+    let _server = RedisServer::start_on(port);
+    // Operations fail fast while redis is down, so the caller retries; the client needs no
+    // restart once redis answers.
+    let started = std::time::Instant::now();
+    let guard = loop {
+        match locks.lock("late").unwrap().try_acquire().await {
+            Ok(Some(guard)) => break guard,
+            Err(err) if err.kind() == ErrorKind::RedisUnavailable => {
+                assert!(started.elapsed() < Duration::from_secs(10), "{err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(guard.is_held());
+}

@@ -1,0 +1,152 @@
+//! Test harness: real `redis-server` processes on random free ports, killed on drop.
+//!
+//! A test that needs Redis panics when the server cannot start; it never skips.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tower_redis_lock::LockClient;
+
+/// How long a fresh server may take to answer PING (generous: shared, busy machines).
+const STARTUP_BOUND: Duration = Duration::from_secs(20);
+
+/// A `redis-server` process owned by the test.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    child: Child,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port (`--save "" --appendonly no`), retrying on a port race.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `--option value` arguments.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            match Self::spawn_on(port, extra) {
+                Ok(server) => return server,
+                Err(err) => last_error = err,
+            }
+        }
+        panic!("redis-server could not start: {last_error}");
+    }
+
+    /// Starts a server on `port` (used to restart one on the same port).
+    pub fn start_on(port: u16) -> Self {
+        Self::spawn_on(port, &[]).unwrap_or_else(|err| panic!("redis-server could not start: {err}"))
+    }
+
+    fn spawn_on(port: u16, extra: &[&str]) -> Result<Self, String> {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|err| {
+                format!("cannot run redis-server ({err}); run ./scripts/setup.sh to install it")
+            })?;
+        let mut server = Self { port, child };
+        let started = Instant::now();
+        while started.elapsed() < STARTUP_BOUND {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(format!("redis-server on port {port} exited with {status}"));
+            }
+            if server.ping() {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!("redis-server on port {port} did not answer within {STARTUP_BOUND:?}"))
+    }
+
+    fn ping(&self) -> bool {
+        redis::Client::open(self.url())
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn))
+            .is_ok()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A plain blocking connection for assertions and fault injection.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .expect("url")
+            .get_connection()
+            .expect("connect to test redis")
+    }
+
+    /// Runs one command and returns its reply.
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut command = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            command.arg(*arg);
+        }
+        command.query(&mut self.conn()).expect("redis command")
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free port")
+}
+
+/// A client with the default settings.
+pub async fn client(server: &RedisServer) -> LockClient {
+    LockClient::connect(&server.url()).await.expect("client")
+}
+
+/// Polls `condition` every 10 ms until it holds or `bound` passes; returns whether it held.
+/// For conditions with no signal to wait on (server-side state).
+pub async fn eventually(bound: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    loop {
+        if condition() {
+            return true;
+        }
+        if started.elapsed() > bound {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How many clients the server has subscribed to `channel`.
+pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    let reply: (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut server.conn())
+        .expect("PUBSUB NUMSUB");
+    reply.1
+}
