@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
+use deadpool_redis::{Manager, Pool, Runtime};
+use redis::AsyncConnectionConfig;
 
 use crate::conn::Connections;
 use crate::error::{ErrorKind, LockError, Result};
@@ -253,16 +254,20 @@ impl LockClientBuilder {
     }
 }
 
+/// A pool whose connections leave response timeouts to the client's own command timeout:
+/// a reply that comes late must still reach the code that undoes an unseen grant.
 fn create_pool(url: &str, command_timeout: Duration) -> Result<Pool> {
-    let mut pool_config = PoolConfig::new(DEFAULT_POOL_SIZE);
-    pool_config.timeouts = Timeouts {
-        wait: Some(command_timeout),
-        create: Some(command_timeout),
-        recycle: Some(command_timeout),
-    };
-    let mut config = deadpool_redis::Config::from_url(url);
-    config.pool = Some(pool_config);
-    config
-        .create_pool(Some(Runtime::Tokio1))
-        .map_err(|err| LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err))
+    let connection = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(command_timeout))
+        .set_response_timeout(None);
+    let manager = Manager::new_with_config(url, connection)
+        .map_err(|err| LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err))?;
+    Pool::builder(manager)
+        .max_size(DEFAULT_POOL_SIZE)
+        .wait_timeout(Some(command_timeout))
+        .create_timeout(Some(command_timeout))
+        .recycle_timeout(Some(command_timeout))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|err| LockError::with_source(ErrorKind::InvalidConfig, "cannot build the pool", err))
 }

@@ -1,0 +1,305 @@
+//! Waiting for a lock against a real redis-server: pub/sub wake-ups, the re-poll bound when
+//! messages are missed, many keys on one connection, and cancel-safety.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{RedisServer, client, eventually, subscribers};
+use tower_redis_lock::LockClient;
+
+/// Bound for waits that normally take milliseconds; generous because CI machines are shared
+/// and a debug build on two cores can stall for a while.
+const SLACK: Duration = Duration::from_secs(2);
+/// A re-poll bound far longer than any wait these tests allow: a waiter that meets the
+/// bounds below was woken by a message, not by polling.
+const NEVER_POLL: Duration = Duration::from_secs(60);
+
+async fn client_with_repoll(server: &RedisServer, repoll: Duration) -> LockClient {
+    LockClient::builder(&server.url())
+        .repoll_interval(repoll)
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_in_another_client_wakes_on_release_not_on_lease_or_poll() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter = client_with_repoll(&server, NEVER_POLL).await;
+    let guard = holder.lock("wake").unwrap().acquire().await.unwrap();
+    let waiting = {
+        let lock = waiter.lock("wake").unwrap();
+        tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            (Instant::now(), guard)
+        })
+    };
+    assert!(eventually(SLACK, || subscribers(&server, "lock:{wake}:released") == 1).await);
+
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired_at, guard) = tokio::time::timeout(SLACK, waiting)
+        .await
+        .expect("woken by the release message, long before the 30 s lease or 60 s poll")
+        .unwrap();
+    assert!(acquired_at.duration_since(released_at) < SLACK);
+    assert!(guard.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_without_a_message_costs_at_most_the_repoll_bound() {
+    let server = RedisServer::start();
+    let repoll = Duration::from_millis(500);
+    let holder = client(&server).await;
+    let waiter = client_with_repoll(&server, repoll).await;
+    let _guard = holder.lock("silent").unwrap().acquire().await.unwrap();
+    let waiting = {
+        let lock = waiter.lock("silent").unwrap();
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    assert!(eventually(SLACK, || subscribers(&server, "lock:{silent}:released") == 1).await);
+
+    // Deleted behind the library's back: no release message is ever published, and the
+    // holder's lease (30 s) is far away, so only the re-poll can find the lock free.
+    let () = server.cmd(&["DEL", "lock:{silent}"]);
+    let guard = tokio::time::timeout(repoll + SLACK, waiting)
+        .await
+        .expect("the re-poll bound finds the free lock")
+        .unwrap();
+    assert!(guard.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_pubsub_connection_costs_at_most_the_repoll_bound() {
+    let server = RedisServer::start();
+    let repoll = Duration::from_millis(500);
+    let holder = client(&server).await;
+    let waiter = client_with_repoll(&server, repoll).await;
+    let guard = holder.lock("cut").unwrap().acquire().await.unwrap();
+    let waiting = {
+        let lock = waiter.lock("cut").unwrap();
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    assert!(eventually(SLACK, || subscribers(&server, "lock:{cut}:released") == 1).await);
+
+    // The message of this release is published while the waiter has no subscription.
+    let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, 1);
+    guard.release().await.unwrap();
+    let guard = tokio::time::timeout(repoll + SLACK, waiting)
+        .await
+        .expect("a missed message costs at most the re-poll bound")
+        .unwrap();
+    assert!(guard.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_killed_pubsub_connection_every_channel_is_subscribed_again() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter = client_with_repoll(&server, NEVER_POLL).await;
+    let guard = holder.lock("again").unwrap().acquire().await.unwrap();
+    let waiting = {
+        let lock = waiter.lock("again").unwrap();
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    let channel = "lock:{again}:released";
+    assert!(eventually(SLACK, || subscribers(&server, channel) == 1).await);
+    let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, 1);
+    assert!(eventually(SLACK, || subscribers(&server, channel) == 0).await);
+    assert!(
+        eventually(Duration::from_secs(10), || subscribers(&server, channel) == 1).await,
+        "the actor reconnects and subscribes again"
+    );
+
+    guard.release().await.unwrap();
+    let guard = tokio::time::timeout(SLACK, waiting)
+        .await
+        .expect("woken by a message on the new connection")
+        .unwrap();
+    assert!(guard.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_keys_are_awaited_on_one_pubsub_connection() {
+    const KEYS: usize = 10_000;
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter = client_with_repoll(&server, NEVER_POLL).await;
+    let names: Vec<String> = (0..KEYS).map(|i| format!("many-{i}")).collect();
+
+    let mut held = Vec::with_capacity(KEYS);
+    for chunk in names.chunks(500) {
+        let acquired = futures_util::future::join_all(
+            chunk
+                .iter()
+                .map(|name| async { holder.lock(name).unwrap().try_acquire().await }),
+        )
+        .await;
+        held.extend(acquired.into_iter().map(|g| g.unwrap().expect("free key")));
+    }
+    let waiting: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let lock = waiter.lock(name).unwrap();
+            tokio::spawn(async move { lock.acquire().await.unwrap() })
+        })
+        .collect();
+
+    let server_channels = || {
+        let channels: Vec<String> = server.cmd(&["PUBSUB", "CHANNELS", "lock:*"]);
+        channels.len()
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || server_channels() == KEYS).await,
+        "every key is subscribed"
+    );
+    assert_eq!(waiter.subscribed_channels(), KEYS);
+    let pubsub_clients: String = server.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]);
+    assert_eq!(pubsub_clients.lines().count(), 1, "one pub/sub connection");
+
+    drop(held);
+    let woken = tokio::time::timeout(
+        Duration::from_secs(60),
+        futures_util::future::join_all(waiting),
+    )
+    .await
+    .expect("every waiter is woken by its release message");
+    let guards: Vec<_> = woken.into_iter().map(Result::unwrap).collect();
+    assert_eq!(guards.len(), KEYS);
+    assert!(eventually(Duration::from_secs(10), || server_channels() == 0).await);
+    assert_eq!(waiter.subscribed_channels(), 0);
+    drop(guards);
+    assert!(
+        eventually(Duration::from_secs(10), || waiter.local_keys() == 0
+            && holder.local_keys() == 0)
+        .await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_while_waiting_leaves_no_lock_and_no_subscription() {
+    let server = RedisServer::start();
+    let (holder, waiter) = (client(&server).await, client(&server).await);
+    let guard = holder.lock("dropped").unwrap().acquire().await.unwrap();
+    let waiting = {
+        let lock = waiter.lock("dropped").unwrap();
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    let channel = "lock:{dropped}:released";
+    assert!(eventually(SLACK, || subscribers(&server, channel) == 1).await);
+    assert_eq!(waiter.local_keys(), 1);
+
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    assert_eq!(waiter.local_keys(), 0);
+    assert_eq!(waiter.subscribed_channels(), 0);
+    assert!(eventually(SLACK, || subscribers(&server, channel) == 0).await);
+    guard.release().await.unwrap();
+    assert!(!holder.lock("dropped").unwrap().is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cancelled_after_redis_granted_it_leaves_no_lock() {
+    let server = RedisServer::start();
+    let (locks, other) = (client(&server).await, client(&server).await);
+    let lock = locks.lock("unseen").unwrap();
+    // Warm the shared connection and the script cache, so the acquire below is one EVALSHA.
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let fence_before: u64 = server.cmd(&["GET", "lock:{unseen}:fence"]);
+
+    // With the server paused, the acquire is sent but not run; the caller gives up before
+    // the answer. When the pause ends Redis grants the lock to an owner nobody will see.
+    let () = server.cmd(&["CLIENT", "PAUSE", "500", "ALL"]);
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), lock.acquire()).await;
+    assert!(cancelled.is_err());
+
+    let fence_after = || server.cmd::<u64>(&["GET", "lock:{unseen}:fence"]);
+    assert!(
+        eventually(SLACK, || fence_after() > fence_before).await,
+        "the paused acquire ran and granted the lock"
+    );
+    let next = other
+        .lock("unseen")
+        .unwrap()
+        .acquire_timeout(SLACK)
+        .await
+        .expect("the unseen grant was released, long before its 30 s lease");
+    assert!(next.fencing_token() > fence_before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_cancelled_after_redis_counted_it_is_given_back() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let lock = locks.lock("reenter-unseen").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let () = server.cmd(&["CLIENT", "PAUSE", "500", "ALL"]);
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), guard.reenter()).await;
+    assert!(cancelled.is_err());
+    // Once the pause ends the counted hold is released again.
+    let counts = || {
+        let holds: Vec<(String, u64)> = server.cmd(&["HGETALL", "lock:{reenter-unseen}"]);
+        holds.first().map(|(_, count)| *count)
+    };
+    assert!(eventually(SLACK, || counts() == Some(1)).await);
+    guard.release().await.unwrap();
+    assert_eq!(counts(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_is_released_in_the_background() {
+    let server = RedisServer::start();
+    let (locks, other) = (client(&server).await, client(&server).await);
+    let guard = locks.lock("dropped-guard").unwrap().acquire().await.unwrap();
+    let started = Instant::now();
+    drop(guard);
+    assert!(started.elapsed() < Duration::from_millis(50), "drop does not block");
+    let next = other
+        .lock("dropped-guard")
+        .unwrap()
+        .acquire_timeout(SLACK)
+        .await
+        .expect("released in the background, not after the 30 s lease");
+    assert!(next.is_held());
+}
+
+// One thread, so that a spawned task runs up to its first wait before the test goes on.
+#[tokio::test(flavor = "current_thread")]
+async fn waiters_of_one_client_queue_locally_and_only_the_head_talks_to_redis() {
+    let server = RedisServer::start();
+    let (holder, waiter) = (client(&server).await, client(&server).await);
+    let guard = holder.lock("queue").unwrap().acquire().await.unwrap();
+    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiting = Vec::new();
+    for i in 0..5 {
+        let (lock, order_tx) = (waiter.lock("queue").unwrap(), order_tx.clone());
+        waiting.push(tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            order_tx.send(i).unwrap();
+            guard.release().await.unwrap();
+        }));
+        // Let task i join the local queue before task i + 1 is spawned.
+        tokio::task::yield_now().await;
+    }
+    assert!(eventually(SLACK, || subscribers(&server, "lock:{queue}:released") == 1).await);
+    // Five tasks wait, one subscription: only the head of the local queue is at Redis.
+    assert_eq!(waiter.subscribed_channels(), 1);
+    // A different key of the same client is not held up by the queue.
+    let unrelated = waiter.lock("elsewhere").unwrap().acquire_timeout(SLACK).await;
+    assert!(unrelated.is_ok());
+
+    guard.release().await.unwrap();
+    for task in waiting {
+        tokio::time::timeout(SLACK * 5, task).await.unwrap().unwrap();
+    }
+    drop(order_tx);
+    let mut order = Vec::new();
+    while let Some(i) = order_rx.recv().await {
+        order.push(i);
+    }
+    assert_eq!(order, vec![0, 1, 2, 3, 4]);
+}
