@@ -209,9 +209,7 @@ impl LockClientBuilder {
     /// [`ErrorKind::InvalidName`] for a prefix containing `{` or `}`.
     pub async fn build(self) -> Result<LockClient> {
         let mut config = self.config;
-        config.renew_interval = self
-            .renew_interval
-            .unwrap_or(config.watchdog_lease / 3);
+        config.renew_interval = self.renew_interval.unwrap_or(config.watchdog_lease / 3);
         validate_prefix(&config.prefix)?;
         if config.watchdog_lease < Duration::from_millis(3)
             || config.renew_interval.is_zero()
@@ -225,8 +223,9 @@ impl LockClientBuilder {
                  shorter than the lease",
             ));
         }
-        let notify_client = redis::Client::open(self.url.as_str())
-            .map_err(|err| LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err))?;
+        let notify_client = redis::Client::open(self.url.as_str()).map_err(|err| {
+            LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err)
+        })?;
         let pool = match self.pool {
             Some(pool) => pool,
             None => create_pool(&self.url, config.command_timeout)?,
@@ -260,8 +259,9 @@ fn create_pool(url: &str, command_timeout: Duration) -> Result<Pool> {
     let connection = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(command_timeout))
         .set_response_timeout(None);
-    let manager = Manager::new_with_config(url, connection)
-        .map_err(|err| LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err))?;
+    let manager = Manager::new_with_config(url, connection).map_err(|err| {
+        LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err)
+    })?;
     Pool::builder(manager)
         .max_size(DEFAULT_POOL_SIZE)
         .wait_timeout(Some(command_timeout))
@@ -269,5 +269,7 @@ fn create_pool(url: &str, command_timeout: Duration) -> Result<Pool> {
         .recycle_timeout(Some(command_timeout))
         .runtime(Runtime::Tokio1)
         .build()
-        .map_err(|err| LockError::with_source(ErrorKind::InvalidConfig, "cannot build the pool", err))
+        .map_err(|err| {
+            LockError::with_source(ErrorKind::InvalidConfig, "cannot build the pool", err)
+        })
 }

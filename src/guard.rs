@@ -212,7 +212,9 @@ impl LockGuard {
             };
             let _ = deliver.send(outcome);
         });
-        delivered.await.unwrap_or_else(|_| Err(LockError::shut_down()))
+        delivered
+            .await
+            .unwrap_or_else(|_| Err(LockError::shut_down()))
     }
 
     /// Releases this hold and waits for Redis to confirm. The last hold deletes the lock and
@@ -255,7 +257,9 @@ async fn release_hold(holding: Arc<Holding>) -> Result<()> {
         .connections
         .run(|mut conn| {
             let holding = holding.clone();
-            async move { scripts::release(&mut conn, &holding.keys, &holding.owner, ReleaseScope::One).await }
+            async move {
+                scripts::release(&mut conn, &holding.keys, &holding.owner, ReleaseScope::One).await
+            }
         })
         .await?;
     match released {
@@ -266,4 +270,3 @@ async fn release_hold(holding: Arc<Holding>) -> Result<()> {
         )),
     }
 }
-

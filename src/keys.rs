@@ -29,7 +29,10 @@ impl LockKeys {
     pub fn new(prefix: &str, name: &str) -> Result<Self> {
         validate_prefix(prefix)?;
         if name.is_empty() {
-            return Err(LockError::new(ErrorKind::InvalidName, "the lock name is empty"));
+            return Err(LockError::new(
+                ErrorKind::InvalidName,
+                "the lock name is empty",
+            ));
         }
         if name.len() > MAX_NAME_LEN {
             return Err(LockError::new(

@@ -103,9 +103,9 @@ mod tests {
         let table = Arc::new(table);
         let mut waiters = Vec::new();
         for i in 0..3 {
-            let (table, order_tx) = (table.clone(), order_tx.clone());
+            let (queued, order_tx) = (table.clone(), order_tx.clone());
             waiters.push(tokio::spawn(async move {
-                let _turn = table.turn("k").await;
+                let _turn = queued.turn("k").await;
                 order_tx.send(i).unwrap();
             }));
             // Let waiter i join the queue before waiter i + 1 is spawned: the table, the held

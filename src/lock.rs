@@ -196,15 +196,27 @@ impl Lock {
 
     /// One run of the acquire script. If the caller leaves before seeing the answer
     /// (cancelled, or the command timed out), a lock Redis may have granted is released.
-    async fn attempt(&self, inner: &Arc<Inner>, owner: &Arc<str>, lease: Duration) -> Result<AcquireReply> {
+    async fn attempt(
+        &self,
+        inner: &Arc<Inner>,
+        owner: &Arc<str>,
+        lease: Duration,
+    ) -> Result<AcquireReply> {
         let mut conn = inner.connections.get().await?;
         let pending = PendingAcquire {
-            undo: Some((inner.clone(), self.keys.clone(), owner.clone(), conn.clone())),
+            undo: Some(Undo {
+                inner: inner.clone(),
+                keys: self.keys.clone(),
+                owner: owner.clone(),
+                conn: conn.clone(),
+            }),
         };
         let lease_ms = lease.as_millis().max(1) as u64;
         let reply = inner
             .connections
-            .bounded(scripts::acquire(&mut conn, &self.keys, owner, lease_ms, false))
+            .bounded(scripts::acquire(
+                &mut conn, &self.keys, owner, lease_ms, false,
+            ))
             .await?;
         pending.disarm();
         Ok(reply)
@@ -287,7 +299,14 @@ impl Lock {
 /// Releases a lock Redis may have granted to an attempt whose caller never saw the answer.
 /// The undo goes out on the same multiplexed connection, so it runs after the attempt.
 struct PendingAcquire {
-    undo: Option<(Arc<Inner>, Arc<LockKeys>, Arc<str>, redis::aio::MultiplexedConnection)>,
+    undo: Option<Undo>,
+}
+
+struct Undo {
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    owner: Arc<str>,
+    conn: redis::aio::MultiplexedConnection,
 }
 
 impl PendingAcquire {
@@ -298,7 +317,13 @@ impl PendingAcquire {
 
 impl Drop for PendingAcquire {
     fn drop(&mut self) {
-        let Some((inner, keys, owner, mut conn)) = self.undo.take() else {
+        let Some(Undo {
+            inner,
+            keys,
+            owner,
+            mut conn,
+        }) = self.undo.take()
+        else {
             return;
         };
         let runtime = inner.runtime.clone();
@@ -308,7 +333,11 @@ impl Drop for PendingAcquire {
                 scripts::release(&mut conn, &keys, &owner, ReleaseScope::All),
             )
             .await;
-            tracing::debug!(lock = keys.hash(), ?undone, "released an acquisition nobody saw");
+            tracing::debug!(
+                lock = keys.hash(),
+                ?undone,
+                "released an acquisition nobody saw"
+            );
         });
     }
 }

@@ -234,7 +234,10 @@ impl Actor {
             match event {
                 Event::Command(None) => break,
                 Event::Command(Some(Command::Shutdown(done))) => {
-                    self.channels.lock().expect("pubsub channels").wake_all(None);
+                    self.channels
+                        .lock()
+                        .expect("pubsub channels")
+                        .wake_all(None);
                     let _ = done.send(());
                     break;
                 }
@@ -244,10 +247,10 @@ impl Actor {
                 Event::Reconnect => self.connect().await,
                 Event::Ping => self.ping().await,
             }
-            if self.connection.is_some() {
-                if let Err(err) = self.flush().await {
-                    self.disconnect(&err.to_string());
-                }
+            if self.connection.is_some()
+                && let Err(err) = self.flush().await
+            {
+                self.disconnect(&err.to_string());
             }
         }
     }
@@ -284,7 +287,11 @@ impl Actor {
     }
 
     fn retry_later(&mut self, reason: &str) {
-        tracing::warn!(reason, retry_in_ms = self.backoff.as_millis() as u64, "pub/sub connection failed");
+        tracing::warn!(
+            reason,
+            retry_in_ms = self.backoff.as_millis() as u64,
+            "pub/sub connection failed"
+        );
         self.reconnect_at = Instant::now() + self.backoff;
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }

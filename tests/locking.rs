@@ -43,7 +43,10 @@ async fn four_clients_of_eight_tasks_never_overlap_on_one_key() {
                     // A deliberately non-atomic read-modify-write: only the lock keeps it whole.
                     let value: Option<u64> = data.get("data:counter").await.unwrap();
                     tokio::task::yield_now().await;
-                    let () = data.set("data:counter", value.unwrap_or(0) + 1).await.unwrap();
+                    let () = data
+                        .set("data:counter", value.unwrap_or(0) + 1)
+                        .await
+                        .unwrap();
                     inside.fetch_sub(1, Ordering::SeqCst);
                     guard.release().await.unwrap();
                 }
@@ -84,7 +87,11 @@ async fn reentry_counts_holds_and_only_the_last_release_frees_the_lock() {
     second.release().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
 
-    let next = rival.try_acquire().await.unwrap().expect("free after the last release");
+    let next = rival
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after the last release");
     assert!(next.fencing_token() > token);
 }
 
@@ -100,7 +107,13 @@ async fn a_fixed_lease_runs_out_fires_lost_and_frees_the_lock() {
         .acquire()
         .await
         .unwrap();
-    let ttl = holder.lock("fixed").unwrap().remaining_ttl().await.unwrap().unwrap();
+    let ttl = holder
+        .lock("fixed")
+        .unwrap()
+        .remaining_ttl()
+        .await
+        .unwrap()
+        .unwrap();
     assert!(ttl <= lease);
 
     let reason = tokio::time::timeout(lease + SLACK, guard.lost_signal().lost())
@@ -114,7 +127,10 @@ async fn a_fixed_lease_runs_out_fires_lost_and_frees_the_lock() {
         .acquire_timeout(SLACK)
         .await
         .expect("free once the lease ran out");
-    assert_eq!(guard.release().await.unwrap_err().kind(), ErrorKind::NotOwner);
+    assert_eq!(
+        guard.release().await.unwrap_err().kind(),
+        ErrorKind::NotOwner
+    );
     next.release().await.unwrap();
 }
 
@@ -133,8 +149,21 @@ async fn the_watchdog_keeps_a_lock_past_several_leases() {
     tokio::time::sleep(lease * 4).await;
     assert!(guard.is_held());
     assert!(!guard.lost_signal().is_lost());
-    assert!(other.lock("renewed").unwrap().try_acquire().await.unwrap().is_none());
-    let ttl = other.lock("renewed").unwrap().remaining_ttl().await.unwrap();
+    assert!(
+        other
+            .lock("renewed")
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let ttl = other
+        .lock("renewed")
+        .unwrap()
+        .remaining_ttl()
+        .await
+        .unwrap();
     assert!(ttl.is_some_and(|ttl| ttl <= lease));
     guard.release().await.unwrap();
     assert!(!other.lock("renewed").unwrap().is_locked().await.unwrap());
@@ -206,7 +235,10 @@ async fn fencing_tokens_strictly_increase_across_clients() {
     }
     let tokens = tokens.lock().unwrap();
     assert_eq!(tokens.len(), 120);
-    assert!(tokens.windows(2).all(|pair| pair[0] < pair[1]), "{tokens:?}");
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "{tokens:?}"
+    );
 }
 
 #[tokio::test]
@@ -234,8 +266,14 @@ async fn invalid_names_are_typed_errors_and_crafted_names_stay_apart() {
     let locks = client(&server).await;
     assert_eq!(locks.lock("").unwrap_err().kind(), ErrorKind::InvalidName);
     let oversize = "x".repeat(MAX_NAME_LEN + 1);
-    assert_eq!(locks.lock(&oversize).unwrap_err().kind(), ErrorKind::InvalidName);
-    let bad_prefix = LockClient::builder(&server.url()).key_prefix("a{b").build().await;
+    assert_eq!(
+        locks.lock(&oversize).unwrap_err().kind(),
+        ErrorKind::InvalidName
+    );
+    let bad_prefix = LockClient::builder(&server.url())
+        .key_prefix("a{b")
+        .build()
+        .await;
     assert_eq!(bad_prefix.unwrap_err().kind(), ErrorKind::InvalidName);
 
     // A name shaped like another lock's internal keys is a different lock of its own.
@@ -244,7 +282,10 @@ async fn invalid_names_are_typed_errors_and_crafted_names_stay_apart() {
     let crafted = crafted.expect("a crafted name does not collide with 'x'");
     let fence: u64 = server.cmd(&["GET", "lock:{x}:fence"]);
     assert_eq!(fence, plain.fencing_token());
-    assert_eq!(locks.lock("x}:fence").unwrap().keys().hash(), "lock:{x%7D:fence}");
+    assert_eq!(
+        locks.lock("x}:fence").unwrap().keys().hash(),
+        "lock:{x%7D:fence}"
+    );
     drop((plain, crafted));
 }
 
@@ -258,7 +299,10 @@ async fn only_the_owner_releases_and_force_unlock_is_for_operators() {
     assert!(lock.force_unlock().await.unwrap());
     assert!(!lock.is_locked().await.unwrap());
     assert!(!lock.force_unlock().await.unwrap());
-    assert_eq!(guard.release().await.unwrap_err().kind(), ErrorKind::NotOwner);
+    assert_eq!(
+        guard.release().await.unwrap_err().kind(),
+        ErrorKind::NotOwner
+    );
 }
 
 #[tokio::test]
@@ -272,8 +316,11 @@ async fn shutdown_releases_held_locks_and_stops_waiters() {
         tokio::spawn(async move { lock.acquire().await })
     };
     assert!(
-        support::eventually(SLACK, || support::subscribers(&server, "lock:{busy}:released") == 1)
-            .await
+        support::eventually(SLACK, || support::subscribers(
+            &server,
+            "lock:{busy}:released"
+        ) == 1)
+        .await
     );
 
     locks.shutdown().await;

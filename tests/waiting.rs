@@ -59,7 +59,11 @@ async fn a_release_without_a_message_costs_at_most_the_repoll_bound() {
         let lock = waiter.lock("silent").unwrap();
         tokio::spawn(async move { lock.acquire().await.unwrap() })
     };
-    assert!(eventually(SLACK, || subscribers(&server, "lock:{silent}:released") == 1).await);
+    assert!(
+        eventually(SLACK, || subscribers(&server, "lock:{silent}:released")
+            == 1)
+        .await
+    );
 
     // Deleted behind the library's back: no release message is ever published, and the
     // holder's lease (30 s) is far away, so only the re-poll can find the lock free.
@@ -111,7 +115,9 @@ async fn after_a_killed_pubsub_connection_every_channel_is_subscribed_again() {
     assert_eq!(killed, 1);
     assert!(eventually(SLACK, || subscribers(&server, channel) == 0).await);
     assert!(
-        eventually(Duration::from_secs(10), || subscribers(&server, channel) == 1).await,
+        eventually(Duration::from_secs(10), || subscribers(&server, channel)
+            == 1)
+        .await,
         "the actor reconnects and subscribes again"
     );
 
@@ -254,10 +260,18 @@ async fn a_reentry_cancelled_after_redis_counted_it_is_given_back() {
 async fn a_dropped_guard_is_released_in_the_background() {
     let server = RedisServer::start();
     let (locks, other) = (client(&server).await, client(&server).await);
-    let guard = locks.lock("dropped-guard").unwrap().acquire().await.unwrap();
+    let guard = locks
+        .lock("dropped-guard")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
     let started = Instant::now();
     drop(guard);
-    assert!(started.elapsed() < Duration::from_millis(50), "drop does not block");
+    assert!(
+        started.elapsed() < Duration::from_millis(50),
+        "drop does not block"
+    );
     let next = other
         .lock("dropped-guard")
         .unwrap()
@@ -289,12 +303,19 @@ async fn waiters_of_one_client_queue_locally_and_only_the_head_talks_to_redis() 
     // Five tasks wait, one subscription: only the head of the local queue is at Redis.
     assert_eq!(waiter.subscribed_channels(), 1);
     // A different key of the same client is not held up by the queue.
-    let unrelated = waiter.lock("elsewhere").unwrap().acquire_timeout(SLACK).await;
+    let unrelated = waiter
+        .lock("elsewhere")
+        .unwrap()
+        .acquire_timeout(SLACK)
+        .await;
     assert!(unrelated.is_ok());
 
     guard.release().await.unwrap();
     for task in waiting {
-        tokio::time::timeout(SLACK * 5, task).await.unwrap().unwrap();
+        tokio::time::timeout(SLACK * 5, task)
+            .await
+            .unwrap()
+            .unwrap();
     }
     drop(order_tx);
     let mut order = Vec::new();

@@ -41,7 +41,8 @@ impl RedisServer {
 
     /// Starts a server on `port` (used to restart one on the same port).
     pub fn start_on(port: u16) -> Self {
-        Self::spawn_on(port, &[]).unwrap_or_else(|err| panic!("redis-server could not start: {err}"))
+        Self::spawn_on(port, &[])
+            .unwrap_or_else(|err| panic!("redis-server could not start: {err}"))
     }
 
     fn spawn_on(port: u16, extra: &[&str]) -> Result<Self, String> {
@@ -66,7 +67,9 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Err(format!("redis-server on port {port} did not answer within {STARTUP_BOUND:?}"))
+        Err(format!(
+            "redis-server on port {port} did not answer within {STARTUP_BOUND:?}"
+        ))
     }
 
     fn ping(&self) -> bool {

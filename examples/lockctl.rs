@@ -1,0 +1,193 @@
+//! `lockctl`: hold, inspect and force-unlock locks from a shell; one JSON line per event.
+//!
+//! ```text
+//! lockctl [--url URL] hold NAME --for 2s [--lease 5s] [--wait 10s]
+//! lockctl [--url URL] inspect NAME
+//! lockctl [--url URL] force-unlock NAME
+//! ```
+//!
+//! Exit codes: 0 done, 1 error, 2 usage, 3 wait timed out, 4 lease lost while holding.
+//! The URL defaults to `$REDIS_URL`, else `redis://127.0.0.1:6379`.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tower_redis_lock::{ErrorKind, Lease, LockClient, LockError};
+
+const USAGE: &str =
+    "usage: lockctl [--url URL] hold NAME --for DURATION [--lease DURATION] [--wait DURATION]
+       lockctl [--url URL] inspect NAME
+       lockctl [--url URL] force-unlock NAME
+durations: 250ms, 2s, 1m (a bare number is seconds)";
+
+enum Command {
+    Hold {
+        name: String,
+        hold_for: Duration,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    },
+    Inspect(String),
+    ForceUnlock(String),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let (url, command) = match parse(std::env::args().skip(1).collect()) {
+        Ok(parsed) => parsed,
+        Err(problem) => {
+            eprintln!("lockctl: {problem}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&url, command).await {
+        Ok(code) => code,
+        Err(err) => {
+            emit(
+                json!({"event": "error", "kind": format!("{:?}", err.kind()), "message": err.to_string()}),
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(url: &str, command: Command) -> Result<ExitCode, LockError> {
+    let locks = LockClient::connect(url).await?;
+    match command {
+        Command::Hold {
+            name,
+            hold_for,
+            lease,
+            wait,
+        } => hold(&locks, &name, hold_for, lease, wait).await,
+        Command::Inspect(name) => {
+            let lock = locks.lock(&name)?;
+            let state = lock.inspect().await?;
+            let holders: Vec<_> = state
+                .holders
+                .iter()
+                .map(|(owner, count)| json!({"owner": owner, "count": count}))
+                .collect();
+            emit(json!({
+                "event": "inspect",
+                "name": name,
+                "key": lock.keys().hash(),
+                "locked": !state.holders.is_empty(),
+                "holders": holders,
+                "hold_count": state.holders.iter().map(|(_, n)| n).sum::<u64>(),
+                "pttl_ms": state.ttl.map(|ttl| ttl.as_millis() as u64),
+                "fence": state.fence,
+            }));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ForceUnlock(name) => {
+            let removed = locks.lock(&name)?.force_unlock().await?;
+            emit(json!({"event": "force-unlocked", "name": name, "removed": removed}));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn hold(
+    locks: &LockClient,
+    name: &str,
+    hold_for: Duration,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+) -> Result<ExitCode, LockError> {
+    let lock = locks
+        .lock(name)?
+        .with_lease(lease.map_or(Lease::Watchdog, Lease::Fixed));
+    let started = Instant::now();
+    let acquired = match wait {
+        Some(wait) => lock.acquire_timeout(wait).await,
+        None => lock.acquire().await,
+    };
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(err) if err.kind() == ErrorKind::Timeout => {
+            emit(json!({"event": "timeout", "name": name, "waited_ms": millis(started.elapsed())}));
+            return Ok(ExitCode::from(3));
+        }
+        Err(err) => return Err(err),
+    };
+    let token = guard.fencing_token();
+    emit(json!({
+        "event": "acquired",
+        "name": name,
+        "token": token,
+        "waited_ms": millis(started.elapsed()),
+        "pid": std::process::id(),
+        "owner": guard.owner_id(),
+    }));
+    let held_since = Instant::now();
+    let lost = guard.lost_signal();
+    tokio::select! {
+        () = tokio::time::sleep(hold_for) => {
+            guard.release().await?;
+            emit(json!({"event": "released", "name": name, "token": token, "held_ms": millis(held_since.elapsed()), "pid": std::process::id()}));
+            Ok(ExitCode::SUCCESS)
+        }
+        reason = lost.lost() => {
+            emit(json!({"event": "lost", "name": name, "token": token, "reason": format!("{reason:?}"), "held_ms": millis(held_since.elapsed()), "pid": std::process::id()}));
+            Ok(ExitCode::from(4))
+        }
+    }
+}
+
+fn parse(args: Vec<String>) -> Result<(String, Command), String> {
+    let mut url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let mut positional = Vec::new();
+    let (mut hold_for, mut lease, mut wait) = (None, None, None);
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--url" => url = value()?,
+            "--for" => hold_for = Some(duration(&value()?)?),
+            "--lease" => lease = Some(duration(&value()?)?),
+            "--wait" => wait = Some(duration(&value()?)?),
+            "-h" | "--help" => return Err("help".into()),
+            flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
+            _ => positional.push(arg),
+        }
+    }
+    let command = match positional.as_slice() {
+        [verb, name] if verb == "hold" => Command::Hold {
+            name: name.clone(),
+            hold_for: hold_for.ok_or("hold needs --for")?,
+            lease,
+            wait,
+        },
+        [verb, name] if verb == "inspect" => Command::Inspect(name.clone()),
+        [verb, name] if verb == "force-unlock" => Command::ForceUnlock(name.clone()),
+        _ => return Err("expected a command and a lock name".into()),
+    };
+    Ok((url, command))
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.split_at(
+        text.find(|c: char| c.is_ascii_alphabetic())
+            .unwrap_or(text.len()),
+    );
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("bad duration {text:?}"))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "" | "s" => number,
+        "m" => number * 60.0,
+        _ => return Err(format!("bad duration unit in {text:?}")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("bad duration {text:?}"))
+}
+
+fn millis(duration: Duration) -> u64 {
+    duration.as_millis() as u64
+}
+
+fn emit(event: serde_json::Value) {
+    println!("{event}");
+}

@@ -1,0 +1,45 @@
+# Shared by the scripts: start a throw-away redis-server on a free port, and clean up.
+# Sourced, not run. Never touches port 6379 or a server it did not start.
+
+started_pids=()
+
+# Kills every process this script started, by its id.
+cleanup() {
+    local pid
+    for pid in "${started_pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${started_pids[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+
+# Starts redis-server on a random free port; sets REDIS_PORT and REDIS_URL.
+start_redis() {
+    local attempt port pid
+    for attempt in 1 2 3 4 5; do
+        port=$((20000 + RANDOM % 40000))
+        if redis-cli -p "$port" ping >/dev/null 2>&1; then
+            continue # taken by someone else's server
+        fi
+        redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+            --daemonize no --loglevel warning >/dev/null 2>&1 &
+        pid=$!
+        for _ in $(seq 1 100); do
+            if ! kill -0 "$pid" 2>/dev/null; then
+                break # it exited: the port was taken, try another
+            fi
+            if redis-cli -p "$port" ping >/dev/null 2>&1; then
+                started_pids+=("$pid")
+                REDIS_PORT=$port
+                REDIS_URL="redis://127.0.0.1:$port"
+                return 0
+            fi
+            sleep 0.05
+        done
+        kill "$pid" 2>/dev/null || true
+    done
+    echo "could not start redis-server" >&2
+    return 1
+}

@@ -1,0 +1,115 @@
+//! `lockctl` as separate processes against a real redis-server.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use serde_json::Value;
+use support::RedisServer;
+
+/// The example binary, built by `cargo test` next to this test's own executable.
+fn lockctl_path() -> PathBuf {
+    let deps = std::env::current_exe().expect("test path");
+    let path = deps
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir")
+        .join("examples")
+        .join("lockctl");
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test`, which builds the examples",
+        path.display()
+    );
+    path
+}
+
+fn lockctl(server: &RedisServer, args: &[&str]) -> Child {
+    Command::new(lockctl_path())
+        .arg("--url")
+        .arg(server.url())
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("lockctl starts")
+}
+
+fn next_event(stdout: &mut BufReader<ChildStdout>) -> Value {
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("lockctl output");
+    serde_json::from_str(&line).unwrap_or_else(|err| panic!("bad JSON line {line:?}: {err}"))
+}
+
+/// Runs lockctl to the end; its exit code and its last event.
+fn run(server: &RedisServer, args: &[&str]) -> (i32, Value) {
+    let output = lockctl(server, args)
+        .wait_with_output()
+        .expect("lockctl runs");
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8 output");
+    let last = stdout.lines().last().expect("at least one event");
+    let event = serde_json::from_str(last).unwrap_or_else(|err| panic!("bad JSON {last:?}: {err}"));
+    (output.status.code().expect("exit code"), event)
+}
+
+#[test]
+fn a_second_holder_acquires_only_after_the_first_released_with_a_larger_token() {
+    let server = RedisServer::start();
+    let mut first = lockctl(&server, &["hold", "shared", "--for", "1500ms"]);
+    let mut first_out = BufReader::new(first.stdout.take().unwrap());
+    let acquired = next_event(&mut first_out);
+    assert_eq!(acquired["event"], "acquired");
+
+    let (code, inspected) = run(&server, &["inspect", "shared"]);
+    assert_eq!(code, 0);
+    assert_eq!(inspected["hold_count"], 1);
+    assert_eq!(inspected["holders"][0]["owner"], acquired["owner"]);
+    assert!(inspected["pttl_ms"].as_u64().unwrap() > 0);
+
+    let (code, timed_out) = run(
+        &server,
+        &["hold", "shared", "--for", "1s", "--wait", "200ms"],
+    );
+    assert_eq!((code, timed_out["event"].as_str()), (3, Some("timeout")));
+
+    let mut second = lockctl(
+        &server,
+        &["hold", "shared", "--for", "100ms", "--wait", "20s"],
+    );
+    let mut second_out = BufReader::new(second.stdout.take().unwrap());
+    let released = next_event(&mut first_out);
+    assert_eq!(released["event"], "released");
+    assert!(first.wait().unwrap().success());
+
+    // The second line is read only after the first process has released and exited.
+    let taken = next_event(&mut second_out);
+    assert_eq!(taken["event"], "acquired");
+    assert!(taken["token"].as_u64() > acquired["token"].as_u64());
+    assert!(taken["waited_ms"].as_u64().unwrap() > 0);
+    assert_eq!(next_event(&mut second_out)["event"], "released");
+    assert!(second.wait().unwrap().success());
+}
+
+#[test]
+fn a_lost_lease_exits_4_and_force_unlock_frees_the_lock() {
+    let server = RedisServer::start();
+    let (code, lost) = run(
+        &server,
+        &["hold", "short", "--for", "10s", "--lease", "300ms"],
+    );
+    assert_eq!((code, lost["event"].as_str()), (4, Some("lost")), "{lost}");
+    assert_eq!(lost["reason"], "Expired");
+
+    let mut holder = lockctl(&server, &["hold", "stuck", "--for", "30s"]);
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    assert_eq!(next_event(&mut out)["event"], "acquired");
+    let (code, unlocked) = run(&server, &["force-unlock", "stuck"]);
+    assert_eq!((code, unlocked["removed"].as_bool()), (0, Some(true)));
+    // The holder learns at its next renewal (10 s with the default 30 s lease) that the lock
+    // is gone; it is stopped here rather than waited for.
+    let (_, inspected) = run(&server, &["inspect", "stuck"]);
+    assert_eq!(inspected["locked"], false);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
