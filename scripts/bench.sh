@@ -8,7 +8,7 @@ source scripts/lib.sh
 start_redis
 
 ping() {
-    redis-benchmark -p "$REDIS_PORT" -t ping -c 1 -n 20000 -q | tr '\r' '\n' | grep -v '^$' | tail -n 2
+    redis-benchmark -p "$REDIS_PORT" -t ping -c 1 -n 20000 -q | tr '\r' '\n' | grep 'requests per second'
 }
 echo "== redis-benchmark -t ping -c 1 (before)"
 ping

@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-cargo test --locked
 # The benches share the test harness; make sure they still build.
 cargo build --locked --benches
+cargo test --locked

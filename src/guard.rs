@@ -1,7 +1,7 @@
 //! What a holder gets: the guard, its fencing token and its lost signal.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{oneshot, watch};
 
 use crate::client::Inner;
@@ -24,20 +24,31 @@ pub enum LostReason {
     ShutDown,
 }
 
-/// Shared by the guards of one holding and the watchdog: the lost signal, and whether the
-/// holder is releasing (a lock released on purpose is not reported lost).
+/// Shared by the guards of one holding and the watchdog: the lost signal, whether the holder
+/// is releasing (a lock released on purpose is not reported lost), and this client's turn on
+/// the key.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: watch::Sender<Option<LostReason>>,
     closing: AtomicBool,
+    /// Kept until the lock is released in Redis, so no task of this client overtakes the
+    /// release; given up as soon as the lease is lost, so this client's other tasks compete
+    /// for the lock again instead of queueing behind a guard that no longer holds it.
+    turn: Mutex<Option<LocalTurn>>,
 }
 
 impl LeaseState {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(turn: LocalTurn) -> Self {
         Self {
             lost: watch::Sender::new(None),
             closing: AtomicBool::new(false),
+            turn: Mutex::new(Some(turn)),
         }
+    }
+
+    fn give_up_turn(&self) {
+        let turn = self.turn.lock().expect("local turn").take();
+        drop(turn);
     }
 
     /// Fires the lost signal once, unless the holder is already releasing.
@@ -54,6 +65,7 @@ impl LeaseState {
         });
         if fired {
             tracing::warn!(?reason, "lock lease lost");
+            self.give_up_turn();
         }
     }
 
@@ -105,14 +117,12 @@ pub(crate) struct Holding {
     pub(crate) watchdog_id: u64,
     /// Guards of this holding not yet released.
     pub(crate) holds: AtomicUsize,
-    /// This client's turn on the key, kept until the lock is released in Redis, so no task
-    /// of this client overtakes the release.
-    pub(crate) _turn: LocalTurn,
 }
 
 impl Drop for Holding {
     fn drop(&mut self) {
         self.inner.watchdog.unregister(self.watchdog_id);
+        self.lease.give_up_turn();
     }
 }
 

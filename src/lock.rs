@@ -141,7 +141,7 @@ impl Lock {
                 AcquireReply::Acquired(token) => {
                     let waited = started.elapsed();
                     tracing::debug!(lock = %self.name, token, waited_ms = waited.as_millis() as u64, "lock acquired");
-                    let lease_state = Arc::new(LeaseState::new());
+                    let lease_state = Arc::new(LeaseState::new(turn));
                     inner.watchdog.register(Registration {
                         id: holder,
                         keys: self.keys.clone(),
@@ -159,7 +159,6 @@ impl Lock {
                         lease: lease_state,
                         watchdog_id: holder,
                         holds: AtomicUsize::new(1),
-                        _turn: turn,
                     })));
                 }
                 AcquireReply::Held(pttl) => pttl,

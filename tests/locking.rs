@@ -121,6 +121,14 @@ async fn a_fixed_lease_runs_out_fires_lost_and_frees_the_lock() {
         .expect("the lost signal fires when the fixed lease runs out");
     assert_eq!(reason, LostReason::Expired);
     assert!(!guard.is_held());
+    // The holder's own client does not queue behind the guard that lost its lease.
+    let same_client = holder
+        .lock("fixed")
+        .unwrap()
+        .acquire_timeout(SLACK)
+        .await
+        .expect("the lost guard gave up its local turn");
+    same_client.release().await.unwrap();
     let next = other
         .lock("fixed")
         .unwrap()
@@ -362,4 +370,51 @@ async fn a_client_started_before_redis_recovers_once_redis_is_up() {
         }
     };
     assert!(guard.is_held());
+}
+
+#[tokio::test]
+async fn scripts_flushed_from_redis_are_loaded_again() {
+    let server = RedisServer::start();
+    let interval = Duration::from_millis(200);
+    let locks = LockClient::builder(&server.url())
+        .watchdog_lease(interval * 3)
+        .renew_interval(interval)
+        .build()
+        .await
+        .unwrap();
+    let lock = locks.lock("flushed").unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+
+    let () = server.cmd(&["SCRIPT", "FLUSH"]);
+    let guard = lock.acquire().await.expect("acquire reloads its script");
+    let () = server.cmd(&["SCRIPT", "FLUSH"]);
+    // Renewals across several leases reload the renew script; a failed reload would let
+    // the lease run out and fire the lost signal.
+    tokio::time::sleep(interval * 6).await;
+    assert!(guard.is_held());
+    let () = server.cmd(&["SCRIPT", "FLUSH"]);
+    guard.release().await.expect("release reloads its script");
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_last_handle_stops_the_actors_and_closes_their_connections() {
+    let server = RedisServer::start();
+    let connections = || {
+        // Less one: the connection that asks.
+        server.cmd::<String>(&["CLIENT", "LIST"]).lines().count() - 1
+    };
+    let before = connections();
+    let locks = client(&server).await;
+    let guard = locks.lock("last-handle").unwrap().acquire().await.unwrap();
+    assert!(
+        support::eventually(SLACK, || connections() == before + 2).await,
+        "one command connection and one pub/sub connection"
+    );
+    drop(locks);
+    drop(guard);
+    assert!(
+        support::eventually(SLACK * 5, || connections() == before).await,
+        "both connections close once the client and its guards are gone"
+    );
 }
