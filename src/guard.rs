@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
 use tokio::sync::{oneshot, watch};
 
 use crate::client::Inner;
@@ -52,7 +53,7 @@ impl LeaseState {
     }
 
     /// Fires the lost signal once, unless the holder is already releasing.
-    pub(crate) fn fire(&self, reason: LostReason) {
+    pub(crate) fn fire(&self, lock: &str, reason: LostReason) {
         if self.closing.load(Ordering::SeqCst) {
             return;
         }
@@ -64,7 +65,7 @@ impl LeaseState {
             first
         });
         if fired {
-            tracing::warn!(?reason, "lock lease lost");
+            tracing::warn!(lock, ?reason, "lock lease lost");
             self.give_up_turn();
         }
     }

@@ -10,6 +10,7 @@ use crate::client::{Inner, LockClient};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{Holding, LeaseState, LockGuard};
 use crate::keys::LockKeys;
+use crate::local::LocalTurn;
 use crate::pubsub::Subscription;
 use crate::scripts::{self, AcquireReply, ReleaseScope};
 use crate::watchdog::Registration;
@@ -125,11 +126,7 @@ impl Lock {
             }
         };
         let (owner, holder) = inner.new_owner();
-        let lease = match self.lease {
-            Lease::Watchdog => inner.config.watchdog_lease,
-            Lease::Fixed(lease) => lease,
-        };
-        let repoll = inner.config.repoll_interval;
+        let lease = self.lease_duration();
         let mut subscription: Option<Subscription> = None;
         loop {
             inner.ensure_running()?;
@@ -137,60 +134,90 @@ impl Lock {
                 subscription.mark_seen();
             }
             let sent_at = Instant::now();
-            let pttl = match self.attempt(inner, &owner, lease).await? {
+            match self.attempt(inner, &owner, lease).await? {
                 AcquireReply::Acquired(token) => {
-                    let waited = started.elapsed();
-                    tracing::debug!(lock = %self.name, token, waited_ms = waited.as_millis() as u64, "lock acquired");
-                    let lease_state = Arc::new(LeaseState::new(turn));
-                    inner.watchdog.register(Registration {
-                        id: holder,
-                        keys: self.keys.clone(),
-                        owner: owner.clone(),
-                        lease: lease_state.clone(),
-                        renew: self.lease == Lease::Watchdog,
-                        expires_at: sent_at + lease,
-                    });
-                    return Ok(Some(LockGuard::new(Holding {
-                        inner: inner.clone(),
-                        name: self.name.clone(),
-                        keys: self.keys.clone(),
-                        owner,
+                    let guard = self.grant(turn, owner, holder, token, sent_at + lease);
+                    tracing::debug!(
+                        lock = %self.name,
                         token,
-                        lease: lease_state,
-                        watchdog_id: holder,
-                        holds: AtomicUsize::new(1),
-                    })));
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "lock acquired"
+                    );
+                    return Ok(Some(guard));
                 }
-                AcquireReply::Held(pttl) => pttl,
+                AcquireReply::Held(pttl) if wait => {
+                    self.wait_for_release(&mut subscription, pttl).await;
+                }
+                AcquireReply::Held(_) => return Ok(None),
                 AcquireReply::NotOwner => {
                     return Err(LockError::new(
                         ErrorKind::Redis,
                         "the acquire script refused a first acquisition",
                     ));
                 }
-            };
-            if !wait {
-                return Ok(None);
-            }
-            match subscription.as_mut() {
-                None => {
-                    // Subscribe, then look again once the server confirmed: a release
-                    // published before the subscription landed is seen by that look.
-                    let mut fresh = inner.pubsub.subscribe(self.keys.channel());
-                    fresh.confirmed(repoll).await;
-                    subscription = Some(fresh);
-                }
-                Some(subscription) => {
-                    // Wake on a release message, when the holder's lease runs out, or at the
-                    // re-poll bound, whichever comes first.
-                    let nap = match u64::try_from(pttl) {
-                        Ok(ms) => Duration::from_millis(ms.max(1)).min(repoll),
-                        Err(_) => repoll,
-                    };
-                    subscription.wait(nap).await;
-                }
             }
         }
+    }
+
+    fn lease_duration(&self) -> Duration {
+        match self.lease {
+            Lease::Watchdog => self.client.inner.config.watchdog_lease,
+            Lease::Fixed(lease) => lease,
+        }
+    }
+
+    /// Sleeps until the lock may be free. The first call subscribes to the release channel
+    /// and returns once the server confirmed it, so the next look sees a release published
+    /// before the subscription landed. Later calls wake on a release message, when the
+    /// holder's lease runs out, or at the re-poll bound, whichever comes first.
+    async fn wait_for_release(&self, subscription: &mut Option<Subscription>, pttl: i64) {
+        let inner = &self.client.inner;
+        let repoll = inner.config.repoll_interval;
+        match subscription {
+            None => {
+                let fresh = subscription.insert(inner.pubsub.subscribe(self.keys.channel()));
+                fresh.confirmed(repoll).await;
+            }
+            Some(subscription) => {
+                let nap = match u64::try_from(pttl) {
+                    Ok(ms) => Duration::from_millis(ms.max(1)).min(repoll),
+                    // No expiry on the key: only a message or the re-poll tells.
+                    Err(_) => repoll,
+                };
+                subscription.wait(nap).await;
+            }
+        }
+    }
+
+    /// Builds the guard of a granted acquisition and hands its lease to the watchdog.
+    fn grant(
+        &self,
+        turn: LocalTurn,
+        owner: Arc<str>,
+        holder: u64,
+        token: u64,
+        expires_at: Instant,
+    ) -> LockGuard {
+        let inner = &self.client.inner;
+        let lease = Arc::new(LeaseState::new(turn));
+        inner.watchdog.register(Registration {
+            id: holder,
+            keys: self.keys.clone(),
+            owner: owner.clone(),
+            lease: lease.clone(),
+            renew: self.lease == Lease::Watchdog,
+            expires_at,
+        });
+        LockGuard::new(Holding {
+            inner: inner.clone(),
+            name: self.name.clone(),
+            keys: self.keys.clone(),
+            owner,
+            token,
+            lease,
+            watchdog_id: holder,
+            holds: AtomicUsize::new(1),
+        })
     }
 
     /// One run of the acquire script. If the caller leaves before seeing the answer

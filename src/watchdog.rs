@@ -74,7 +74,9 @@ impl Watchdog {
         if let Err(refused) = self.commands.send(Command::Register(registration)) {
             // The actor has stopped (shutdown): nobody will vouch for this lease.
             if let Command::Register(registration) = refused.0 {
-                registration.lease.fire(LostReason::ShutDown);
+                registration
+                    .lease
+                    .fire(registration.keys.hash(), LostReason::ShutDown);
             }
         }
     }
@@ -216,7 +218,7 @@ impl Actor {
     fn fire(&mut self, id: u64, reason: LostReason) {
         if let Some(entry) = self.entries.remove(&id) {
             self.deadlines.remove(&(entry.expires_at, id));
-            entry.lease.fire(reason);
+            entry.lease.fire(entry.keys.hash(), reason);
         }
     }
 
@@ -246,7 +248,7 @@ impl Actor {
             if let Err(err) = released {
                 tracing::warn!(lock = entry.keys.hash(), error = %err, "release at shutdown failed");
             }
-            entry.lease.fire(LostReason::ShutDown);
+            entry.lease.fire(entry.keys.hash(), LostReason::ShutDown);
         }))
         .await;
     }
