@@ -6,7 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{RedisServer, client, eventually, subscribers};
-use tower_redis_lock::LockClient;
+use tokio::task::JoinHandle;
+use tower_redis_lock::{LockClient, LockGuard};
 
 /// Bound for waits that normally take milliseconds; generous because CI machines are shared
 /// and a debug build on two cores can stall for a while.
@@ -23,29 +24,55 @@ async fn client_with_repoll(server: &RedisServer, repoll: Duration) -> LockClien
         .unwrap()
 }
 
+/// Takes `name` with `holder`, starts a task of `waiter` waiting for it, and returns once the
+/// waiter is subscribed to the release channel. The task yields when it acquired, and the
+/// guard.
+async fn contest(
+    server: &RedisServer,
+    holder: &LockClient,
+    waiter: &LockClient,
+    name: &str,
+) -> (LockGuard, JoinHandle<(Instant, LockGuard)>) {
+    let guard = holder.lock(name).unwrap().acquire().await.unwrap();
+    let lock = waiter.lock(name).unwrap();
+    let channel = lock.keys().channel().to_owned();
+    let waiting = tokio::spawn(async move {
+        let guard = lock.acquire().await.unwrap();
+        (Instant::now(), guard)
+    });
+    assert!(
+        eventually(SLACK, || subscribers(server, &channel) == 1).await,
+        "the waiter subscribed to {channel}"
+    );
+    (guard, waiting)
+}
+
+/// Asserts that the waiter acquires within `bound`; returns when it did.
+async fn acquired_within(
+    bound: Duration,
+    waiting: JoinHandle<(Instant, LockGuard)>,
+    why: &str,
+) -> Instant {
+    let (at, guard) = tokio::time::timeout(bound, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("not acquired within {bound:?}: {why}"))
+        .unwrap();
+    assert!(guard.is_held());
+    at
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_in_another_client_wakes_on_release_not_on_lease_or_poll() {
     let server = RedisServer::start();
     let holder = client(&server).await;
     let waiter = client_with_repoll(&server, NEVER_POLL).await;
-    let guard = holder.lock("wake").unwrap().acquire().await.unwrap();
-    let waiting = {
-        let lock = waiter.lock("wake").unwrap();
-        tokio::spawn(async move {
-            let guard = lock.acquire().await.unwrap();
-            (Instant::now(), guard)
-        })
-    };
-    assert!(eventually(SLACK, || subscribers(&server, "lock:{wake}:released") == 1).await);
+    let (guard, waiting) = contest(&server, &holder, &waiter, "wake").await;
 
     let released_at = Instant::now();
     guard.release().await.unwrap();
-    let (acquired_at, guard) = tokio::time::timeout(SLACK, waiting)
-        .await
-        .expect("woken by the release message, long before the 30 s lease or 60 s poll")
-        .unwrap();
+    let why = "woken by the release message, long before the 30 s lease or 60 s poll";
+    let acquired_at = acquired_within(SLACK, waiting, why).await;
     assert!(acquired_at.duration_since(released_at) < SLACK);
-    assert!(guard.is_held());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,25 +81,12 @@ async fn a_release_without_a_message_costs_at_most_the_repoll_bound() {
     let repoll = Duration::from_millis(500);
     let holder = client(&server).await;
     let waiter = client_with_repoll(&server, repoll).await;
-    let _guard = holder.lock("silent").unwrap().acquire().await.unwrap();
-    let waiting = {
-        let lock = waiter.lock("silent").unwrap();
-        tokio::spawn(async move { lock.acquire().await.unwrap() })
-    };
-    assert!(
-        eventually(SLACK, || subscribers(&server, "lock:{silent}:released")
-            == 1)
-        .await
-    );
+    let (_guard, waiting) = contest(&server, &holder, &waiter, "silent").await;
 
     // Deleted behind the library's back: no release message is ever published, and the
     // holder's lease (30 s) is far away, so only the re-poll can find the lock free.
     let () = server.cmd(&["DEL", "lock:{silent}"]);
-    let guard = tokio::time::timeout(repoll + SLACK, waiting)
-        .await
-        .expect("the re-poll bound finds the free lock")
-        .unwrap();
-    assert!(guard.is_held());
+    acquired_within(repoll + SLACK, waiting, "the re-poll finds the free lock").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,22 +95,18 @@ async fn a_killed_pubsub_connection_costs_at_most_the_repoll_bound() {
     let repoll = Duration::from_millis(500);
     let holder = client(&server).await;
     let waiter = client_with_repoll(&server, repoll).await;
-    let guard = holder.lock("cut").unwrap().acquire().await.unwrap();
-    let waiting = {
-        let lock = waiter.lock("cut").unwrap();
-        tokio::spawn(async move { lock.acquire().await.unwrap() })
-    };
-    assert!(eventually(SLACK, || subscribers(&server, "lock:{cut}:released") == 1).await);
+    let (guard, waiting) = contest(&server, &holder, &waiter, "cut").await;
 
     // The message of this release is published while the waiter has no subscription.
     let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     assert_eq!(killed, 1);
     guard.release().await.unwrap();
-    let guard = tokio::time::timeout(repoll + SLACK, waiting)
-        .await
-        .expect("a missed message costs at most the re-poll bound")
-        .unwrap();
-    assert!(guard.is_held());
+    acquired_within(
+        repoll + SLACK,
+        waiting,
+        "a missed message costs the re-poll",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,29 +114,21 @@ async fn after_a_killed_pubsub_connection_every_channel_is_subscribed_again() {
     let server = RedisServer::start();
     let holder = client(&server).await;
     let waiter = client_with_repoll(&server, NEVER_POLL).await;
-    let guard = holder.lock("again").unwrap().acquire().await.unwrap();
-    let waiting = {
-        let lock = waiter.lock("again").unwrap();
-        tokio::spawn(async move { lock.acquire().await.unwrap() })
-    };
+    let (guard, waiting) = contest(&server, &holder, &waiter, "again").await;
     let channel = "lock:{again}:released";
-    assert!(eventually(SLACK, || subscribers(&server, channel) == 1).await);
     let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     assert_eq!(killed, 1);
     assert!(eventually(SLACK, || subscribers(&server, channel) == 0).await);
+    let resubscribed = eventually(Duration::from_secs(10), || {
+        subscribers(&server, channel) == 1
+    });
     assert!(
-        eventually(Duration::from_secs(10), || subscribers(&server, channel)
-            == 1)
-        .await,
+        resubscribed.await,
         "the actor reconnects and subscribes again"
     );
 
     guard.release().await.unwrap();
-    let guard = tokio::time::timeout(SLACK, waiting)
-        .await
-        .expect("woken by a message on the new connection")
-        .unwrap();
-    assert!(guard.is_held());
+    acquired_within(SLACK, waiting, "woken by a message on the new connection").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,13 +192,8 @@ async fn ten_thousand_keys_are_awaited_on_one_pubsub_connection() {
 async fn a_waiter_dropped_while_waiting_leaves_no_lock_and_no_subscription() {
     let server = RedisServer::start();
     let (holder, waiter) = (client(&server).await, client(&server).await);
-    let guard = holder.lock("dropped").unwrap().acquire().await.unwrap();
-    let waiting = {
-        let lock = waiter.lock("dropped").unwrap();
-        tokio::spawn(async move { lock.acquire().await })
-    };
+    let (guard, waiting) = contest(&server, &holder, &waiter, "dropped").await;
     let channel = "lock:{dropped}:released";
-    assert!(eventually(SLACK, || subscribers(&server, channel) == 1).await);
     assert_eq!(waiter.local_keys(), 1);
 
     waiting.abort();
