@@ -147,13 +147,10 @@ impl PubSub {
 }
 
 impl Subscription {
-    /// Waits until the server confirmed the subscription, for at most `bound`. Returns
-    /// whether it was confirmed; without confirmation the waiter still polls.
-    pub(crate) async fn confirmed(&mut self, bound: Duration) -> bool {
-        matches!(
-            timeout(bound, self.signal.wait_for(|signal| signal.confirmed)).await,
-            Ok(Ok(_))
-        )
+    /// Waits until the server confirmed the subscription, for at most `bound`; without
+    /// confirmation (Redis down) the waiter goes on and polls.
+    pub(crate) async fn confirmed(&mut self, bound: Duration) {
+        let _ = timeout(bound, self.signal.wait_for(|signal| signal.confirmed)).await;
     }
 
     /// Marks every wake-up so far as seen; call before each look at the lock.
@@ -165,7 +162,7 @@ impl Subscription {
     pub(crate) async fn wait(&mut self, bound: Duration) {
         let deadline = Instant::now() + bound;
         if let Ok(Err(_)) = timeout(bound, self.signal.changed()).await {
-            // The actor is gone: fall back to polling.
+            // The channel's sender is gone (only if the table was torn down): poll instead.
             sleep_until(deadline).await;
         }
     }
