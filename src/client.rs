@@ -161,6 +161,10 @@ impl LockClientBuilder {
     /// Uses an existing pool for commands instead of creating one (default: a pool of
     /// [`DEFAULT_POOL_SIZE`] from the URL). The URL is still used for the pub/sub connection,
     /// which never comes from a pool.
+    ///
+    /// Give its connections no response timeout of their own (or one longer than the
+    /// command timeout): a reply cut off by the connection can no longer be undone when the
+    /// caller has gone, so a granted lock would then stay until its lease runs out.
     pub fn pool(mut self, pool: Pool) -> Self {
         self.pool = Some(pool);
         self

@@ -418,3 +418,23 @@ async fn dropping_the_last_handle_stops_the_actors_and_closes_their_connections(
         "both connections close once the client and its guards are gone"
     );
 }
+
+#[tokio::test]
+async fn a_client_runs_its_commands_on_a_pool_the_caller_brings() {
+    let server = RedisServer::start();
+    let pool = deadpool_redis::Config::from_url(server.url())
+        .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+        .unwrap();
+    let locks = LockClient::builder(&server.url())
+        .pool(pool.clone())
+        .build()
+        .await
+        .unwrap();
+    let guard = locks.lock("pooled").unwrap().acquire().await.unwrap();
+    assert_eq!(
+        pool.status().size,
+        1,
+        "the command connection came from this pool"
+    );
+    guard.release().await.unwrap();
+}
