@@ -99,9 +99,15 @@ impl LostSignal {
     /// Resolves when the lease is lost; never resolves for a lock that is released normally.
     pub async fn lost(&self) -> LostReason {
         let mut lost = self.lost.clone();
-        match lost.wait_for(Option::is_some).await {
-            Ok(reason) => reason.expect("waited for a reason"),
-            Err(_) => std::future::pending().await,
+        // Copy the reason out so no borrow of the channel lives across an await.
+        let reason = lost
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|reason| *reason);
+        match reason {
+            Some(reason) => reason,
+            None => std::future::pending().await,
         }
     }
 }

@@ -24,6 +24,7 @@ mod conn;
 mod error;
 mod guard;
 pub mod keys;
+pub mod layer;
 mod local;
 mod lock;
 mod pubsub;
@@ -37,4 +38,5 @@ pub use client::{
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostReason, LostSignal};
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
+pub use layer::{HeaderKey, KeyExtractor, LockContext, LockLayer, LockService};
 pub use lock::{Lease, Lock, LockState};

@@ -367,3 +367,34 @@ impl Drop for PendingAcquire {
         });
     }
 }
+
+impl LockClient {
+    /// Acquires every lock in `names`, all or nothing, in one canonical order (by Redis key),
+    /// so two callers naming the same locks in different orders never deadlock. Duplicate
+    /// names are taken once. The guards come back in canonical order; on an error the locks
+    /// already taken are released.
+    ///
+    /// Bound the wait with `tokio::time::timeout`: dropping the future releases what it took.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidName`] for a bad name (before anything is taken), and the errors
+    /// of [`Lock::acquire`].
+    pub async fn acquire_all<N: AsRef<str>>(
+        &self,
+        names: &[N],
+        lease: Lease,
+    ) -> Result<Vec<LockGuard>> {
+        let mut locks = names
+            .iter()
+            .map(|name| Ok(self.lock(name.as_ref())?.with_lease(lease)))
+            .collect::<Result<Vec<_>>>()?;
+        locks.sort_by(|a, b| a.keys.hash().cmp(b.keys.hash()));
+        locks.dedup_by(|a, b| a.keys.hash() == b.keys.hash());
+        let mut guards = Vec::with_capacity(locks.len());
+        for lock in &locks {
+            guards.push(lock.acquire().await?);
+        }
+        Ok(guards)
+    }
+}

@@ -1,0 +1,116 @@
+//! `LockLayer`: the configuration, applied to any Tower service of `http::Request`s.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower::Layer;
+
+use super::policy::{MissingKey, OnLeaseLost, OnRedisUnavailable, Policy};
+use super::reject::DefaultRejection;
+use super::service::LockService;
+use crate::client::LockClient;
+use crate::lock::Lease;
+
+/// Serializes the requests that name the same key, across every instance sharing the Redis:
+/// `.layer(LockLayer::new(locks, HeaderKey::new("x-tenant-id")))`.
+///
+/// Defaults: wait at most 10 s ([`DEFAULT_WAIT`](super::DEFAULT_WAIT)) then 503 with
+/// `Retry-After: 1` (gRPC `UNAVAILABLE`); a request with no key runs unlocked; Redis
+/// unreachable fails closed (503 / `UNAVAILABLE`); a lease lost while the handler runs
+/// cancels it (503 / `ABORTED`); watchdog leases; at most 16 keys a request; no key prefix
+/// beyond the client's.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct LockLayer<K, R = DefaultRejection> {
+    client: LockClient,
+    extractor: K,
+    reject: R,
+    policy: Arc<Policy>,
+}
+
+impl<K> LockLayer<K> {
+    /// A layer taking locks from `client` on the keys `extractor` finds in each request.
+    pub fn new(client: LockClient, extractor: K) -> Self {
+        Self {
+            client,
+            extractor,
+            reject: DefaultRejection,
+            policy: Arc::new(Policy::default()),
+        }
+    }
+}
+
+impl<K, R> LockLayer<K, R> {
+    fn with_policy(mut self, change: impl FnOnce(&mut Policy)) -> Self {
+        change(Arc::make_mut(&mut self.policy));
+        self
+    }
+
+    /// Longest wait for a request's locks (default 10 s); past it the request is answered 503
+    /// with `Retry-After` (gRPC `UNAVAILABLE`).
+    pub fn wait_timeout(self, wait: Duration) -> Self {
+        self.with_policy(|policy| policy.wait = wait)
+    }
+
+    /// What to do with a request without a key (default [`MissingKey::PassThrough`]).
+    pub fn on_missing_key(self, missing: MissingKey) -> Self {
+        self.with_policy(|policy| policy.missing_key = missing)
+    }
+
+    /// What to do when Redis is unreachable (default [`OnRedisUnavailable::FailClosed`]).
+    pub fn on_redis_unavailable(self, unavailable: OnRedisUnavailable) -> Self {
+        self.with_policy(|policy| policy.redis_unavailable = unavailable)
+    }
+
+    /// What to do when a lease is lost while the handler runs (default
+    /// [`OnLeaseLost::Cancel`]).
+    pub fn on_lease_lost(self, lost: OnLeaseLost) -> Self {
+        self.with_policy(|policy| policy.lease_lost = lost)
+    }
+
+    /// The lease of the locks this layer takes (default [`Lease::Watchdog`]).
+    pub fn lease(self, lease: Lease) -> Self {
+        self.with_policy(|policy| policy.lease = lease)
+    }
+
+    /// Prefix of every lock name this layer takes (default none), to keep the keys of two
+    /// layers apart: with `"orders:"`, the key `acme` locks `orders:acme`.
+    pub fn key_prefix(self, prefix: &str) -> Self {
+        self.with_policy(|policy| policy.key_prefix = prefix.to_owned())
+    }
+
+    /// Most keys one request may name (default 16); more is answered 400.
+    pub fn max_keys(self, max: usize) -> Self {
+        self.with_policy(|policy| policy.max_keys = max)
+    }
+
+    /// `Retry-After` of a 503 answer (default 1 s, rounded up to whole seconds).
+    pub fn retry_after(self, retry_after: Duration) -> Self {
+        self.with_policy(|policy| policy.retry_after = retry_after)
+    }
+
+    /// Builds the layer's own answers (timeouts, Redis down, lost leases, bad keys) with
+    /// `reject`, for example a closure `|rejection: &Rejection| -> Response<B>`.
+    pub fn rejection<R2>(self, reject: R2) -> LockLayer<K, R2> {
+        LockLayer {
+            client: self.client,
+            extractor: self.extractor,
+            reject,
+            policy: self.policy,
+        }
+    }
+}
+
+impl<S, K: Clone, R: Clone> Layer<S> for LockLayer<K, R> {
+    type Service = LockService<S, K, R>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LockService::new(
+            inner,
+            self.client.clone(),
+            self.extractor.clone(),
+            self.reject.clone(),
+            self.policy.clone(),
+        )
+    }
+}

@@ -1,0 +1,31 @@
+//! The Tower layer: take lock keys out of each request and run the handlers for one key one
+//! at a time, across every instance of a service.
+//!
+//! `LockLayer` → [`LockService`] → [`ResponseFuture`]. The future acquires the request's
+//! locks, runs the inner service with the guards held in its own fields, and releases them
+//! when the inner response future completes or whatever drops it. The lock covers the
+//! handler, not the streaming of the response body.
+
+mod context;
+mod extract;
+#[allow(clippy::module_inception)]
+mod layer;
+mod policy;
+mod reject;
+mod service;
+
+pub mod future;
+
+pub use context::LockContext;
+pub use extract::{
+    ConstantKey, GrpcMethodKey, HeaderKey, InvalidKey, KeyExtractor, Keys, MetadataKey,
+    PathSegmentKey, RouteParamKey,
+};
+pub use future::ResponseFuture;
+pub use layer::LockLayer;
+pub use policy::{
+    DEFAULT_MAX_KEYS, DEFAULT_RETRY_AFTER, DEFAULT_WAIT, MissingKey, OnLeaseLost,
+    OnRedisUnavailable,
+};
+pub use reject::{DefaultRejection, Reject, Rejection, RejectionKind};
+pub use service::LockService;

@@ -1,0 +1,115 @@
+//! `LockService`: extracts the keys and starts the response future.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower::Service;
+
+use super::extract::KeyExtractor;
+use super::future::ResponseFuture;
+use super::policy::{MissingKey, Policy};
+use super::reject::{Reject, Rejection, RejectionKind};
+use crate::client::LockClient;
+
+/// The service [`LockLayer`](super::LockLayer) wraps around an inner service.
+#[derive(Debug, Clone)]
+pub struct LockService<S, K, R> {
+    inner: S,
+    client: LockClient,
+    extractor: K,
+    reject: R,
+    policy: Arc<Policy>,
+}
+
+impl<S, K, R> LockService<S, K, R> {
+    pub(crate) fn new(
+        inner: S,
+        client: LockClient,
+        extractor: K,
+        reject: R,
+        policy: Arc<Policy>,
+    ) -> Self {
+        Self {
+            inner,
+            client,
+            extractor,
+            reject,
+            policy,
+        }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S, K, R, ReqB, ResB> Service<Request<ReqB>> for LockService<S, K, R>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send,
+    K: KeyExtractor<ReqB>,
+    R: Reject<ResB>,
+    ReqB: Send + 'static,
+{
+    type Response = Response<ResB>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqB, R>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        // Call the service that was polled ready, and keep a fresh clone for the next call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let policy = &self.policy;
+        let reject = |kind, keys, detail: String| {
+            let rejection = Rejection::new(kind, &request, keys, detail, policy.retry_after);
+            ResponseFuture::rejected(rejection, self.reject.clone(), policy.clone())
+        };
+        let keys = match self.extractor.extract(&request) {
+            Ok(keys) => keys,
+            Err(invalid) => {
+                return reject(RejectionKind::InvalidKey, Vec::new(), invalid.to_string());
+            }
+        };
+        if keys.is_empty() {
+            return match policy.missing_key {
+                MissingKey::PassThrough => ResponseFuture::unlocked(
+                    inner.call(request),
+                    self.reject.clone(),
+                    policy.clone(),
+                ),
+                MissingKey::Reject => reject(
+                    RejectionKind::MissingKey,
+                    Vec::new(),
+                    "the request names no lock key".into(),
+                ),
+            };
+        }
+        let names: Vec<String> = keys
+            .into_vec()
+            .into_iter()
+            .map(|key| format!("{}{key}", policy.key_prefix))
+            .collect();
+        if names.len() > policy.max_keys {
+            let detail = format!(
+                "{} keys, over the limit of {}",
+                names.len(),
+                policy.max_keys
+            );
+            return reject(RejectionKind::TooManyKeys, names, detail);
+        }
+        ResponseFuture::acquiring(
+            &self.client,
+            names,
+            inner,
+            request,
+            self.reject.clone(),
+            policy.clone(),
+        )
+    }
+}
