@@ -1,0 +1,416 @@
+//! The Tower layer against a real redis-server: two `LockClient`s stand for two instances of
+//! a service, each with its own stack.
+
+mod support;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use support::{RedisServer, client};
+use tokio::sync::{Barrier, oneshot};
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, Service, ServiceExt, service_fn};
+use tower_redis_lock::layer::{
+    MissingKey, OnLeaseLost, OnRedisUnavailable, Rejection, RejectionKind,
+};
+use tower_redis_lock::{HeaderKey, Lease, LockClient, LockContext, LockLayer};
+
+/// Bound for waits that normally take milliseconds; generous because CI machines are shared.
+const SLACK: Duration = Duration::from_secs(5);
+
+type Http = BoxCloneSyncService<Request<String>, Response<String>, Infallible>;
+
+/// Counts handlers running per key, and remembers the most that ever ran at once.
+#[derive(Clone, Default)]
+struct Overlap {
+    running: Arc<Mutex<HashMap<String, usize>>>,
+    worst: Arc<Mutex<usize>>,
+}
+
+impl Overlap {
+    fn enter(&self, key: &str) {
+        let mut running = self.running.lock().unwrap();
+        let now = running.entry(key.to_owned()).or_default();
+        *now += 1;
+        let mut worst = self.worst.lock().unwrap();
+        *worst = (*worst).max(*now);
+    }
+
+    fn leave(&self, key: &str) {
+        *self.running.lock().unwrap().get_mut(key).unwrap() -= 1;
+    }
+
+    /// Most handlers that ever ran at once for one key.
+    fn worst_per_key(&self) -> usize {
+        *self.worst.lock().unwrap()
+    }
+}
+
+/// A handler that records overlap under its locks, works for `work`, and answers with its
+/// fencing token (or `unlocked`).
+fn recording_handler(overlap: Overlap, work: Duration) -> Http {
+    BoxCloneSyncService::new(service_fn(move |request: Request<String>| {
+        let overlap = overlap.clone();
+        async move {
+            let context = request.extensions().get::<LockContext>().cloned();
+            let Some(context) = context else {
+                return Ok(Response::new("unlocked".to_owned()));
+            };
+            let keys: Vec<String> = context.keys().map(str::to_owned).collect();
+            for key in &keys {
+                overlap.enter(key);
+            }
+            tokio::time::sleep(work).await;
+            for key in &keys {
+                overlap.leave(key);
+            }
+            Ok(Response::new(context.fencing_token().to_string()))
+        }
+    }))
+}
+
+fn tenant_request(tenant: &str) -> Request<String> {
+    Request::builder()
+        .uri("/orders")
+        .header("x-tenant-id", tenant)
+        .body(String::new())
+        .unwrap()
+}
+
+fn grpc(mut request: Request<String>) -> Request<String> {
+    request
+        .headers_mut()
+        .insert("content-type", "application/grpc".parse().unwrap());
+    request
+}
+
+async fn send(service: &Http, request: Request<String>) -> Response<String> {
+    service.clone().oneshot(request).await.unwrap()
+}
+
+fn tenant_layer(locks: &LockClient) -> LockLayer<HeaderKey> {
+    LockLayer::new(locks.clone(), HeaderKey::new("x-tenant-id"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_for_one_key_run_one_at_a_time_across_two_instances() {
+    let server = RedisServer::start();
+    let overlap = Overlap::default();
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        let locks = client(&server).await;
+        let handler = recording_handler(overlap.clone(), Duration::from_millis(5));
+        instances.push(BoxCloneSyncService::new(
+            tenant_layer(&locks).layer(handler),
+        ));
+    }
+    let mut requests = Vec::new();
+    for i in 0..40 {
+        let instance = instances[i % 2].clone();
+        requests.push(tokio::spawn(async move {
+            send(&instance, tenant_request("acme")).await
+        }));
+    }
+    let mut tokens = Vec::new();
+    for request in requests {
+        let response = request.await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        tokens.push(
+            response
+                .into_body()
+                .parse::<u64>()
+                .expect("a fencing token"),
+        );
+    }
+    assert_eq!(overlap.worst_per_key(), 1);
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 40, "every request had its own fencing token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_for_different_keys_run_in_parallel() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    // Both handlers must be inside at once to pass the barrier: serialized, they never would.
+    let barrier = Arc::new(Barrier::new(2));
+    let handler = service_fn(move |_request: Request<String>| {
+        let barrier = barrier.clone();
+        async move {
+            barrier.wait().await;
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }
+    });
+    let service = BoxCloneSyncService::new(tenant_layer(&locks).layer(handler));
+    let both = futures_util::future::join(
+        send(&service, tenant_request("acme")),
+        send(&service, tenant_request("globex")),
+    );
+    let (a, b) = tokio::time::timeout(SLACK, both)
+        .await
+        .expect("ran in parallel");
+    assert_eq!((a.status(), b.status()), (StatusCode::OK, StatusCode::OK));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_key_requests_in_opposite_orders_do_not_deadlock() {
+    let server = RedisServer::start();
+    let overlap = Overlap::default();
+    // A transfer names both accounts: "x-transfer: from,to".
+    let accounts = |request: &Request<String>| -> Vec<String> {
+        let header = request.headers()["x-transfer"].to_str().unwrap();
+        header.split(',').map(str::to_owned).collect()
+    };
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        let locks = client(&server).await;
+        let handler = recording_handler(overlap.clone(), Duration::from_millis(2));
+        instances.push(BoxCloneSyncService::new(
+            LockLayer::new(locks, accounts).layer(handler),
+        ));
+    }
+    let mut requests = Vec::new();
+    for i in 0..40 {
+        let instance = instances[i % 2].clone();
+        let pair = if i % 2 == 0 { "alice,bob" } else { "bob,alice" };
+        let request = Request::builder()
+            .header("x-transfer", pair)
+            .body(String::new())
+            .unwrap();
+        requests.push(tokio::spawn(async move { send(&instance, request).await }));
+    }
+    let all = futures_util::future::join_all(requests);
+    let responses = tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("no deadlock");
+    for response in responses {
+        assert_eq!(response.unwrap().status(), StatusCode::OK);
+    }
+    assert_eq!(overlap.worst_per_key(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_past_the_bound_is_503_with_retry_after_or_grpc_unavailable() {
+    let server = RedisServer::start();
+    let (locks, other) = (client(&server).await, client(&server).await);
+    let _held = other.lock("busy").unwrap().acquire().await.unwrap();
+    let layer = tenant_layer(&locks).wait_timeout(Duration::from_millis(200));
+    let service = BoxCloneSyncService::new(
+        layer.layer(recording_handler(Overlap::default(), Duration::ZERO)),
+    );
+
+    let http = send(&service, tenant_request("busy")).await;
+    assert_eq!(http.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(http.headers()["retry-after"], "1");
+    let grpc = send(&service, grpc(tenant_request("busy"))).await;
+    assert_eq!(grpc.status(), StatusCode::OK);
+    assert_eq!(grpc.headers()["grpc-status"], "14");
+    assert_eq!(grpc.headers()["content-type"], "application/grpc");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_redis_fails_closed_by_default_or_open_on_request() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let locks = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .command_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let handler = recording_handler(Overlap::default(), Duration::ZERO);
+    let closed = BoxCloneSyncService::new(tenant_layer(&locks).layer(handler.clone()));
+    let http = send(&closed, tenant_request("acme")).await;
+    assert_eq!(http.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let grpc = send(&closed, grpc(tenant_request("acme"))).await;
+    assert_eq!(grpc.headers()["grpc-status"], "14");
+
+    let open_layer = tenant_layer(&locks).on_redis_unavailable(OnRedisUnavailable::FailOpen);
+    let open = BoxCloneSyncService::new(open_layer.layer(handler));
+    let response = send(&open, tenant_request("acme")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.into_body(), "unlocked");
+}
+
+/// A handler that waits far longer than its lease, and says whether it saw the loss.
+fn slow_handler(work: Duration) -> Http {
+    BoxCloneSyncService::new(service_fn(move |request: Request<String>| async move {
+        let context = request.extensions().get::<LockContext>().cloned().unwrap();
+        tokio::time::sleep(work).await;
+        Ok(Response::new(format!("lost={}", context.is_lost())))
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_mid_handler_cancels_it_or_lets_it_finish() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let lease = Duration::from_millis(300);
+    let cancel = tenant_layer(&locks).lease(Lease::Fixed(lease));
+    let cancelled = BoxCloneSyncService::new(cancel.layer(slow_handler(Duration::from_secs(60))));
+    let http = tokio::time::timeout(SLACK, send(&cancelled, tenant_request("lease")))
+        .await
+        .expect("cancelled when the lease ran out, not after 60 s");
+    assert_eq!(http.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let grpc = tokio::time::timeout(SLACK, send(&cancelled, grpc(tenant_request("lease"))))
+        .await
+        .unwrap();
+    assert_eq!(grpc.headers()["grpc-status"], "10");
+
+    let finish = tenant_layer(&locks)
+        .lease(Lease::Fixed(lease))
+        .on_lease_lost(OnLeaseLost::Finish);
+    let finishing = BoxCloneSyncService::new(finish.layer(slow_handler(lease * 3)));
+    let response = send(&finishing, tenant_request("lease")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.into_body(), "lost=true");
+}
+
+#[tokio::test]
+async fn requests_without_a_key_pass_through_or_are_rejected() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let handler = recording_handler(Overlap::default(), Duration::ZERO);
+    let no_key = || Request::builder().body(String::new()).unwrap();
+
+    let passing = BoxCloneSyncService::new(tenant_layer(&locks).layer(handler.clone()));
+    let response = send(&passing, no_key()).await;
+    assert_eq!(
+        (response.status(), response.body().as_str()),
+        (StatusCode::OK, "unlocked")
+    );
+
+    let strict = tenant_layer(&locks).on_missing_key(MissingKey::Reject);
+    let rejecting = BoxCloneSyncService::new(strict.layer(handler));
+    assert_eq!(
+        send(&rejecting, no_key()).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+    let grpc = send(&rejecting, grpc(no_key())).await;
+    assert_eq!(grpc.headers()["grpc-status"], "3");
+}
+
+#[tokio::test]
+async fn bad_keys_are_400_and_never_reach_redis() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let handler = recording_handler(Overlap::default(), Duration::ZERO);
+    let service = BoxCloneSyncService::new(tenant_layer(&locks).layer(handler.clone()));
+
+    let binary = Request::builder()
+        .header("x-tenant-id", &b"\xffacme"[..])
+        .body(String::new())
+        .unwrap();
+    assert_eq!(
+        send(&service, binary).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+    let oversize = "x".repeat(tower_redis_lock::MAX_NAME_LEN + 1);
+    assert_eq!(
+        send(&service, tenant_request(&oversize)).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        send(&service, tenant_request("")).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+
+    let many = |_request: &Request<String>| (0..17).map(|i| format!("k{i}")).collect::<Vec<_>>();
+    let greedy = BoxCloneSyncService::new(LockLayer::new(locks.clone(), many).layer(handler));
+    assert_eq!(
+        send(&greedy, tenant_request("acme")).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+    let keys: Vec<String> = server.cmd(&["KEYS", "lock:*"]);
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+#[tokio::test]
+async fn a_rejection_hook_builds_the_answer() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let too_busy = |rejection: &Rejection| {
+        assert_eq!(rejection.kind(), RejectionKind::MissingKey);
+        Response::builder()
+            .status(StatusCode::TOO_MANY_REQUESTS)
+            .body(format!("no: {}", rejection.detail()))
+            .unwrap()
+    };
+    let layer = tenant_layer(&locks)
+        .on_missing_key(MissingKey::Reject)
+        .rejection(too_busy);
+    let service = BoxCloneSyncService::new(
+        layer.layer(recording_handler(Overlap::default(), Duration::ZERO)),
+    );
+    let response = send(&service, Request::new(String::new())).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(response.body().starts_with("no: "));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_request_future_releases_its_lock() {
+    let server = RedisServer::start();
+    let (locks, other) = (client(&server).await, client(&server).await);
+    let (entered_tx, entered_rx) = oneshot::channel::<()>();
+    let entered_tx = Arc::new(Mutex::new(Some(entered_tx)));
+    let handler = service_fn(move |_request: Request<String>| {
+        let entered_tx = entered_tx.clone();
+        async move {
+            entered_tx.lock().unwrap().take().unwrap().send(()).unwrap();
+            std::future::pending::<()>().await;
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }
+    });
+    let mut service = tenant_layer(&locks).layer(handler);
+    let call = service
+        .ready()
+        .await
+        .unwrap()
+        .call(tenant_request("dropped"));
+    let running = tokio::spawn(call);
+    entered_rx.await.unwrap();
+    assert!(other.lock("dropped").unwrap().is_locked().await.unwrap());
+
+    running.abort();
+    assert!(running.await.unwrap_err().is_cancelled());
+    let guard = other
+        .lock("dropped")
+        .unwrap()
+        .acquire_timeout(SLACK)
+        .await
+        .expect("released when the request future was dropped, not after the 30 s lease");
+    assert!(guard.is_held());
+}
+
+#[tokio::test]
+async fn readiness_is_passed_through_and_the_ready_service_is_called() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let (mock, mut handle) = tower_test::mock::pair::<Request<String>, Response<String>>();
+    let mut service = tenant_layer(&locks).layer(mock);
+
+    handle.allow(0);
+    let mut task = tower_test::mock::Spawn::new(service.clone());
+    assert!(
+        task.poll_ready().is_pending(),
+        "not ready while the inner service is not"
+    );
+    handle.allow(1);
+    assert!(task.poll_ready().is_ready());
+    drop(task);
+
+    // The mock panics if a clone that was not polled ready is called.
+    let call = service.ready().await.unwrap().call(tenant_request("ready"));
+    let respond = async {
+        let (request, reply) = handle.next_request().await.expect("the request arrives");
+        assert!(request.extensions().get::<LockContext>().is_some());
+        reply.send_response(Response::new("done".to_owned()));
+    };
+    let (response, ()) = tokio::join!(call, respond);
+    assert_eq!(response.unwrap().into_body(), "done");
+}
