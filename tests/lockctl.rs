@@ -3,31 +3,13 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 use serde_json::Value;
 use support::RedisServer;
 
-/// The example binary, built by `cargo test` next to this test's own executable.
-fn lockctl_path() -> PathBuf {
-    let deps = std::env::current_exe().expect("test path");
-    let path = deps
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir")
-        .join("examples")
-        .join("lockctl");
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test`, which builds the examples",
-        path.display()
-    );
-    path
-}
-
 fn lockctl(server: &RedisServer, args: &[&str]) -> Child {
-    Command::new(lockctl_path())
+    Command::new(support::example_path("lockctl"))
         .arg("--url")
         .arg(server.url())
         .args(args)

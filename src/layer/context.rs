@@ -1,6 +1,7 @@
 //! `LockContext`: what a handler learns of the locks it runs under.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::select_all;
 
@@ -12,6 +13,7 @@ use crate::guard::{LockGuard, LostReason, LostSignal};
 #[derive(Debug, Clone)]
 pub struct LockContext {
     held: Arc<[Held]>,
+    waited: Duration,
 }
 
 #[derive(Debug)]
@@ -22,8 +24,9 @@ struct Held {
 }
 
 impl LockContext {
-    pub(crate) fn new(guards: &[LockGuard]) -> Self {
+    pub(crate) fn new(guards: &[LockGuard], waited: Duration) -> Self {
         Self {
+            waited,
             held: guards
                 .iter()
                 .map(|guard| Held {
@@ -33,6 +36,11 @@ impl LockContext {
                 })
                 .collect(),
         }
+    }
+
+    /// How long the request waited for its locks.
+    pub fn waited(&self) -> Duration {
+        self.waited
     }
 
     /// The lock names held, in the canonical order they were taken.

@@ -162,13 +162,13 @@ where
                     started,
                 } => {
                     let outcome = ready!(acquire.as_mut().poll(cx));
-                    this.span
-                        .record("waited_ms", started.elapsed().as_millis() as u64);
+                    let waited = started.elapsed();
+                    this.span.record("waited_ms", waited.as_millis() as u64);
                     let mut request = request.take().expect("polled after taking the request");
                     let mut service = service.take().expect("polled after taking the service");
                     let error = match outcome {
                         Ok(Ok(guards)) => {
-                            let context = LockContext::new(&guards);
+                            let context = LockContext::new(&guards, waited);
                             this.span.record(
                                 "tokens",
                                 tracing::field::debug(

@@ -124,6 +124,34 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// An example binary, built by `cargo test` next to the test's own executable.
+pub fn example_path(name: &str) -> std::path::PathBuf {
+    let test = std::env::current_exe().expect("test path");
+    let path = test
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir")
+        .join("examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test`, which builds the examples",
+        path.display()
+    );
+    path
+}
+
+/// A child process killed (by its id) when dropped.
+#[derive(Debug)]
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A client with the default settings.
 pub async fn client(server: &RedisServer) -> LockClient {
     LockClient::connect(&server.url()).await.expect("client")

@@ -1,0 +1,122 @@
+//! An axum service whose order handler does a deliberately non-atomic read-modify-write on
+//! a per-tenant counter in Redis: without the lock, concurrent requests for one tenant lose
+//! updates. `LockLayer` serializes them across every instance.
+//!
+//! ```text
+//! cargo run --example axum_tenants -- --redis redis://127.0.0.1:6379 --port 3000 --instance a
+//! curl -X POST localhost:3000/tenants/acme/orders
+//! ```
+//!
+//! `--port 0` takes any free port; the first line on stdout says which
+//! (`{"event":"listening","addr":..,"instance":..}`). SIGTERM or Ctrl-C stops it gracefully.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Extension, Json, Router};
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+use serde_json::{Value, json};
+use tower_redis_lock::layer::RouteParamKey;
+use tower_redis_lock::{LockClient, LockContext, LockLayer};
+
+/// Simulated work inside the critical section, between the read and the write.
+const WORK: Duration = Duration::from_millis(2);
+
+#[derive(Clone)]
+struct App {
+    instance: String,
+    data: MultiplexedConnection,
+}
+
+/// Reads the tenant's order counter, works a little, writes it back plus one.
+async fn create_order(
+    State(app): State<App>,
+    Path(tenant): Path<String>,
+    Extension(lock): Extension<LockContext>,
+) -> Result<Json<Value>, (StatusCode, String)> {
+    let started_us = now_us();
+    let mut data = app.data.clone();
+    let key = format!("orders:{tenant}");
+    let failed = |err: redis::RedisError| (StatusCode::INTERNAL_SERVER_ERROR, err.to_string());
+    let count: Option<u64> = data.get(&key).await.map_err(failed)?;
+    let count = count.unwrap_or(0);
+    tokio::time::sleep(WORK).await;
+    let () = data.set(&key, count + 1).await.map_err(failed)?;
+    Ok(Json(json!({
+        "tenant": tenant,
+        "instance": app.instance,
+        "token": lock.fencing_token(),
+        "count": count + 1,
+        "waited_us": lock.waited().as_micros() as u64,
+        "started_us": started_us,
+        "ended_us": now_us(),
+    })))
+}
+
+/// Microseconds on the wall clock, which every process on the machine shares.
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let (mut redis_url, mut port, mut instance) = (
+        "redis://127.0.0.1:6379".to_owned(),
+        3000_u16,
+        "a".to_owned(),
+    );
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--redis" => redis_url = value,
+            "--port" => port = value.parse()?,
+            "--instance" => instance = value,
+            _ => return Err(format!("unknown option {flag}").into()),
+        }
+    }
+
+    let locks = LockClient::connect(&redis_url).await?;
+    let data = redis::Client::open(redis_url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let app = Router::new()
+        .route("/tenants/{tenant}/orders", post(create_order))
+        .with_state(App {
+            instance: instance.clone(),
+            data,
+        })
+        .layer(
+            LockLayer::new(
+                locks.clone(),
+                RouteParamKey::new("/tenants/{tenant}", "tenant"),
+            )
+            .key_prefix("tenant:"),
+        );
+
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let addr = listener.local_addr()?;
+    println!(
+        "{}",
+        json!({"event": "listening", "addr": addr.to_string(), "instance": instance})
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stop_signal())
+        .await?;
+    locks.shutdown().await;
+    Ok(())
+}
+
+async fn stop_signal() {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

@@ -1,0 +1,323 @@
+//! Load generator and checker for the multi-instance demo.
+//!
+//! Sends concurrent `POST /tenants/{tenant}/orders` to several instances of the
+//! `axum_tenants` example (many tenants, a few hot ones), then checks per tenant that no two
+//! handlers overlapped, that fencing tokens grew in the order the handlers ran, and that no
+//! update was lost. Prints a short report and, last, one JSON line. Exits 1 on any overlap,
+//! lost update or failed request.
+//!
+//! ```text
+//! loadgen --redis URL --targets http://127.0.0.1:3000,http://127.0.0.1:3001 \
+//!         [--requests 3000] [--tenants 40] [--hot 3] [--concurrency 48]
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Deserialize;
+use serde_json::json;
+
+/// One handler run, as the instance reported it.
+#[derive(Debug, Deserialize)]
+struct Served {
+    tenant: String,
+    token: u64,
+    count: u64,
+    waited_us: u64,
+    started_us: u64,
+    ended_us: u64,
+}
+
+struct Settings {
+    redis: String,
+    targets: Vec<String>,
+    requests: usize,
+    tenants: usize,
+    hot: usize,
+    concurrency: usize,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let settings = parse()?;
+    let mut redis = redis::Client::open(settings.redis.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut redis)
+        .await?;
+
+    let plan = plan(&settings);
+    let started = Instant::now();
+    let (served, latencies, failures) = run(&settings, Arc::new(plan)).await;
+    let elapsed = started.elapsed();
+
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis)
+        .await?;
+    let sent = commands_sent(&stats);
+    let total_cmds: u64 = sent.values().sum();
+    let handler_cmds = sent.get("get").unwrap_or(&0) + sent.get("set").unwrap_or(&0);
+    let mut final_counts = BTreeMap::new();
+    for tenant in served
+        .iter()
+        .map(|s| s.tenant.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let count: Option<u64> = redis::cmd("GET")
+            .arg(format!("orders:{tenant}"))
+            .query_async(&mut redis)
+            .await?;
+        final_counts.insert(tenant, count.unwrap_or(0));
+    }
+
+    let report = check(&served, &final_counts);
+    let mut latencies = latencies;
+    latencies.sort_unstable();
+    let mut waits: Vec<u64> = served.iter().map(|s| s.waited_us).collect();
+    waits.sort_unstable();
+    let ms = |us: u64| (us as f64 / 100.0).round() / 10.0;
+    let requests = served.len() + failures;
+
+    println!("multi-instance lock demo");
+    println!("  instances            {}", settings.targets.len());
+    println!(
+        "  requests             {requests} ({failures} failed) in {:.2} s",
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "  tenants              {} ({} hot, half the traffic)",
+        settings.tenants, settings.hot
+    );
+    println!("  overlapping handlers {}", report.overlaps);
+    println!("  tokens out of order  {}", report.token_disorder);
+    println!("  lost updates         {}", report.lost_updates);
+    println!(
+        "  latency p50 / p99    {} / {} ms",
+        ms(percentile(&latencies, 50)),
+        ms(percentile(&latencies, 99))
+    );
+    println!(
+        "  lock wait p50 / p99  {} / {} ms",
+        ms(percentile(&waits, 50)),
+        ms(percentile(&waits, 99))
+    );
+    let per_request = |calls: u64| calls as f64 / requests.max(1) as f64;
+    println!(
+        "  redis commands sent  {:.2} per request: {:.2} for the handler's GET and SET, {:.2} for the lock",
+        per_request(total_cmds),
+        per_request(handler_cmds),
+        per_request(total_cmds - handler_cmds)
+    );
+    for (name, calls) in &sent {
+        println!("    {name:<20} {:.2} per request", per_request(*calls));
+    }
+    println!(
+        "{}",
+        json!({
+            "requests": requests,
+            "instances": settings.targets.len(),
+            "tenants": settings.tenants,
+            "overlaps": report.overlaps,
+            "lost_updates": report.lost_updates,
+            "token_disorder": report.token_disorder,
+            "failed": failures,
+            "p50_ms": ms(percentile(&latencies, 50)),
+            "p99_ms": ms(percentile(&latencies, 99)),
+            "wait_p50_ms": ms(percentile(&waits, 50)),
+            "wait_p99_ms": ms(percentile(&waits, 99)),
+            "redis_cmds_per_request": (total_cmds as f64 / requests.max(1) as f64 * 100.0).round() / 100.0,
+        })
+    );
+    if report.overlaps + report.lost_updates + report.token_disorder + failures as u64 > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Commands the scripts run inside Redis: counted by `INFO commandstats`, but not sent.
+const INSIDE_SCRIPTS: &[&str] = &[
+    "exists", "incr", "incrby", "time", "hset", "pexpire", "hexists", "hincrby", "pttl", "hget",
+    "hdel", "publish", "del",
+];
+
+/// Commands clients sent (a script counts once), by name, from `INFO commandstats`; the
+/// load generator's own CONFIG and INFO left out.
+fn commands_sent(stats: &str) -> BTreeMap<String, u64> {
+    stats
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .filter(|(name, _)| {
+            !INSIDE_SCRIPTS.contains(&name.as_str())
+                && !name.starts_with("config")
+                && name != "info"
+        })
+        .collect()
+}
+
+/// Which tenant each request is for: half the traffic to the hot tenants.
+fn plan(settings: &Settings) -> Vec<String> {
+    let mut rng = StdRng::seed_from_u64(7);
+    (0..settings.requests)
+        .map(|_| {
+            let tenant = if rng.random_bool(0.5) {
+                rng.random_range(0..settings.hot)
+            } else {
+                rng.random_range(settings.hot..settings.tenants)
+            };
+            format!("t{tenant}")
+        })
+        .collect()
+}
+
+async fn run(settings: &Settings, plan: Arc<Vec<String>>) -> (Vec<Served>, Vec<u64>, usize) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let next = Arc::new(AtomicUsize::new(0));
+    let targets = Arc::new(settings.targets.clone());
+    let workers: Vec<_> = (0..settings.concurrency)
+        .map(|_| {
+            let (client, next, targets, plan) =
+                (client.clone(), next.clone(), targets.clone(), plan.clone());
+            tokio::spawn(async move {
+                let (mut served, mut latencies, mut failures) = (Vec::new(), Vec::new(), 0);
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(tenant) = plan.get(i) else { break };
+                    let target = &targets[i % targets.len()];
+                    let request = hyper::Request::post(format!("{target}/tenants/{tenant}/orders"))
+                        .body(Empty::new())
+                        .expect("request");
+                    let sent = Instant::now();
+                    let outcome =
+                        tokio::time::timeout(Duration::from_secs(30), client.request(request))
+                            .await;
+                    let response = match outcome {
+                        Ok(Ok(response)) if response.status().is_success() => response,
+                        other => {
+                            eprintln!("request to {target} for {tenant} failed: {other:?}");
+                            failures += 1;
+                            continue;
+                        }
+                    };
+                    let body = response.into_body().collect().await.map(|b| b.to_bytes());
+                    latencies.push(sent.elapsed().as_micros() as u64);
+                    match body
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<Served>(&b).ok())
+                    {
+                        Some(record) => served.push(record),
+                        None => failures += 1,
+                    }
+                }
+                (served, latencies, failures)
+            })
+        })
+        .collect();
+    let (mut served, mut latencies, mut failures) = (Vec::new(), Vec::new(), 0);
+    for worker in workers {
+        let (s, l, f) = worker.await.expect("worker");
+        served.extend(s);
+        latencies.extend(l);
+        failures += f;
+    }
+    (served, latencies, failures)
+}
+
+struct Report {
+    overlaps: u64,
+    token_disorder: u64,
+    lost_updates: u64,
+}
+
+/// Per tenant, in the order the handlers started: each must end before the next starts,
+/// tokens must grow, and the final counter must equal the number of handler runs.
+fn check(served: &[Served], final_counts: &BTreeMap<String, u64>) -> Report {
+    let mut per_tenant: BTreeMap<&str, Vec<&Served>> = BTreeMap::new();
+    for record in served {
+        per_tenant.entry(&record.tenant).or_default().push(record);
+    }
+    let mut report = Report {
+        overlaps: 0,
+        token_disorder: 0,
+        lost_updates: 0,
+    };
+    for (tenant, runs) in &mut per_tenant {
+        runs.sort_by_key(|run| run.started_us);
+        for pair in runs.windows(2) {
+            if pair[0].ended_us > pair[1].started_us {
+                report.overlaps += 1;
+            }
+            if pair[0].token >= pair[1].token {
+                report.token_disorder += 1;
+            }
+        }
+        let mut counts: Vec<u64> = runs.iter().map(|run| run.count).collect();
+        counts.sort_unstable();
+        counts.dedup();
+        let stored = final_counts.get(*tenant).copied().unwrap_or(0);
+        // Every run that read a count another run also read, or a counter short of the runs,
+        // is an update lost.
+        let duplicates = (runs.len() - counts.len()) as u64;
+        report.lost_updates += duplicates.max((runs.len() as u64).saturating_sub(stored));
+    }
+    report
+}
+
+fn percentile(sorted: &[u64], p: usize) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) * p) / 100]
+}
+
+fn parse() -> Result<Settings, String> {
+    let mut settings = Settings {
+        redis: "redis://127.0.0.1:6379".into(),
+        targets: Vec::new(),
+        requests: 3000,
+        tenants: 40,
+        hot: 3,
+        concurrency: 48,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        let number = || {
+            value
+                .parse::<usize>()
+                .map_err(|_| format!("{flag}: not a number"))
+        };
+        match flag.as_str() {
+            "--redis" => settings.redis = value.clone(),
+            "--targets" => settings.targets = value.split(',').map(str::to_owned).collect(),
+            "--requests" => settings.requests = number()?,
+            "--tenants" => settings.tenants = number()?,
+            "--hot" => settings.hot = number()?,
+            "--concurrency" => settings.concurrency = number()?,
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    if settings.targets.is_empty() || settings.hot == 0 || settings.hot >= settings.tenants {
+        return Err("need --targets, and 0 < --hot < --tenants".into());
+    }
+    Ok(settings)
+}
