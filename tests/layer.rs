@@ -213,16 +213,7 @@ async fn a_wait_past_the_bound_is_503_with_retry_after_or_grpc_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_redis_fails_closed_by_default_or_open_on_request() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let locks = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
-        .command_timeout(Duration::from_millis(200))
-        .build()
-        .await
-        .unwrap();
+    let locks = support::client_on_silent_port(support::free_port()).await;
     let handler = recording_handler(Overlap::default(), Duration::ZERO);
     let closed = BoxCloneSyncService::new(tenant_layer(&locks).layer(handler.clone()));
     let http = send(&closed, tenant_request("acme")).await;

@@ -343,16 +343,8 @@ async fn shutdown_releases_held_locks_and_stops_waiters() {
 
 #[tokio::test]
 async fn a_client_started_before_redis_recovers_once_redis_is_up() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let locks = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
-        .command_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .expect("the client starts without redis");
+    let port = support::free_port();
+    let locks = support::client_on_silent_port(port).await;
     let down = locks.lock("late").unwrap().try_acquire().await.unwrap_err();
     assert_eq!(down.kind(), ErrorKind::RedisUnavailable);
     let _server = RedisServer::start_on(port);

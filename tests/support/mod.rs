@@ -117,7 +117,8 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
@@ -150,6 +151,15 @@ impl Drop for ChildGuard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A client of a Redis that is not there (yet) on `port`, failing fast (200 ms timeouts).
+pub async fn client_on_silent_port(port: u16) -> LockClient {
+    LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .command_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .expect("the client starts without redis")
 }
 
 /// A client with the default settings.
