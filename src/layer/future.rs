@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use http::{Request, Response};
@@ -164,36 +165,19 @@ where
                     let outcome = ready!(acquire.as_mut().poll(cx));
                     let waited = started.elapsed();
                     this.span.record("waited_ms", waited.as_millis() as u64);
-                    let mut request = request.take().expect("polled after taking the request");
+                    let request = request.take().expect("polled after taking the request");
                     let mut service = service.take().expect("polled after taking the service");
                     let error = match outcome {
                         Ok(Ok(guards)) => {
-                            let context = LockContext::new(&guards, waited);
-                            this.span.record(
-                                "tokens",
-                                tracing::field::debug(
-                                    guards
-                                        .iter()
-                                        .map(LockGuard::fencing_token)
-                                        .collect::<Vec<_>>(),
-                                ),
-                            );
-                            this.span.record("outcome", "acquired");
-                            let lost = match this.policy.lease_lost {
-                                OnLeaseLost::Cancel => {
-                                    let context = context.clone();
-                                    Some(Box::pin(async move { context.lost().await })
-                                        as BoxFuture<'static, _>)
-                                }
-                                OnLeaseLost::Finish => None,
-                            };
-                            request.extensions_mut().insert(context);
-                            let future = service.call(request);
-                            this.state.set(State::Running {
-                                future,
-                                lost,
+                            let next = run_locked(
+                                service,
+                                request,
                                 guards,
-                            });
+                                waited,
+                                this.policy.lease_lost,
+                                this.span,
+                            );
+                            this.state.set(next);
                             continue;
                         }
                         Ok(Err(error)) => error,
@@ -254,5 +238,36 @@ where
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }
         }
+    }
+}
+
+/// Hands the request, with its `LockContext`, to the inner service, and keeps the guards.
+fn run_locked<S, ReqB>(
+    mut service: S,
+    mut request: Request<ReqB>,
+    guards: Vec<LockGuard>,
+    waited: Duration,
+    lease_lost: OnLeaseLost,
+    span: &tracing::Span,
+) -> State<S, ReqB>
+where
+    S: Service<Request<ReqB>>,
+{
+    let tokens: Vec<u64> = guards.iter().map(LockGuard::fencing_token).collect();
+    span.record("tokens", tracing::field::debug(tokens));
+    span.record("outcome", "acquired");
+    let context = LockContext::new(&guards, waited);
+    let lost = match lease_lost {
+        OnLeaseLost::Cancel => {
+            let context = context.clone();
+            Some(Box::pin(async move { context.lost().await }) as BoxFuture<'static, _>)
+        }
+        OnLeaseLost::Finish => None,
+    };
+    request.extensions_mut().insert(context);
+    State::Running {
+        future: service.call(request),
+        lost,
+        guards,
     }
 }
