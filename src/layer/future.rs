@@ -130,10 +130,9 @@ where
     }
 
     pub(crate) fn rejected(rejection: Rejection, reject: R, policy: Arc<Policy>) -> Self {
-        tracing::info!(kind = ?rejection.kind(), detail = rejection.detail(), "request rejected");
         Self {
             grpc: rejection.is_grpc(),
-            names: rejection.keys().to_vec(),
+            names: Vec::new(),
             state: State::Rejected {
                 rejection: Some(rejection),
             },
@@ -204,7 +203,6 @@ where
                     );
                     this.span
                         .record("outcome", tracing::field::debug(rejection.kind()));
-                    tracing::info!(kind = ?rejection.kind(), detail = rejection.detail(), "request rejected");
                     this.state.set(State::Rejected {
                         rejection: Some(rejection),
                     });
@@ -232,6 +230,7 @@ where
                 }
                 StateProj::Rejected { rejection } => {
                     let rejection = rejection.take().expect("polled after completion");
+                    tracing::info!(kind = ?rejection.kind(), detail = rejection.detail(), "request rejected");
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(this.reject.reject(&rejection)));
                 }

@@ -40,16 +40,16 @@ pub struct Rejection {
 }
 
 impl Rejection {
-    pub(crate) fn new<B>(
+    pub(crate) fn new(
         kind: RejectionKind,
-        request: &Request<B>,
+        grpc: bool,
         keys: Vec<String>,
         detail: impl Into<String>,
         retry_after: Duration,
     ) -> Self {
         Self {
             kind,
-            grpc: is_grpc(request),
+            grpc,
             keys,
             detail: detail.into(),
             retry_after,
@@ -69,13 +69,7 @@ impl Rejection {
             ErrorKind::Timeout => RejectionKind::Timeout,
             _ => RejectionKind::RedisUnavailable,
         };
-        Self {
-            kind,
-            grpc,
-            keys,
-            detail: error.to_string(),
-            retry_after,
-        }
+        Self::new(kind, grpc, keys, error.to_string(), retry_after)
     }
 
     pub(crate) fn lease_lost(
@@ -84,13 +78,8 @@ impl Rejection {
         keys: Vec<String>,
         retry_after: Duration,
     ) -> Self {
-        Self {
-            kind: RejectionKind::LeaseLost,
-            grpc,
-            keys,
-            detail: format!("the lock lease was lost ({reason:?}) while the handler ran"),
-            retry_after,
-        }
+        let detail = format!("the lock lease was lost ({reason:?}) while the handler ran");
+        Self::new(RejectionKind::LeaseLost, grpc, keys, detail, retry_after)
     }
 
     /// Why.
@@ -218,17 +207,23 @@ mod tests {
     use super::*;
 
     fn rejection(kind: RejectionKind, grpc: bool) -> Rejection {
-        let mut request = Request::builder();
-        if grpc {
-            request = request.header(CONTENT_TYPE, "application/grpc+proto");
-        }
         Rejection::new(
             kind,
-            &request.body(()).unwrap(),
+            grpc,
             vec!["acme".into()],
             "waited 10% too long ✓",
             Duration::from_millis(1500),
         )
+    }
+
+    #[test]
+    fn grpc_requests_are_told_apart_by_content_type() {
+        let grpc = Request::builder()
+            .header(CONTENT_TYPE, "application/grpc+proto")
+            .body(())
+            .unwrap();
+        assert!(is_grpc(&grpc));
+        assert!(!is_grpc(&Request::new(())));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use tower::Service;
 use super::extract::KeyExtractor;
 use super::future::ResponseFuture;
 use super::policy::{MissingKey, Policy};
-use super::reject::{Reject, Rejection, RejectionKind};
+use super::reject::{Reject, Rejection, RejectionKind, is_grpc};
 use crate::client::LockClient;
 
 /// The service [`LockLayer`](super::LockLayer) wraps around an inner service.
@@ -67,7 +67,8 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let policy = &self.policy;
         let reject = |kind, keys, detail: String| {
-            let rejection = Rejection::new(kind, &request, keys, detail, policy.retry_after);
+            let grpc = is_grpc(&request);
+            let rejection = Rejection::new(kind, grpc, keys, detail, policy.retry_after);
             ResponseFuture::rejected(rejection, self.reject.clone(), policy.clone())
         };
         let keys = match self.extractor.extract(&request) {
