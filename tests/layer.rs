@@ -369,12 +369,13 @@ async fn a_dropped_request_future_releases_its_lock() {
 
     running.abort();
     assert!(running.await.unwrap_err().is_cancelled());
-    let guard = other
-        .lock("dropped")
-        .unwrap()
-        .acquire_timeout(SLACK)
-        .await
-        .expect("released when the request future was dropped, not after the 30 s lease");
+    let guard = support::acquire_within(
+        &other,
+        "dropped",
+        SLACK,
+        "released when the request future was dropped, not after the 30 s lease",
+    )
+    .await;
     assert!(guard.is_held());
 }
 

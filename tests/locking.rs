@@ -122,19 +122,15 @@ async fn a_fixed_lease_runs_out_fires_lost_and_frees_the_lock() {
     assert_eq!(reason, LostReason::Expired);
     assert!(!guard.is_held());
     // The holder's own client does not queue behind the guard that lost its lease.
-    let same_client = holder
-        .lock("fixed")
-        .unwrap()
-        .acquire_timeout(SLACK)
-        .await
-        .expect("the lost guard gave up its local turn");
+    let same_client = support::acquire_within(
+        &holder,
+        "fixed",
+        SLACK,
+        "the lost guard gave up its local turn",
+    )
+    .await;
     same_client.release().await.unwrap();
-    let next = other
-        .lock("fixed")
-        .unwrap()
-        .acquire_timeout(SLACK)
-        .await
-        .expect("free once the lease ran out");
+    let next = support::acquire_within(&other, "fixed", SLACK, "free once the lease ran out").await;
     assert_eq!(
         guard.release().await.unwrap_err().kind(),
         ErrorKind::NotOwner

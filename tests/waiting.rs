@@ -225,12 +225,13 @@ async fn an_acquire_cancelled_after_redis_granted_it_leaves_no_lock() {
         eventually(SLACK, || fence_after() > fence_before).await,
         "the paused acquire ran and granted the lock"
     );
-    let next = other
-        .lock("unseen")
-        .unwrap()
-        .acquire_timeout(SLACK)
-        .await
-        .expect("the unseen grant was released, long before its 30 s lease");
+    let next = support::acquire_within(
+        &other,
+        "unseen",
+        SLACK,
+        "the unseen grant was released, long before its 30 s lease",
+    )
+    .await;
     assert!(next.fencing_token() > fence_before + 1);
 }
 
@@ -269,12 +270,13 @@ async fn a_dropped_guard_is_released_in_the_background() {
         started.elapsed() < Duration::from_millis(50),
         "drop does not block"
     );
-    let next = other
-        .lock("dropped-guard")
-        .unwrap()
-        .acquire_timeout(SLACK)
-        .await
-        .expect("released in the background, not after the 30 s lease");
+    let next = support::acquire_within(
+        &other,
+        "dropped-guard",
+        SLACK,
+        "released in the background, not after the 30 s lease",
+    )
+    .await;
     assert!(next.is_held());
 }
 

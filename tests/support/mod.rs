@@ -162,6 +162,22 @@ pub async fn client_on_silent_port(port: u16) -> LockClient {
         .expect("the client starts without redis")
 }
 
+/// Takes the lock `name` with `locks`, which must succeed within `bound`; `why` says what
+/// that proves.
+pub async fn acquire_within(
+    locks: &LockClient,
+    name: &str,
+    bound: Duration,
+    why: &str,
+) -> tower_redis_lock::LockGuard {
+    locks
+        .lock(name)
+        .expect("a valid name")
+        .acquire_timeout(bound)
+        .await
+        .unwrap_or_else(|err| panic!("{name} not acquired within {bound:?} ({err}): {why}"))
+}
+
 /// A client with the default settings.
 pub async fn client(server: &RedisServer) -> LockClient {
     LockClient::connect(&server.url()).await.expect("client")
