@@ -141,6 +141,13 @@ impl LockClient {
         self.inner.pubsub.channel_count()
     }
 
+    /// Round trips to Redis this client has made on its command connection so far: every
+    /// command and script, renewals included (pub/sub traffic is not counted). For
+    /// benchmarks and metrics.
+    pub fn round_trips(&self) -> u64 {
+        self.inner.connections.sent()
+    }
+
     /// Whether [`LockClient::shutdown`] was called.
     pub fn is_shut_down(&self) -> bool {
         self.inner.shut_down.load(Ordering::SeqCst)

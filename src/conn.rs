@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_redis::Pool;
@@ -18,6 +19,8 @@ pub(crate) struct Connections {
     pool: Pool,
     command_timeout: Duration,
     cached: Mutex<Option<Checkout>>,
+    /// Commands and scripts sent, for [`crate::LockClient::round_trips`].
+    sent: AtomicU64,
 }
 
 struct Checkout {
@@ -40,11 +43,22 @@ impl Connections {
             pool,
             command_timeout,
             cached: Mutex::new(None),
+            sent: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn command_timeout(&self) -> Duration {
         self.command_timeout
+    }
+
+    /// Counts one command or script about to be sent.
+    pub(crate) fn note_sent(&self) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Commands and scripts sent so far.
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
     }
 
     /// A handle on the shared connection, checking a new one out of the pool when needed.
@@ -85,6 +99,7 @@ impl Connections {
         &self,
         command: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
+        self.note_sent();
         let outcome = match tokio::time::timeout(self.command_timeout, command).await {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(err)) => LockError::from(err),

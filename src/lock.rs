@@ -354,6 +354,7 @@ impl Drop for PendingAcquire {
         };
         let runtime = inner.runtime.clone();
         runtime.spawn(async move {
+            inner.connections.note_sent();
             let undone = tokio::time::timeout(
                 inner.connections.command_timeout(),
                 scripts::release(&mut conn, &keys, &owner, ReleaseScope::All),

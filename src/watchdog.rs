@@ -173,6 +173,7 @@ impl Actor {
                 .collect();
             let outcome = timeout(limit, async {
                 let mut conn = self.connections.get().await?;
+                self.connections.note_sent();
                 Ok::<_, crate::LockError>(scripts::renew(&mut conn, &pairs, lease_ms).await?)
             })
             .await;
