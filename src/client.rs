@@ -7,9 +7,10 @@ use std::time::Duration;
 use deadpool_redis::{Manager, Pool, Runtime};
 use redis::AsyncConnectionConfig;
 
+use crate::cohort::Baton;
 use crate::conn::Connections;
 use crate::error::{ErrorKind, LockError, Result};
-use crate::keys::{DEFAULT_PREFIX, LockKeys, validate_prefix};
+use crate::keys::{DEFAULT_PREFIX, LockKeys, validate_prefix, wake_channel_prefix};
 use crate::local::LocalTable;
 use crate::lock::Lock;
 use crate::pubsub::PubSub;
@@ -26,6 +27,13 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// commands; the others are spares after a connection breaks).
 pub const DEFAULT_POOL_SIZE: usize = 4;
 
+/// Default for [`LockClientBuilder::local_handoff_limit`]: consecutive hand-overs between
+/// tasks of one client before the lock goes back through Redis.
+pub const DEFAULT_LOCAL_HANDOFF_LIMIT: u32 = 16;
+/// Default for [`LockClientBuilder::local_handoff_window`]: how long after a Redis
+/// acquisition the tasks of one client may keep handing the lock over among themselves.
+pub const DEFAULT_LOCAL_HANDOFF_WINDOW: Duration = Duration::from_millis(25);
+
 /// The client's settings; every field has a documented default.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -34,6 +42,16 @@ pub(crate) struct Config {
     pub(crate) renew_interval: Duration,
     pub(crate) repoll_interval: Duration,
     pub(crate) command_timeout: Duration,
+    pub(crate) local_handoff_limit: u32,
+    pub(crate) local_handoff_window: Duration,
+}
+
+impl Config {
+    /// How long a waiter's place in a Redis queue lives without a refresh: three re-polls,
+    /// so a live waiter never loses it and a dead one blocks nobody for longer.
+    pub(crate) fn waiter_alive(&self) -> Duration {
+        self.repoll_interval * 3
+    }
 }
 
 /// A client for distributed locks on one Redis. Cheap to clone: clones share the pool, the
@@ -50,10 +68,12 @@ pub struct LockClient {
 pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) connections: Arc<Connections>,
-    pub(crate) local: LocalTable,
+    pub(crate) local: LocalTable<Baton>,
     pub(crate) watchdog: Watchdog,
     pub(crate) pubsub: PubSub,
     pub(crate) runtime: tokio::runtime::Handle,
+    /// Prefix of every instance's wake channel (see [`wake_channel_prefix`]).
+    pub(crate) wake_prefix: String,
     instance_id: String,
     next_holder: AtomicU64,
     shut_down: AtomicBool,
@@ -69,8 +89,13 @@ impl Inner {
 
     /// A fresh owner id (`<instance id>:<holder number>`) and its holder number.
     pub(crate) fn new_owner(&self) -> (Arc<str>, u64) {
-        let holder = self.next_holder.fetch_add(1, Ordering::Relaxed);
+        let holder = self.new_holder_id();
         (format!("{}:{holder}", self.instance_id).into(), holder)
+    }
+
+    /// A number no other holder of this client has (the watchdog's id for a lease).
+    pub(crate) fn new_holder_id(&self) -> u64 {
+        self.next_holder.fetch_add(1, Ordering::Relaxed)
     }
 }
 
@@ -110,6 +135,8 @@ impl LockClient {
                 renew_interval: DEFAULT_WATCHDOG_LEASE / 3,
                 repoll_interval: DEFAULT_REPOLL_INTERVAL,
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
+                local_handoff_limit: DEFAULT_LOCAL_HANDOFF_LIMIT,
+                local_handoff_window: DEFAULT_LOCAL_HANDOFF_WINDOW,
             },
             renew_interval: None,
         }
@@ -136,9 +163,10 @@ impl LockClient {
         self.inner.local.len()
     }
 
-    /// How many release channels this client's pub/sub connection serves right now.
-    pub fn subscribed_channels(&self) -> usize {
-        self.inner.pubsub.channel_count()
+    /// How many of this client's tasks wait in a Redis queue right now: at most one per
+    /// lock name, whatever the number of tasks waiting for it locally.
+    pub fn queued_waiters(&self) -> usize {
+        self.inner.pubsub.waiting()
     }
 
     /// Round trips to Redis this client has made on its command connection so far: every
@@ -212,6 +240,23 @@ impl LockClientBuilder {
         self
     }
 
+    /// Most consecutive hand-overs of a lock between tasks of this client, without a Redis
+    /// round trip, before the lock goes back through Redis so other instances get their turn
+    /// (default [`DEFAULT_LOCAL_HANDOFF_LIMIT`], 16; 0 turns local hand-over off). Each
+    /// acquisition reserves this many fencing tokens more.
+    pub fn local_handoff_limit(mut self, limit: u32) -> Self {
+        self.config.local_handoff_limit = limit;
+        self
+    }
+
+    /// How long after a Redis acquisition the lock may keep passing between tasks of this
+    /// client (default [`DEFAULT_LOCAL_HANDOFF_WINDOW`], 25 ms): the longest another
+    /// instance waits for this client's tasks beyond their own critical sections.
+    pub fn local_handoff_window(mut self, window: Duration) -> Self {
+        self.config.local_handoff_window = window;
+        self
+    }
+
     /// Builds the client and starts its actors on the current Tokio runtime.
     ///
     /// # Errors
@@ -242,12 +287,21 @@ impl LockClientBuilder {
             None => create_pool(&self.url, config.command_timeout)?,
         };
         let connections = Arc::new(Connections::new(pool, config.command_timeout));
+        let instance_id = format!("{:032x}", rand::random::<u128>());
+        let wake_prefix = wake_channel_prefix(&config.prefix);
         let watchdog = Watchdog::start(
             connections.clone(),
+            wake_prefix.clone(),
             config.watchdog_lease,
             config.renew_interval,
+            // Often enough to extend a hand-over's short claim lease well before it runs out.
+            config.renew_interval.min(config.waiter_alive() / 3),
         );
-        let pubsub = PubSub::start(notify_client, config.command_timeout);
+        let pubsub = PubSub::start(
+            notify_client,
+            format!("{wake_prefix}{instance_id}"),
+            config.command_timeout,
+        );
         Ok(LockClient {
             inner: Arc::new(Inner {
                 connections,
@@ -255,7 +309,8 @@ impl LockClientBuilder {
                 watchdog,
                 pubsub,
                 runtime: tokio::runtime::Handle::current(),
-                instance_id: format!("{:032x}", rand::random::<u128>()),
+                wake_prefix,
+                instance_id,
                 next_holder: AtomicU64::new(1),
                 shut_down: AtomicBool::new(false),
                 config,

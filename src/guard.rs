@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{oneshot, watch};
 
 use crate::client::Inner;
+use crate::cohort::{self, Baton, Budget};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::LockKeys;
 use crate::local::LocalTurn;
-use crate::scripts::{self, ReleaseScope};
+use crate::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
 
 /// Why a lease was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,21 +26,22 @@ pub enum LostReason {
     ShutDown,
 }
 
-/// Shared by the guards of one holding and the watchdog: the lost signal, whether the holder
-/// is releasing (a lock released on purpose is not reported lost), and this client's turn on
-/// the key.
+/// Shared by the local holders of one Redis acquisition and the watchdog: the lost signal,
+/// whether the holder is releasing (a lock released on purpose is not reported lost), and
+/// the current holder's turn on the key.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: watch::Sender<Option<LostReason>>,
-    closing: AtomicBool,
-    /// Kept until the lock is released in Redis, so no task of this client overtakes the
-    /// release; given up as soon as the lease is lost, so this client's other tasks compete
-    /// for the lock again instead of queueing behind a guard that no longer holds it.
-    turn: Mutex<Option<LocalTurn>>,
+    pub(crate) closing: AtomicBool,
+    /// Kept until the lock is released in Redis or handed to the next local task, so no task
+    /// of this client overtakes the release; given up as soon as the lease is lost, so this
+    /// client's other tasks compete for the lock again instead of queueing behind a guard
+    /// that no longer holds it.
+    turn: Mutex<Option<LocalTurn<Baton>>>,
 }
 
 impl LeaseState {
-    pub(crate) fn new(turn: LocalTurn) -> Self {
+    pub(crate) fn new(turn: LocalTurn<Baton>) -> Self {
         Self {
             lost: watch::Sender::new(None),
             closing: AtomicBool::new(false),
@@ -47,9 +49,40 @@ impl LeaseState {
         }
     }
 
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.borrow().is_some()
+    }
+
     fn give_up_turn(&self) {
         let turn = self.turn.lock().expect("local turn").take();
         drop(turn);
+    }
+
+    /// The current holder's turn, if it still has it and `wanted` says so.
+    pub(crate) fn take_turn_if(
+        &self,
+        wanted: impl FnOnce(&LocalTurn<Baton>) -> bool,
+    ) -> Option<LocalTurn<Baton>> {
+        let mut turn = self.turn.lock().expect("local turn");
+        if turn.as_ref().is_some_and(wanted) {
+            turn.take()
+        } else {
+            None
+        }
+    }
+
+    /// Whether other tasks of this client wait for the key this lease's holder has.
+    pub(crate) fn turn_has_others_waiting(&self) -> bool {
+        let turn = self.turn.lock().expect("local turn");
+        turn.as_ref().is_some_and(LocalTurn::others_waiting)
+    }
+
+    /// Gives the turn of a local successor to this lease.
+    pub(crate) fn put_turn(&self, turn: LocalTurn<Baton>) {
+        *self.turn.lock().expect("local turn") = Some(turn);
+        if self.is_lost() {
+            self.give_up_turn();
+        }
     }
 
     /// Fires the lost signal once, unless the holder is already releasing.
@@ -112,24 +145,54 @@ impl LostSignal {
     }
 }
 
-/// One acquisition of a lock by one owner, shared by the guard and its re-entries.
+/// One acquisition of a lock in Redis, handed from local holder to local holder.
 #[derive(Debug)]
-pub(crate) struct Holding {
+pub(crate) struct Hold {
     pub(crate) inner: Arc<Inner>,
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
+    pub(crate) terms: Terms,
     pub(crate) owner: Arc<str>,
-    pub(crate) token: u64,
     pub(crate) lease: Arc<LeaseState>,
     pub(crate) watchdog_id: u64,
+    /// Renewed by the watchdog; only such holds are handed over locally.
+    pub(crate) renewed: bool,
+}
+
+/// One local holder of a hold: its guard and the guard's re-entries.
+#[derive(Debug)]
+pub(crate) struct Holding {
+    pub(crate) hold: Arc<Hold>,
+    pub(crate) token: u64,
+    pub(crate) budget: Budget,
     /// Guards of this holding not yet released.
     pub(crate) holds: AtomicUsize,
+    /// Re-entries on their way to Redis; the lock is not handed over meanwhile.
+    pub(crate) reentering: AtomicUsize,
+    /// The hold went on to the next local task with its watchdog registration.
+    pub(crate) passed: AtomicBool,
+}
+
+impl Holding {
+    pub(crate) fn new(hold: Arc<Hold>, token: u64, budget: Budget) -> Self {
+        Self {
+            hold,
+            token,
+            budget,
+            holds: AtomicUsize::new(1),
+            reentering: AtomicUsize::new(0),
+            passed: AtomicBool::new(false),
+        }
+    }
 }
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        self.inner.watchdog.unregister(self.watchdog_id);
-        self.lease.give_up_turn();
+        if self.passed.load(Ordering::SeqCst) {
+            return;
+        }
+        self.hold.inner.watchdog.unregister(self.hold.watchdog_id);
+        self.hold.lease.give_up_turn();
     }
 }
 
@@ -155,30 +218,32 @@ impl LockGuard {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.holding.name
+        &self.holding.hold.name
     }
 
     /// The fencing token of this acquisition: it only grows per lock name, across every
-    /// client. Pass it to the resource you protect and let it refuse older tokens. A
-    /// re-entry shares the token of the acquisition it re-enters.
+    /// client, in the order critical sections start. Pass it to the resource you protect and
+    /// let it refuse older tokens. A re-entry shares the token of the acquisition it
+    /// re-enters.
     pub fn fencing_token(&self) -> u64 {
         self.holding.token
     }
 
     /// The owner id stored in Redis for this acquisition (client instance id and holder id).
+    /// Tasks of one client that receive the lock from each other locally share it.
     pub fn owner_id(&self) -> &str {
-        &self.holding.owner
+        &self.holding.hold.owner
     }
 
     /// A signal that fires if the lease is lost while this guard is held.
     pub fn lost_signal(&self) -> LostSignal {
-        self.holding.lease.signal()
+        self.holding.hold.lease.signal()
     }
 
     /// Whether this guard still holds the lock, as far as this process knows: not released
     /// and no lost lease reported.
     pub fn is_held(&self) -> bool {
-        !self.released && self.holding.lease.lost.borrow().is_none()
+        !self.released && !self.holding.hold.lease.is_lost()
     }
 
     /// Takes the lock once more for the same owner: the hold count in Redis goes up, and the
@@ -195,29 +260,40 @@ impl LockGuard {
     /// [`ErrorKind::ShutDown`] after shutdown.
     pub async fn reenter(&self) -> Result<LockGuard> {
         let holding = self.holding.clone();
-        holding.inner.ensure_running()?;
+        let inner = holding.hold.inner.clone();
+        inner.ensure_running()?;
         let (deliver, delivered) = oneshot::channel();
+        holding.reentering.fetch_add(1, Ordering::SeqCst);
         // The script runs in its own task so that a hold granted to a caller who has left is
         // handed to a guard that is dropped, which releases it.
-        holding.inner.runtime.clone().spawn(async move {
-            let reply = holding
+        inner.runtime.clone().spawn(async move {
+            let hold = holding.hold.clone();
+            let reply = hold
                 .inner
                 .connections
                 .run(|mut conn| {
-                    let holding = holding.clone();
+                    let hold = hold.clone();
                     async move {
-                        scripts::acquire(&mut conn, &holding.keys, &holding.owner, 0, true).await
+                        scripts::acquire(
+                            &mut conn,
+                            &hold.keys,
+                            &hold.inner.wake_prefix,
+                            &hold.owner,
+                            &hold.terms,
+                            AcquireMode::Reenter,
+                        )
+                        .await
                     }
                 })
                 .await;
             let outcome = match reply {
-                Ok(scripts::AcquireReply::Acquired(_)) => {
+                Ok(AcquireReply::Acquired { .. }) => {
                     if holding.holds.fetch_add(1, Ordering::SeqCst) == 0 {
                         // A concurrent release of the other guards lost the race to this hold.
-                        holding.lease.closing.store(false, Ordering::SeqCst);
+                        hold.lease.closing.store(false, Ordering::SeqCst);
                     }
                     Ok(LockGuard {
-                        holding,
+                        holding: holding.clone(),
                         released: false,
                     })
                 }
@@ -227,6 +303,7 @@ impl LockGuard {
                 )),
                 Err(err) => Err(err),
             };
+            holding.reentering.fetch_sub(1, Ordering::SeqCst);
             let _ = deliver.send(outcome);
         });
         delivered
@@ -234,8 +311,10 @@ impl LockGuard {
             .unwrap_or_else(|_| Err(LockError::shut_down()))
     }
 
-    /// Releases this hold and waits for Redis to confirm. The last hold deletes the lock and
-    /// wakes its waiters.
+    /// Releases this hold. The last hold hands the lock to the next task of this client
+    /// that waits for it, when the fairness budget allows (no round trip), or releases it in
+    /// Redis and waits for Redis to confirm; Redis then hands it to the first waiting
+    /// instance.
     ///
     /// # Errors
     ///
@@ -245,7 +324,12 @@ impl LockGuard {
     /// [`ErrorKind::ShutDown`] after shutdown.
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
-        release_hold(self.holding.clone()).await
+        let holding = self.holding.clone();
+        let last = holding.holds.fetch_sub(1, Ordering::SeqCst) == 1;
+        if last && cohort::try_carry(&holding) {
+            return Ok(());
+        }
+        finish_release(holding, last).await
     }
 }
 
@@ -255,28 +339,42 @@ impl Drop for LockGuard {
             return;
         }
         let holding = self.holding.clone();
-        let runtime = holding.inner.runtime.clone();
+        let last = holding.holds.fetch_sub(1, Ordering::SeqCst) == 1;
+        // A local hand-over needs no Redis, so it happens right here.
+        if last && cohort::try_carry(&holding) {
+            return;
+        }
+        let runtime = holding.hold.inner.runtime.clone();
         runtime.spawn(async move {
-            let name = holding.name.clone();
-            if let Err(err) = release_hold(holding).await {
+            let name = holding.hold.name.clone();
+            if let Err(err) = finish_release(holding, last).await {
                 tracing::debug!(lock = %name, error = %err, "background release failed");
             }
         });
     }
 }
 
-async fn release_hold(holding: Arc<Holding>) -> Result<()> {
-    if holding.holds.fetch_sub(1, Ordering::SeqCst) == 1 {
-        holding.lease.closing.store(true, Ordering::SeqCst);
+/// The Redis part of a release: one hold less, or the last hold through Redis.
+async fn finish_release(holding: Arc<Holding>, last: bool) -> Result<()> {
+    if last && cohort::wants_handoff(&holding) {
+        return cohort::hand_over_through_redis(&holding).await;
     }
-    let released = holding
+    let hold = &holding.hold;
+    if last {
+        hold.lease.closing.store(true, Ordering::SeqCst);
+    }
+    let released = hold
         .inner
         .connections
-        .run(|mut conn| {
-            let holding = holding.clone();
-            async move {
-                scripts::release(&mut conn, &holding.keys, &holding.owner, ReleaseScope::One).await
-            }
+        .run(|mut conn| async move {
+            scripts::release(
+                &mut conn,
+                &hold.keys,
+                &hold.inner.wake_prefix,
+                &hold.owner,
+                ReleaseScope::One,
+            )
+            .await
         })
         .await?;
     match released {

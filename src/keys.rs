@@ -8,7 +8,7 @@ pub const MAX_NAME_LEN: usize = 512;
 /// The default key prefix: the lock `acme` lives in the hash `lock:{acme}`.
 pub const DEFAULT_PREFIX: &str = "lock:";
 
-/// The Redis keys and channel of one lock.
+/// The Redis keys of one lock.
 ///
 /// The escaped name sits inside one `{hash tag}`, so every key of a lock shares one cluster
 /// slot and no name can reach another lock's keys: `{`, `}` and `%` are percent-encoded.
@@ -16,7 +16,8 @@ pub const DEFAULT_PREFIX: &str = "lock:";
 pub struct LockKeys {
     hash: String,
     fence: String,
-    channel: String,
+    queue: String,
+    waiters: String,
 }
 
 impl LockKeys {
@@ -50,7 +51,8 @@ impl LockKeys {
         hash.push('}');
         Ok(Self {
             fence: format!("{hash}:fence"),
-            channel: format!("{hash}:released"),
+            queue: format!("{hash}:queue"),
+            waiters: format!("{hash}:waiters"),
             hash,
         })
     }
@@ -65,10 +67,21 @@ impl LockKeys {
         &self.fence
     }
 
-    /// The pub/sub channel a release is announced on.
-    pub fn channel(&self) -> &str {
-        &self.channel
+    /// The queue of waiting instances (a sorted set of owner ids by arrival).
+    pub fn queue(&self) -> &str {
+        &self.queue
     }
+
+    /// The waiters' terms (a hash: owner id to liveness, claim lease and token block).
+    pub fn waiters(&self) -> &str {
+        &self.waiters
+    }
+}
+
+/// The prefix of every wake channel under `prefix`: an instance listens on this followed by
+/// its instance id, and a release tells the one waiting instance it hands the lock to.
+pub(crate) fn wake_channel_prefix(prefix: &str) -> String {
+    format!("{prefix}wake:")
 }
 
 /// Rejects prefixes that would break the hash tag.
@@ -106,7 +119,8 @@ mod tests {
         let k = keys("acme");
         assert_eq!(k.hash(), "lock:{acme}");
         assert_eq!(k.fence(), "lock:{acme}:fence");
-        assert_eq!(k.channel(), "lock:{acme}:released");
+        assert_eq!(k.queue(), "lock:{acme}:queue");
+        assert_eq!(k.waiters(), "lock:{acme}:waiters");
     }
 
     #[test]

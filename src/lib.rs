@@ -20,6 +20,7 @@
 //! same lock queue locally, and only the first talks to Redis.
 
 mod client;
+mod cohort;
 mod conn;
 mod error;
 mod guard;
@@ -29,11 +30,13 @@ mod local;
 mod lock;
 mod pubsub;
 mod scripts;
+mod waiter;
 mod watchdog;
 
 pub use client::{
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_REPOLL_INTERVAL, DEFAULT_WATCHDOG_LEASE,
-    LockClient, LockClientBuilder,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_LOCAL_HANDOFF_LIMIT, DEFAULT_LOCAL_HANDOFF_WINDOW,
+    DEFAULT_POOL_SIZE, DEFAULT_REPOLL_INTERVAL, DEFAULT_WATCHDOG_LEASE, LockClient,
+    LockClientBuilder,
 };
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostReason, LostSignal};

@@ -1,18 +1,18 @@
 //! `Lock`: one named lock, and the acquire loop.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::{Inner, LockClient};
+use crate::client::LockClient;
+use crate::cohort::{Baton, Budget};
 use crate::error::{ErrorKind, LockError, Result};
-use crate::guard::{Holding, LeaseState, LockGuard};
+use crate::guard::{Hold, Holding, LeaseState, LockGuard};
 use crate::keys::LockKeys;
 use crate::local::LocalTurn;
-use crate::pubsub::Subscription;
-use crate::scripts::{self, AcquireReply, ReleaseScope};
+use crate::scripts::{self, AcquireMode, AcquireReply, Terms};
+use crate::waiter::QueuedWait;
 use crate::watchdog::Registration;
 
 /// How long an acquired lock lasts without its holder.
@@ -117,7 +117,7 @@ impl Lock {
         let inner = &self.client.inner;
         inner.ensure_running()?;
         let started = Instant::now();
-        let turn = if wait {
+        let mut turn = if wait {
             inner.local.turn(self.keys.hash()).await
         } else {
             match inner.local.try_turn(self.keys.hash()) {
@@ -125,30 +125,70 @@ impl Lock {
                 None => return Ok(None),
             }
         };
-        let (owner, holder) = inner.new_owner();
-        let lease = self.lease_duration();
-        let mut subscription: Option<Subscription> = None;
+        inner.ensure_running()?;
+        let watchdog = self.lease == Lease::Watchdog;
+        let queued = match std::mem::take(turn.baton()) {
+            Baton::Held(carried) => match carried.pick_up(watchdog) {
+                Some((hold, token, budget)) => {
+                    hold.lease.put_turn(turn);
+                    tracing::debug!(lock = %self.name, token, "lock handed over locally");
+                    return Ok(Some(LockGuard::new(Holding::new(hold, token, budget))));
+                }
+                // Lost, or not for this lease mode: released in the background.
+                None => None,
+            },
+            Baton::Queued(queued) if wait => Some(queued),
+            Baton::Queued(queued) => {
+                // Not ours to wait in: left to the next task, or given back with the entry.
+                *turn.baton() = Baton::Queued(queued);
+                return Ok(None);
+            }
+            Baton::Free => None,
+        };
+        let mut waiter = queued.unwrap_or_else(|| QueuedWait::new(inner, self.keys.clone()));
+        let terms = self.terms();
+        let mode = if wait {
+            AcquireMode::Wait
+        } else {
+            AcquireMode::Try
+        };
+        let mut nap = inner.config.repoll_interval;
+        let mut look = !waiter.is_queued();
         loop {
             inner.ensure_running()?;
-            if let Some(subscription) = subscription.as_mut() {
-                subscription.mark_seen();
-            }
-            let sent_at = Instant::now();
-            match self.attempt(inner, &owner, lease).await? {
-                AcquireReply::Acquired(token) => {
-                    let guard = self.grant(turn, owner, holder, token, sent_at + lease);
-                    tracing::debug!(
-                        lock = %self.name,
-                        token,
-                        waited_ms = started.elapsed().as_millis() as u64,
-                        "lock acquired"
-                    );
+            if !look {
+                if let Some(grant) = waiter.wait(nap).await {
+                    let expires_at = waiter.grant_deadline(grant, terms.claim_ms);
+                    let guard = self.grant(turn, waiter.settle(), grant.token, expires_at);
+                    self.trace_acquired(&guard, started, "lock handed over by Redis");
                     return Ok(Some(guard));
                 }
-                AcquireReply::Held(pttl) if wait => {
-                    self.wait_for_release(&mut subscription, pttl).await;
+                inner.ensure_running()?;
+            }
+            look = false;
+            let sent_at = Instant::now();
+            match waiter.attempt(&terms, mode).await? {
+                AcquireReply::Acquired {
+                    token,
+                    lease_left_ms,
+                } => {
+                    let left = u64::try_from(lease_left_ms).unwrap_or(terms.lease_ms);
+                    let expires_at = sent_at + Duration::from_millis(left);
+                    let guard = self.grant(turn, waiter.settle(), token, expires_at);
+                    self.trace_acquired(&guard, started, "lock acquired");
+                    return Ok(Some(guard));
                 }
-                AcquireReply::Held(_) => return Ok(None),
+                AcquireReply::Waiting { lease_left_ms, .. } if wait => {
+                    // Woken by the grant; the nap bounds what a missed message or a dead
+                    // holder's lease running out can cost.
+                    nap = match u64::try_from(lease_left_ms) {
+                        Ok(ms) => {
+                            Duration::from_millis(ms.max(1)).min(inner.config.repoll_interval)
+                        }
+                        Err(_) => inner.config.repoll_interval,
+                    };
+                }
+                AcquireReply::Waiting { .. } => return Ok(None),
                 AcquireReply::NotOwner => {
                     return Err(LockError::new(
                         ErrorKind::Redis,
@@ -159,93 +199,74 @@ impl Lock {
         }
     }
 
-    fn lease_duration(&self) -> Duration {
+    fn trace_acquired(&self, guard: &LockGuard, started: Instant, how: &'static str) {
+        tracing::debug!(
+            lock = %self.name,
+            token = guard.fencing_token(),
+            waited_ms = started.elapsed().as_millis() as u64,
+            how
+        );
+    }
+
+    /// What this lock asks of Redis: its lease, how long a queued place lives without a
+    /// refresh, the lease of a hand-over from the queue, and the token block.
+    pub(crate) fn terms(&self) -> Terms {
+        let config = &self.client.inner.config;
+        let alive_ms = millis(config.waiter_alive());
         match self.lease {
-            Lease::Watchdog => self.client.inner.config.watchdog_lease,
-            Lease::Fixed(lease) => lease,
+            Lease::Watchdog => {
+                let lease_ms = millis(config.watchdog_lease);
+                Terms {
+                    lease_ms,
+                    alive_ms,
+                    // A waiter that died since its last refresh holds the lock this long at
+                    // most; a live one's watchdog extends it at its next tick.
+                    claim_ms: lease_ms.min(alive_ms),
+                    block: u64::from(config.local_handoff_limit) + 1,
+                }
+            }
+            Lease::Fixed(lease) => Terms {
+                lease_ms: millis(lease),
+                alive_ms,
+                claim_ms: millis(lease),
+                block: 1,
+            },
         }
     }
 
-    /// Sleeps until the lock may be free. The first call subscribes to the release channel
-    /// and returns once the server confirmed it, so the next look sees a release published
-    /// before the subscription landed. Later calls wake on a release message, when the
-    /// holder's lease runs out, or at the re-poll bound, whichever comes first.
-    async fn wait_for_release(&self, subscription: &mut Option<Subscription>, pttl: i64) {
-        let inner = &self.client.inner;
-        let repoll = inner.config.repoll_interval;
-        match subscription {
-            None => {
-                let fresh = subscription.insert(inner.pubsub.subscribe(self.keys.channel()));
-                fresh.confirmed(repoll).await;
-            }
-            Some(subscription) => {
-                let nap = match u64::try_from(pttl) {
-                    Ok(ms) => Duration::from_millis(ms.max(1)).min(repoll),
-                    // No expiry on the key: only a message or the re-poll tells.
-                    Err(_) => repoll,
-                };
-                subscription.wait(nap).await;
-            }
-        }
-    }
-
-    /// Builds the guard of a granted acquisition and hands its lease to the watchdog.
+    /// Builds the guard of an acquisition Redis granted and hands its lease to the watchdog.
     fn grant(
         &self,
-        turn: LocalTurn,
+        turn: LocalTurn<Baton>,
         owner: Arc<str>,
-        holder: u64,
         token: u64,
         expires_at: Instant,
     ) -> LockGuard {
         let inner = &self.client.inner;
         let lease = Arc::new(LeaseState::new(turn));
+        let watchdog_id = inner.new_holder_id();
+        let renewed = self.lease == Lease::Watchdog;
         inner.watchdog.register(Registration {
-            id: holder,
+            id: watchdog_id,
             keys: self.keys.clone(),
             owner: owner.clone(),
             lease: lease.clone(),
-            renew: self.lease == Lease::Watchdog,
+            renew: renewed,
             expires_at,
         });
-        LockGuard::new(Holding {
+        let terms = self.terms();
+        let budget = Budget::new(token, terms.block, inner.config.local_handoff_window);
+        let hold = Hold {
             inner: inner.clone(),
             name: self.name.clone(),
             keys: self.keys.clone(),
+            terms,
             owner,
-            token,
             lease,
-            watchdog_id: holder,
-            holds: AtomicUsize::new(1),
-        })
-    }
-
-    /// One run of the acquire script. If the caller leaves before seeing the answer
-    /// (cancelled, or the command timed out), a lock Redis may have granted is released.
-    async fn attempt(
-        &self,
-        inner: &Arc<Inner>,
-        owner: &Arc<str>,
-        lease: Duration,
-    ) -> Result<AcquireReply> {
-        let mut conn = inner.connections.get().await?;
-        let pending = PendingAcquire {
-            undo: Some(Undo {
-                inner: inner.clone(),
-                keys: self.keys.clone(),
-                owner: owner.clone(),
-                conn: conn.clone(),
-            }),
+            watchdog_id,
+            renewed,
         };
-        let lease_ms = lease.as_millis().max(1) as u64;
-        let reply = inner
-            .connections
-            .bounded(scripts::acquire(
-                &mut conn, &self.keys, owner, lease_ms, false,
-            ))
-            .await?;
-        pending.disarm();
-        Ok(reply)
+        LockGuard::new(Holding::new(Arc::new(hold), token, budget))
     }
 
     /// What Redis holds for this lock: owners, hold counts, lease left, last fencing token.
@@ -305,7 +326,8 @@ impl Lock {
         Ok(self.inspect().await?.holders.iter().map(|(_, n)| n).sum())
     }
 
-    /// Removes the lock whoever holds it and wakes its waiters; for operators. The holder
+    /// Removes the lock whoever holds it, and hands it to the first waiting instance; for
+    /// operators. The holder
     /// learns of it at its next renewal (its lost signal fires). Returns whether a lock was
     /// removed.
     ///
@@ -317,55 +339,10 @@ impl Lock {
         self.client
             .inner
             .connections
-            .run(|mut conn| async move { scripts::force_unlock(&mut conn, &keys).await })
+            .run(|mut conn| async move {
+                scripts::force_unlock(&mut conn, &keys, &self.client.inner.wake_prefix).await
+            })
             .await
-    }
-}
-
-/// Releases a lock Redis may have granted to an attempt whose caller never saw the answer.
-/// The undo goes out on the same multiplexed connection, so it runs after the attempt.
-struct PendingAcquire {
-    undo: Option<Undo>,
-}
-
-struct Undo {
-    inner: Arc<Inner>,
-    keys: Arc<LockKeys>,
-    owner: Arc<str>,
-    conn: redis::aio::MultiplexedConnection,
-}
-
-impl PendingAcquire {
-    fn disarm(mut self) {
-        self.undo = None;
-    }
-}
-
-impl Drop for PendingAcquire {
-    fn drop(&mut self) {
-        let Some(Undo {
-            inner,
-            keys,
-            owner,
-            mut conn,
-        }) = self.undo.take()
-        else {
-            return;
-        };
-        let runtime = inner.runtime.clone();
-        runtime.spawn(async move {
-            inner.connections.note_sent();
-            let undone = tokio::time::timeout(
-                inner.connections.command_timeout(),
-                scripts::release(&mut conn, &keys, &owner, ReleaseScope::All),
-            )
-            .await;
-            tracing::debug!(
-                lock = keys.hash(),
-                ?undone,
-                "released an acquisition nobody saw"
-            );
-        });
     }
 }
 
@@ -398,4 +375,10 @@ impl LockClient {
         }
         Ok(guards)
     }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }

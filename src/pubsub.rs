@@ -1,13 +1,14 @@
-//! The notification actor: ONE pub/sub connection per client serves every waiter.
+//! The notification actor: ONE pub/sub connection per client, subscribed to ONE channel, this
+//! instance's wake channel, whatever the number of locks it waits for.
 //!
-//! Waiters register a channel in a shared, reference-counted table (no await, no round trip)
-//! and nudge the actor, which subscribes and unsubscribes in batches, so a burst of new
-//! waiters costs one SUBSCRIBE. A waiter learns when its subscription is confirmed and when a
-//! release was announced through a `watch` value, so a message that lands between two looks
-//! is never lost. After a lost connection the actor reconnects with backoff, subscribes every
-//! channel again and wakes every waiter, because messages may have been missed meanwhile.
+//! A release that hands a lock to a waiter of this instance publishes
+//! `<owner id> <fencing token> <server ms>` there, so only that instance hears of it, and the
+//! actor passes it to that waiter only. A waiter registers its owner id in a shared table (no
+//! await, no round trip) before it joins a queue in Redis, so no grant can arrive unheard.
+//! After a lost connection the actor reconnects with backoff and wakes every waiter: grants
+//! may have been missed meanwhile, and the next look at the lock finds them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,8 +17,6 @@ use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until, timeout};
 
-/// Channels per SUBSCRIBE or UNSUBSCRIBE command.
-const BATCH: usize = 1_000;
 /// First reconnect delay after the connection is lost; doubles on each failure.
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest delay between reconnect attempts.
@@ -25,185 +24,139 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often an idle connection is checked with PING, so a silently dead one is noticed.
 const PING_INTERVAL: Duration = Duration::from_secs(5);
 
-/// What a waiter sees of its channel.
+/// A lock handed to a waiter by a release, as announced on the wake channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The first fencing token of the block reserved for the waiter.
+    pub(crate) token: u64,
+    /// The server's clock when the lock was handed over.
+    pub(crate) server_ms: u64,
+}
+
+/// What a waiter sees of its slot.
 #[derive(Debug, Clone, Copy, Default)]
-struct Signal {
-    /// Bumped on every release message, reconnect and shutdown.
+struct Wake {
+    /// Bumped on every (re)subscription and on shutdown: look at the lock again.
     wakeups: u64,
-    /// The server has confirmed the subscription on the current connection.
-    confirmed: bool,
+    grant: Option<Grant>,
 }
 
-#[derive(Debug)]
-struct Channel {
-    refs: usize,
-    signal: watch::Sender<Signal>,
-}
+type Slots = Arc<Mutex<HashMap<Arc<str>, watch::Sender<Wake>>>>;
 
-#[derive(Debug, Default)]
-struct Channels {
-    map: HashMap<String, Channel>,
-    /// Channels whose subscription may need to change at the server.
-    dirty: HashSet<String>,
-}
-
-impl Channels {
-    fn wake_all(&self, confirmed: Option<bool>) {
-        for channel in self.map.values() {
-            channel.signal.send_modify(|signal| {
-                signal.wakeups += 1;
-                if let Some(confirmed) = confirmed {
-                    signal.confirmed = confirmed;
-                }
-            });
-        }
+fn wake_all(slots: &Slots) {
+    for slot in slots.lock().expect("wake slots").values() {
+        slot.send_modify(|wake| wake.wakeups += 1);
     }
-}
-
-#[derive(Debug)]
-enum Command {
-    Flush,
-    Shutdown(oneshot::Sender<()>),
 }
 
 /// Handle on the notification actor. Cheap to clone; the actor ends with the last handle.
 #[derive(Debug, Clone)]
 pub(crate) struct PubSub {
-    channels: Arc<Mutex<Channels>>,
-    commands: mpsc::UnboundedSender<Command>,
+    slots: Slots,
+    shutdown: mpsc::UnboundedSender<oneshot::Sender<()>>,
 }
 
-/// One waiter's interest in one channel; dropping it releases the subscription.
+/// One waiting owner's slot; dropping it forgets the owner.
 #[derive(Debug)]
-pub(crate) struct Subscription {
-    pubsub: PubSub,
-    channel: String,
-    signal: watch::Receiver<Signal>,
+pub(crate) struct WakeSlot {
+    slots: Slots,
+    owner: Arc<str>,
+    wake: watch::Receiver<Wake>,
 }
 
 impl PubSub {
-    /// Spawns the actor on the current runtime. It connects in the background, so a Redis
-    /// that is down at start only delays wake-ups (waiters poll meanwhile).
-    pub(crate) fn start(client: redis::Client, command_timeout: Duration) -> Self {
-        let (commands, receiver) = mpsc::unbounded_channel();
-        let channels = Arc::new(Mutex::new(Channels::default()));
+    /// Spawns the actor on the current runtime, listening on `channel`. It connects in the
+    /// background, so a Redis that is down at start only delays wake-ups (waiters poll
+    /// meanwhile).
+    pub(crate) fn start(client: redis::Client, channel: String, command_timeout: Duration) -> Self {
+        let (shutdown, receiver) = mpsc::unbounded_channel();
+        let slots = Slots::default();
         let actor = Actor {
             client,
+            channel,
             command_timeout,
-            channels: channels.clone(),
-            commands: receiver,
+            slots: slots.clone(),
+            shutdown: receiver,
             connection: None,
-            server: HashSet::new(),
-            resync: true,
             backoff: MIN_BACKOFF,
             reconnect_at: Instant::now(),
         };
         tokio::spawn(actor.run());
-        Self { channels, commands }
+        Self { slots, shutdown }
     }
 
-    /// Registers interest in `channel`. The subscription is made in the background; await
-    /// [`Subscription::confirmed`] before relying on messages.
-    pub(crate) fn subscribe(&self, channel: &str) -> Subscription {
-        let (signal, created) = {
-            let mut channels = self.channels.lock().expect("pubsub channels");
-            let created = !channels.map.contains_key(channel);
-            let entry = channels
-                .map
-                .entry(channel.to_owned())
-                .or_insert_with(|| Channel {
-                    refs: 0,
-                    signal: watch::Sender::new(Signal::default()),
-                });
-            entry.refs += 1;
-            let signal = entry.signal.subscribe();
-            if created {
-                channels.dirty.insert(channel.to_owned());
-            }
-            (signal, created)
-        };
-        if created {
-            let _ = self.commands.send(Command::Flush);
-        }
-        Subscription {
-            pubsub: self.clone(),
-            channel: channel.to_owned(),
-            signal,
+    /// Registers `owner`, so a grant to it reaches the returned slot.
+    pub(crate) fn register(&self, owner: Arc<str>) -> WakeSlot {
+        let (sender, wake) = watch::channel(Wake::default());
+        self.slots
+            .lock()
+            .expect("wake slots")
+            .insert(owner.clone(), sender);
+        WakeSlot {
+            slots: self.slots.clone(),
+            owner,
+            wake,
         }
     }
 
     /// Stops the actor and wakes every waiter.
     pub(crate) async fn shutdown(&self) {
         let (done, finished) = oneshot::channel();
-        if self.commands.send(Command::Shutdown(done)).is_ok() {
+        if self.shutdown.send(done).is_ok() {
             let _ = finished.await;
         }
     }
 
-    /// How many channels this client is subscribed to or about to be.
-    pub(crate) fn channel_count(&self) -> usize {
-        self.channels.lock().expect("pubsub channels").map.len()
+    /// How many owners of this client wait in a Redis queue right now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.slots.lock().expect("wake slots").len()
     }
 }
 
-impl Subscription {
-    /// Waits until the server confirmed the subscription, for at most `bound`; without
-    /// confirmation (Redis down) the waiter goes on and polls.
-    pub(crate) async fn confirmed(&mut self, bound: Duration) {
-        let _ = timeout(bound, self.signal.wait_for(|signal| signal.confirmed)).await;
-    }
-
+impl WakeSlot {
     /// Marks every wake-up so far as seen; call before each look at the lock.
     pub(crate) fn mark_seen(&mut self) {
-        self.signal.borrow_and_update();
+        self.wake.borrow_and_update();
     }
 
-    /// Sleeps until a wake-up not yet seen, or `bound`.
-    pub(crate) async fn wait(&mut self, bound: Duration) {
+    /// Sleeps until the lock is granted to this owner (the grant), or a wake-up not yet
+    /// seen, or `bound` (`None`).
+    pub(crate) async fn wait(&mut self, bound: Duration) -> Option<Grant> {
+        if let Some(grant) = self.wake.borrow().grant {
+            return Some(grant);
+        }
         let deadline = Instant::now() + bound;
-        if let Ok(Err(_)) = timeout(bound, self.signal.changed()).await {
-            // The channel's sender is gone (only if the table was torn down): poll instead.
-            sleep_until(deadline).await;
+        match timeout(bound, self.wake.changed()).await {
+            Ok(Ok(())) => self.wake.borrow_and_update().grant,
+            Ok(Err(_)) => {
+                // The sender is gone (only if the table was torn down): poll instead.
+                sleep_until(deadline).await;
+                None
+            }
+            Err(_) => None,
         }
     }
 }
 
-impl Drop for Subscription {
+impl Drop for WakeSlot {
     fn drop(&mut self) {
-        let removed = {
-            let mut channels = self.pubsub.channels.lock().expect("pubsub channels");
-            let last = channels.map.get_mut(&self.channel).is_some_and(|entry| {
-                entry.refs -= 1;
-                entry.refs == 0
-            });
-            if last {
-                channels.map.remove(&self.channel);
-                channels.dirty.insert(std::mem::take(&mut self.channel));
-            }
-            last
-        };
-        if removed {
-            let _ = self.pubsub.commands.send(Command::Flush);
-        }
+        self.slots.lock().expect("wake slots").remove(&self.owner);
     }
 }
 
 struct Actor {
     client: redis::Client,
+    channel: String,
     command_timeout: Duration,
-    channels: Arc<Mutex<Channels>>,
-    commands: mpsc::UnboundedReceiver<Command>,
+    slots: Slots,
+    shutdown: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
     connection: Option<(PubSubSink, PubSubStream)>,
-    /// Channels the current connection is subscribed to.
-    server: HashSet<String>,
-    /// Every channel must be subscribed again (new connection).
-    resync: bool,
     backoff: Duration,
     reconnect_at: Instant,
 }
 
 enum Event {
-    Command(Option<Command>),
+    Shutdown(Option<oneshot::Sender<()>>),
     Message(Option<redis::Msg>),
     Reconnect,
     Ping,
@@ -217,7 +170,7 @@ impl Actor {
             let event = {
                 let stream = self.connection.as_mut().map(|(_, stream)| stream);
                 tokio::select! {
-                    command = self.commands.recv() => Event::Command(command),
+                    done = self.shutdown.recv() => Event::Shutdown(done),
                     message = async {
                         match stream {
                             Some(stream) => stream.next().await,
@@ -229,43 +182,50 @@ impl Actor {
                 }
             };
             match event {
-                Event::Command(None) => break,
-                Event::Command(Some(Command::Shutdown(done))) => {
-                    self.channels
-                        .lock()
-                        .expect("pubsub channels")
-                        .wake_all(None);
-                    let _ = done.send(());
+                Event::Shutdown(done) => {
+                    wake_all(&self.slots);
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
                     break;
                 }
-                Event::Command(Some(Command::Flush)) => {}
                 Event::Message(Some(message)) => self.deliver(&message),
                 Event::Message(None) => self.disconnect("the pub/sub connection closed"),
                 Event::Reconnect => self.connect().await,
                 Event::Ping => self.ping().await,
             }
-            if self.connection.is_some()
-                && let Err(err) = self.flush().await
-            {
-                self.disconnect(&err.to_string());
-            }
         }
     }
 
+    /// Passes a grant to the waiter it names; grants to owners that stopped waiting are
+    /// ignored, because their undo releases them.
     fn deliver(&self, message: &redis::Msg) {
-        let channels = self.channels.lock().expect("pubsub channels");
-        if let Some(channel) = channels.map.get(message.get_channel_name()) {
-            channel.signal.send_modify(|signal| signal.wakeups += 1);
+        let Some((owner, grant)) = parse_grant(message.get_payload_bytes()) else {
+            tracing::warn!(
+                channel = message.get_channel_name(),
+                "unreadable wake message"
+            );
+            return;
+        };
+        if let Some(slot) = self.slots.lock().expect("wake slots").get(owner) {
+            slot.send_modify(|wake| wake.grant = Some(grant));
         }
     }
 
     async fn connect(&mut self) {
-        match timeout(self.command_timeout, self.client.get_async_pubsub()).await {
-            Ok(Ok(pubsub)) => {
-                tracing::debug!("pub/sub connection established");
-                self.connection = Some(pubsub.split());
-                self.server.clear();
-                self.resync = true;
+        let connected = timeout(self.command_timeout, async {
+            let (mut sink, stream) = self.client.get_async_pubsub().await?.split();
+            sink.subscribe(&self.channel).await?;
+            Ok::<_, redis::RedisError>((sink, stream))
+        })
+        .await;
+        match connected {
+            Ok(Ok(connection)) => {
+                tracing::debug!(channel = %self.channel, "listening for wake-ups");
+                self.connection = Some(connection);
+                self.backoff = MIN_BACKOFF;
+                // Grants made while nobody listened are found by the waiters' next look.
+                wake_all(&self.slots);
             }
             Ok(Err(err)) => self.retry_later(&err.to_string()),
             Err(_) => self.retry_later("connecting timed out"),
@@ -295,84 +255,38 @@ impl Actor {
 
     fn disconnect(&mut self, reason: &str) {
         self.connection = None;
-        self.server.clear();
-        self.resync = true;
-        // Waiters look at their locks again at once and poll until the resubscription.
-        self.channels
-            .lock()
-            .expect("pubsub channels")
-            .wake_all(Some(false));
+        // Waiters look at their locks again at once and poll until the connection is back.
+        wake_all(&self.slots);
         self.retry_later(reason);
-    }
-
-    /// Brings the server's subscriptions in line with the table.
-    async fn flush(&mut self) -> redis::RedisResult<()> {
-        let resync = self.resync;
-        let (subscribe, unsubscribe) = {
-            let mut channels = self.channels.lock().expect("pubsub channels");
-            let dirty: Vec<String> = if resync {
-                channels.dirty.clear();
-                channels.map.keys().cloned().collect()
-            } else {
-                channels.dirty.drain().collect()
-            };
-            let (mut subscribe, mut unsubscribe) = (Vec::new(), Vec::new());
-            for name in dirty {
-                match (channels.map.get(&name), self.server.contains(&name)) {
-                    (Some(_), false) => subscribe.push(name),
-                    // Dropped and wanted again before the unsubscribe went out.
-                    (Some(channel), true) => {
-                        channel.signal.send_if_modified(|signal| {
-                            !std::mem::replace(&mut signal.confirmed, true)
-                        });
-                    }
-                    (None, true) => unsubscribe.push(name),
-                    (None, false) => {}
-                }
-            }
-            (subscribe, unsubscribe)
-        };
-        let Some((sink, _)) = self.connection.as_mut() else {
-            return Ok(());
-        };
-        let limit = self.command_timeout;
-        for batch in unsubscribe.chunks(BATCH) {
-            bounded(limit, sink.unsubscribe(batch)).await?;
-            for name in batch {
-                self.server.remove(name);
-            }
-        }
-        for batch in subscribe.chunks(BATCH) {
-            bounded(limit, sink.subscribe(batch)).await?;
-            self.server.extend(batch.iter().cloned());
-            let channels = self.channels.lock().expect("pubsub channels");
-            for name in batch {
-                if let Some(channel) = channels.map.get(name) {
-                    channel.signal.send_modify(|signal| {
-                        signal.confirmed = true;
-                        if resync {
-                            signal.wakeups += 1;
-                        }
-                    });
-                }
-            }
-        }
-        if resync {
-            self.resync = false;
-            self.backoff = MIN_BACKOFF;
-        }
-        Ok(())
     }
 }
 
-async fn bounded(
-    limit: Duration,
-    command: impl std::future::Future<Output = redis::RedisResult<()>>,
-) -> redis::RedisResult<()> {
-    timeout(limit, command).await.unwrap_or_else(|_| {
-        Err(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "pub/sub command timed out",
-        )))
-    })
+/// Reads `<owner id> <token> <server ms>`.
+fn parse_grant(payload: &[u8]) -> Option<(&str, Grant)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let mut parts = text.split(' ');
+    let owner = parts.next()?;
+    let token = parts.next()?.parse().ok()?;
+    let server_ms = parts.next()?.parse().ok()?;
+    Some((owner, Grant { token, server_ms }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grants_are_read_from_the_wake_message() {
+        let (owner, grant) = parse_grant(b"ab12:7 1763682600000001 1763682600000").unwrap();
+        assert_eq!(owner, "ab12:7");
+        assert_eq!(
+            grant,
+            Grant {
+                token: 1_763_682_600_000_001,
+                server_ms: 1_763_682_600_000
+            }
+        );
+        assert!(parse_grant(b"ab12:7 x 1").is_none());
+        assert!(parse_grant(b"ab12:7").is_none());
+    }
 }

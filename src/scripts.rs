@@ -1,27 +1,66 @@
-//! The Lua scripts, run with EVALSHA (redis-rs reloads them on NOSCRIPT).
+//! The Lua scripts, run with EVALSHA (redis-rs reloads them on NOSCRIPT). The scripts that
+//! hand a lock over share the queue functions of `scripts/queue.lua`.
 
 use std::sync::LazyLock;
 
-use redis::Script;
 use redis::aio::MultiplexedConnection;
+use redis::{Script, ScriptInvocation};
 
 use crate::keys::LockKeys;
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/acquire.lua")
+    ))
+});
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/release.lua")
+    ))
+});
+static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/force_unlock.lua")
+    ))
+});
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
-static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/force_unlock.lua")));
+
+/// What an owner asks of Redis when it takes a lock or waits for one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Terms {
+    /// Lease of a lock taken directly.
+    pub(crate) lease_ms: u64,
+    /// How long a place in the queue lives without a refresh.
+    pub(crate) alive_ms: u64,
+    /// Lease of a lock handed over from the queue, until the watchdog extends it.
+    pub(crate) claim_ms: u64,
+    /// Fencing tokens reserved per acquisition: one, plus the local hand-overs allowed.
+    pub(crate) block: u64,
+}
+
+/// How an acquire attempt may treat the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireMode {
+    /// Take it, or join (or keep a place in) the queue.
+    Wait,
+    /// Take it if free for this owner; never queue.
+    Try,
+    /// Add a hold for an owner that holds it; never take a free lock.
+    Reenter,
+}
 
 /// What the acquire script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// Taken; the fencing token (0 on a re-entry).
-    Acquired(u64),
-    /// Another owner holds it for this many more milliseconds (negative: no expiry or gone).
-    Held(i64),
+    /// This owner holds the lock: the first token of its block (0 on a re-entry) and the
+    /// lease left.
+    Acquired { token: u64, lease_left_ms: i64 },
+    /// Another owner holds it (lease left, negative when it has no expiry or is gone); the
+    /// server's clock when the script ran.
+    Waiting { lease_left_ms: i64, server_ms: u64 },
     /// A re-entry found the lock no longer held by this owner.
     NotOwner,
 }
@@ -31,28 +70,65 @@ pub(crate) enum AcquireReply {
 pub(crate) enum ReleaseScope {
     /// One hold (the normal release of one guard).
     One,
-    /// Every hold of the owner (an abandoned acquisition, or shutdown).
+    /// Every hold of the owner and its place in the queue (an acquisition nobody saw, or
+    /// shutdown).
     All,
+}
+
+/// What a hand-over release answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandoffReply {
+    /// Another instance got the lock; the next owner is queued behind it (server clock).
+    Passed { server_ms: u64 },
+    /// Nobody else waits: still held by the same owner, with a fresh token block.
+    Kept { token: u64 },
+    /// The owner no longer held the lock.
+    NotOwner,
+}
+
+fn invocation<'a>(script: &'a Script, keys: &LockKeys, wake: &str) -> ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    invocation
+        .key(keys.hash())
+        .key(keys.fence())
+        .key(keys.queue())
+        .key(keys.waiters())
+        .arg(wake);
+    invocation
+}
+
+fn with_terms(invocation: &mut ScriptInvocation<'_>, terms: &Terms) {
+    invocation
+        .arg(terms.alive_ms)
+        .arg(terms.claim_ms)
+        .arg(terms.block);
 }
 
 pub(crate) async fn acquire(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
+    wake: &str,
     owner: &str,
-    lease_ms: u64,
-    reenter_only: bool,
+    terms: &Terms,
+    mode: AcquireMode,
 ) -> redis::RedisResult<AcquireReply> {
-    let (status, value): (i64, i64) = ACQUIRE
-        .key(keys.hash())
-        .key(keys.fence())
-        .arg(lease_ms)
-        .arg(owner)
-        .arg(if reenter_only { "1" } else { "0" })
-        .invoke_async(conn)
-        .await?;
+    let mut invocation = invocation(&ACQUIRE, keys, wake);
+    invocation.arg(owner).arg(terms.lease_ms).arg(match mode {
+        AcquireMode::Wait => "wait",
+        AcquireMode::Try => "try",
+        AcquireMode::Reenter => "reenter",
+    });
+    with_terms(&mut invocation, terms);
+    let (status, first, second): (i64, i64, i64) = invocation.invoke_async(conn).await?;
     Ok(match status {
-        1 => AcquireReply::Acquired(value.max(0) as u64),
-        0 => AcquireReply::Held(value),
+        1 => AcquireReply::Acquired {
+            token: first.max(0) as u64,
+            lease_left_ms: second,
+        },
+        0 => AcquireReply::Waiting {
+            lease_left_ms: first,
+            server_ms: second.max(0) as u64,
+        },
         _ => AcquireReply::NotOwner,
     })
 }
@@ -61,20 +137,42 @@ pub(crate) async fn acquire(
 pub(crate) async fn release(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
+    wake: &str,
     owner: &str,
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
-    let left: i64 = RELEASE
-        .key(keys.hash())
-        .key(keys.channel())
-        .arg(owner)
-        .arg(match scope {
-            ReleaseScope::One => "one",
-            ReleaseScope::All => "all",
-        })
-        .invoke_async(conn)
-        .await?;
+    let mut invocation = invocation(&RELEASE, keys, wake);
+    invocation.arg(owner).arg(match scope {
+        ReleaseScope::One => "one",
+        ReleaseScope::All => "all",
+    });
+    let (left, _, _): (i64, i64, i64) = invocation.invoke_async(conn).await?;
     Ok(u64::try_from(left).ok())
+}
+
+/// Releases the last hold of `owner` while `next_owner`, a task of the same instance, waits.
+pub(crate) async fn handoff(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    wake: &str,
+    owner: &str,
+    next_owner: &str,
+    terms: &Terms,
+) -> redis::RedisResult<HandoffReply> {
+    let mut invocation = invocation(&RELEASE, keys, wake);
+    invocation.arg(owner).arg("handoff").arg(next_owner);
+    with_terms(&mut invocation, terms);
+    invocation.arg(terms.lease_ms);
+    let (left, outcome, value): (i64, i64, i64) = invocation.invoke_async(conn).await?;
+    Ok(match (left, outcome) {
+        (-1, _) => HandoffReply::NotOwner,
+        (_, 2) => HandoffReply::Kept {
+            token: value.max(0) as u64,
+        },
+        _ => HandoffReply::Passed {
+            server_ms: value.max(0) as u64,
+        },
+    })
 }
 
 /// Renews `(hash, owner)` pairs in one call; answers per pair whether it is still held.
@@ -95,10 +193,9 @@ pub(crate) async fn renew(
 pub(crate) async fn force_unlock(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
+    wake: &str,
 ) -> redis::RedisResult<bool> {
-    let removed: i64 = FORCE_UNLOCK
-        .key(keys.hash())
-        .key(keys.channel())
+    let removed: i64 = invocation(&FORCE_UNLOCK, keys, wake)
         .invoke_async(conn)
         .await?;
     Ok(removed == 1)

@@ -51,17 +51,23 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    /// Spawns the actor on the current runtime.
+    /// Spawns the actor on the current runtime: every `tick` it renews the leases that are
+    /// `renew_interval` old, and any lease with less than a full lease left (a hand-over's
+    /// claim lease).
     pub(crate) fn start(
         connections: Arc<Connections>,
+        wake_prefix: String,
         lease: Duration,
         renew_interval: Duration,
+        tick: Duration,
     ) -> Self {
         let (commands, receiver) = mpsc::unbounded_channel();
         let actor = Actor {
             connections,
+            wake_prefix,
             lease,
             renew_interval,
+            tick,
             commands: receiver,
             entries: HashMap::new(),
             deadlines: BTreeSet::new(),
@@ -96,8 +102,11 @@ impl Watchdog {
 
 struct Actor {
     connections: Arc<Connections>,
+    /// Releases at shutdown hand the lock to the next waiting instance.
+    wake_prefix: String,
     lease: Duration,
     renew_interval: Duration,
+    tick: Duration,
     commands: mpsc::UnboundedReceiver<Command>,
     entries: HashMap<u64, Registration>,
     deadlines: BTreeSet<(Instant, u64)>,
@@ -105,8 +114,7 @@ struct Actor {
 
 impl Actor {
     async fn run(mut self) {
-        let mut tick =
-            tokio::time::interval_at(Instant::now() + self.renew_interval, self.renew_interval);
+        let mut tick = tokio::time::interval_at(Instant::now() + self.tick, self.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next_deadline = self.deadlines.first().map(|(at, _)| *at);
@@ -156,9 +164,14 @@ impl Actor {
     }
 
     async fn renew(&mut self) {
+        // Due: renewed at least `renew_interval` ago, i.e. less than `lease - renew_interval`
+        // left; the deadlines are ordered, so only the due ones are visited.
+        let due = Instant::now() + self.lease.saturating_sub(self.renew_interval);
         let batch: Vec<(u64, Arc<LockKeys>, Arc<str>)> = self
-            .entries
-            .values()
+            .deadlines
+            .iter()
+            .take_while(|(at, _)| *at <= due)
+            .filter_map(|(_, id)| self.entries.get(id))
             .filter(|entry| entry.renew)
             .map(|entry| (entry.id, entry.keys.clone(), entry.owner.clone()))
             .collect();
@@ -240,10 +253,18 @@ impl Actor {
         let entries: Vec<Registration> = self.entries.drain().map(|(_, entry)| entry).collect();
         self.deadlines.clear();
         let connections = &self.connections;
+        let wake_prefix = self.wake_prefix.as_str();
         join_all(entries.iter().map(|entry| async move {
             let released = connections
                 .run(|mut conn| async move {
-                    scripts::release(&mut conn, &entry.keys, &entry.owner, ReleaseScope::All).await
+                    scripts::release(
+                        &mut conn,
+                        &entry.keys,
+                        wake_prefix,
+                        &entry.owner,
+                        ReleaseScope::All,
+                    )
+                    .await
                 })
                 .await;
             if let Err(err) = released {

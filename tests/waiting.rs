@@ -1,11 +1,11 @@
-//! Waiting for a lock against a real redis-server: pub/sub wake-ups, the re-poll bound when
-//! messages are missed, many keys on one connection, and cancel-safety.
+//! Waiting for a lock against a real redis-server: the Redis queue and its wake messages, the
+//! re-poll bound when messages are missed, many keys on one connection, and cancel-safety.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{RedisServer, client, eventually, subscribers};
+use support::{RedisServer, client, eventually, queued, subscribers, wake_channel};
 use tokio::task::JoinHandle;
 use tower_redis_lock::{LockClient, LockGuard};
 
@@ -25,8 +25,7 @@ async fn client_with_repoll(server: &RedisServer, repoll: Duration) -> LockClien
 }
 
 /// Takes `name` with `holder`, starts a task of `waiter` waiting for it, and returns once the
-/// waiter is subscribed to the release channel. The task yields when it acquired, and the
-/// guard.
+/// waiter is queued in Redis. The task yields when it acquired, and the guard.
 async fn contest(
     server: &RedisServer,
     holder: &LockClient,
@@ -35,14 +34,13 @@ async fn contest(
 ) -> (LockGuard, JoinHandle<(Instant, LockGuard)>) {
     let guard = holder.lock(name).unwrap().acquire().await.unwrap();
     let lock = waiter.lock(name).unwrap();
-    let channel = lock.keys().channel().to_owned();
     let waiting = tokio::spawn(async move {
         let guard = lock.acquire().await.unwrap();
         (Instant::now(), guard)
     });
     assert!(
-        eventually(SLACK, || subscribers(server, &channel) == 1).await,
-        "the waiter subscribed to {channel}"
+        eventually(SLACK, || queued(server, name).len() == 1).await,
+        "the waiter queued for {name}"
     );
     (guard, waiting)
 }
@@ -97,9 +95,9 @@ async fn a_killed_pubsub_connection_costs_at_most_the_repoll_bound() {
     let waiter = client_with_repoll(&server, repoll).await;
     let (guard, waiting) = contest(&server, &holder, &waiter, "cut").await;
 
-    // The message of this release is published while the waiter has no subscription.
+    // The grant of this release is published while the waiter has no subscription.
     let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
-    assert_eq!(killed, 1);
+    assert_eq!(killed, 2, "the pub/sub connections of both clients");
     guard.release().await.unwrap();
     acquired_within(
         repoll + SLACK,
@@ -110,17 +108,17 @@ async fn a_killed_pubsub_connection_costs_at_most_the_repoll_bound() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_killed_pubsub_connection_every_channel_is_subscribed_again() {
+async fn after_a_killed_pubsub_connection_the_wake_channel_is_subscribed_again() {
     let server = RedisServer::start();
     let holder = client(&server).await;
     let waiter = client_with_repoll(&server, NEVER_POLL).await;
     let (guard, waiting) = contest(&server, &holder, &waiter, "again").await;
-    let channel = "lock:{again}:released";
+    let channel = wake_channel(&waiter);
     let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
-    assert_eq!(killed, 1);
-    assert!(eventually(SLACK, || subscribers(&server, channel) == 0).await);
+    assert_eq!(killed, 2, "the pub/sub connections of both clients");
+    assert!(eventually(SLACK, || subscribers(&server, &channel) == 0).await);
     let resubscribed = eventually(Duration::from_secs(10), || {
-        subscribers(&server, channel) == 1
+        subscribers(&server, &channel) == 1
     });
     assert!(
         resubscribed.await,
@@ -157,17 +155,25 @@ async fn ten_thousand_keys_are_awaited_on_one_pubsub_connection() {
         })
         .collect();
 
-    let server_channels = || {
-        let channels: Vec<String> = server.cmd(&["PUBSUB", "CHANNELS", "lock:*"]);
-        channels.len()
-    };
+    // Each key: its hash and fence, and once the waiter queued, its queue and terms.
+    let keys_in_redis = || server.cmd::<usize>(&["DBSIZE"]);
     assert!(
-        eventually(Duration::from_secs(30), || server_channels() == KEYS).await,
-        "every key is subscribed"
+        eventually(Duration::from_secs(30), || keys_in_redis() == 4 * KEYS).await,
+        "every key has the waiter queued"
     );
-    assert_eq!(waiter.subscribed_channels(), KEYS);
+    assert_eq!(waiter.queued_waiters(), KEYS);
+    let channels: Vec<String> = server.cmd(&["PUBSUB", "CHANNELS", "lock:*"]);
+    assert_eq!(
+        channels.len(),
+        2,
+        "one wake channel per client: {channels:?}"
+    );
     let pubsub_clients: String = server.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]);
-    assert_eq!(pubsub_clients.lines().count(), 1, "one pub/sub connection");
+    assert_eq!(
+        pubsub_clients.lines().count(),
+        2,
+        "one pub/sub connection per client"
+    );
 
     drop(held);
     let woken = tokio::time::timeout(
@@ -178,8 +184,8 @@ async fn ten_thousand_keys_are_awaited_on_one_pubsub_connection() {
     .expect("every waiter is woken by its release message");
     let guards: Vec<_> = woken.into_iter().map(Result::unwrap).collect();
     assert_eq!(guards.len(), KEYS);
-    assert!(eventually(Duration::from_secs(10), || server_channels() == 0).await);
-    assert_eq!(waiter.subscribed_channels(), 0);
+    assert_eq!(waiter.queued_waiters(), 0);
+    assert_eq!(keys_in_redis(), 2 * KEYS, "no queue is left");
     drop(guards);
     assert!(
         eventually(Duration::from_secs(10), || waiter.local_keys() == 0
@@ -189,18 +195,17 @@ async fn ten_thousand_keys_are_awaited_on_one_pubsub_connection() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_dropped_while_waiting_leaves_no_lock_and_no_subscription() {
+async fn a_waiter_dropped_while_waiting_leaves_no_lock_and_no_place_in_the_queue() {
     let server = RedisServer::start();
     let (holder, waiter) = (client(&server).await, client(&server).await);
     let (guard, waiting) = contest(&server, &holder, &waiter, "dropped").await;
-    let channel = "lock:{dropped}:released";
     assert_eq!(waiter.local_keys(), 1);
 
     waiting.abort();
     assert!(waiting.await.unwrap_err().is_cancelled());
     assert_eq!(waiter.local_keys(), 0);
-    assert_eq!(waiter.subscribed_channels(), 0);
-    assert!(eventually(SLACK, || subscribers(&server, channel) == 0).await);
+    assert_eq!(waiter.queued_waiters(), 0);
+    assert!(eventually(SLACK, || queued(&server, "dropped").is_empty()).await);
     guard.release().await.unwrap();
     assert!(!holder.lock("dropped").unwrap().is_locked().await.unwrap());
 }
@@ -302,7 +307,7 @@ async fn waiters_of_one_client_queue_locally_and_only_the_head_talks_to_redis() 
         // Let task i join the local queue before task i + 1 is spawned.
         tokio::task::yield_now().await;
     }
-    assert!(eventually(SLACK, || subscribers(&server, "lock:{queue}:released") == 1).await);
+    assert!(eventually(SLACK, || queued(&server, "queue").len() == 1).await);
     // Five tasks wait, but only the head of the local queue looks at the lock: over a
     // window of ten re-polls Redis runs about ten acquire scripts, not fifty.
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);

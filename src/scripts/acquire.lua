@@ -1,32 +1,36 @@
--- Acquire a lock, or re-enter one this owner holds.
--- KEYS[1] the lock hash (field = owner id, value = hold count), KEYS[2] the fencing counter
--- ARGV[1] lease in ms, ARGV[2] owner id, ARGV[3] '1' to re-enter only (never take a free lock)
--- Returns {1, token} when taken ({1, 0} on a re-entry), {0, pttl} while another owner holds
--- it, {-1, 0} when a re-entry finds the lock no longer held by this owner.
-local owner = ARGV[2]
-if redis.call('exists', KEYS[1]) == 0 then
-  if ARGV[3] == '1' then
-    return {-1, 0}
-  end
-  local token
-  if redis.call('exists', KEYS[2]) == 1 then
-    token = redis.call('incr', KEYS[2])
-  else
-    -- First use, or Redis lost its data: start at the server time in microseconds, which is
-    -- past every token handed out before (one key never sees a million grants a second).
-    local now = redis.call('time')
-    token = redis.call('incrby', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
-  end
-  redis.call('hset', KEYS[1], owner, 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return {1, token}
-end
+-- Acquire a lock, wait in its queue, or re-enter it.
+-- ARGV[2] owner id, ARGV[3] lease ms, ARGV[4] mode: 'wait' (join or keep a place in the queue
+-- when the lock is not free for this owner), 'try' (never queue), 'reenter' (add a hold, never
+-- take); ARGV[5] waiter liveness ms, ARGV[6] claim lease ms, ARGV[7] token block size.
+-- Returns {1, first token, lease left ms} when this owner holds the lock (token 0 on a
+-- re-entry), {0, holder's lease left ms, server time ms} when it does not, and {-1, 0, 0} when
+-- a re-entry finds the lock no longer held by this owner.
+local owner, mode = ARGV[2], ARGV[4]
+local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
 if redis.call('hexists', KEYS[1], owner) == 1 then
-  -- A re-entry adds a hold and keeps the current lease.
-  redis.call('hincrby', KEYS[1], owner, 1)
-  return {1, 0}
+  if mode == 'reenter' then
+    -- A re-entry adds a hold and keeps the current lease.
+    redis.call('hincrby', KEYS[1], owner, 1)
+    return {1, 0, redis.call('pttl', KEYS[1])}
+  end
+  -- Granted from the queue while this waiter was not listening (a wake message missed):
+  -- the fencing counter still ends with the block reserved for it.
+  return {1, tonumber(redis.call('get', KEYS[2])) - block + 1, redis.call('pttl', KEYS[1])}
 end
-if ARGV[3] == '1' then
-  return {-1, 0}
+if mode == 'reenter' then
+  return {-1, 0, 0}
 end
-return {0, redis.call('pttl', KEYS[1])}
+local now = now_ms()
+if redis.call('exists', KEYS[1]) == 0 then
+  local head = live_head(now)
+  if not head or head == owner then
+    dequeue(owner)
+    return {1, take(owner, lease, block), lease}
+  end
+  -- Free, but others queued first: the first of them gets it.
+  grant_head(now)
+end
+if mode == 'wait' then
+  enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block)
+end
+return {0, redis.call('pttl', KEYS[1]), now}

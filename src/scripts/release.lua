@@ -1,21 +1,42 @@
--- Release one hold of a lock, or every hold of one owner.
--- KEYS[1] the lock hash, KEYS[2] the release channel
--- ARGV[1] owner id, ARGV[2] 'all' to drop every hold of this owner, anything else for one
--- Returns the owner's remaining hold count, or -1 when the owner holds nothing.
-local count = redis.call('hget', KEYS[1], ARGV[1])
+-- Release holds of a lock; when the last goes, the first live waiter gets the lock.
+-- ARGV[2] owner id, ARGV[3] scope: 'one' (one hold), 'all' (every hold, and the owner's place in
+-- the queue: an acquisition nobody saw, or shutdown), 'handoff' (the last hold while more
+-- tasks of this instance wait: pass the lock to the first live waiter and queue ARGV[4]
+-- behind it, or keep it with a fresh token block when nobody else waits);
+-- ARGV[4] owner id queued for this instance's next task, ARGV[5] waiter liveness ms,
+-- ARGV[6] claim lease ms, ARGV[7] token block size, ARGV[8] lease ms of a kept lock.
+-- Returns {holds left, 0, 0}, or {-1, 0, 0} when the owner held nothing; 'handoff' returns
+-- {0, 1, server time ms} when the lock was passed on, {1, 2, first token} when it was kept.
+local owner, scope = ARGV[2], ARGV[3]
+if scope == 'all' then
+  dequeue(owner)
+end
+local count = redis.call('hget', KEYS[1], owner)
 if not count then
-  return -1
+  return {-1, 0, 0}
+end
+local now = now_ms()
+if scope == 'handoff' then
+  local head = live_head(now)
+  if not head then
+    redis.call('pexpire', KEYS[1], ARGV[8])
+    return {1, 2, reserve_tokens(tonumber(ARGV[7]))}
+  end
+  redis.call('hdel', KEYS[1], owner)
+  grant_head(now)
+  enqueue(ARGV[4], now, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
+  return {0, 1, now}
 end
 local left = 0
-if ARGV[2] ~= 'all' then
+if scope == 'one' then
   left = tonumber(count) - 1
 end
 if left > 0 then
-  redis.call('hset', KEYS[1], ARGV[1], left)
-  return left
+  redis.call('hset', KEYS[1], owner, left)
+  return {left, 0, 0}
 end
-redis.call('hdel', KEYS[1], ARGV[1])
+redis.call('hdel', KEYS[1], owner)
 if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('publish', KEYS[2], 'released')
+  grant_head(now)
 end
-return 0
+return {0, 0, 0}

@@ -198,6 +198,16 @@ pub async fn eventually(bound: Duration, mut condition: impl FnMut() -> bool) ->
     }
 }
 
+/// The owner ids queued in Redis for the lock `name` (default prefix), first first.
+pub fn queued(server: &RedisServer, name: &str) -> Vec<String> {
+    server.cmd(&["ZRANGE", &format!("lock:{{{name}}}:queue"), "0", "-1"])
+}
+
+/// The channel a client hears its grants on (default prefix).
+pub fn wake_channel(client: &LockClient) -> String {
+    format!("lock:wake:{}", client.instance_id())
+}
+
 /// How many clients the server has subscribed to `channel`.
 pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
     let reply: (String, i64) = redis::cmd("PUBSUB")

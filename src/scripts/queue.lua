@@ -1,0 +1,86 @@
+-- Shared by the scripts that hand a lock over (prepended to each of them).
+-- KEYS[1] the lock hash (owner id -> hold count), KEYS[2] the fencing counter,
+-- KEYS[3] the queue of waiting instances (sorted set: owner id -> arrival number),
+-- KEYS[4] the waiters' terms (hash: owner id -> '<alive until ms> <claim lease ms> <token block>').
+-- ARGV[1] the wake channel prefix: a waiter's instance listens on that prefix and its instance id.
+
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Reserves `block` fencing tokens and returns the first: one for the acquisition, the rest
+-- for the local hand-overs its instance may make without coming back to Redis.
+local function reserve_tokens(block)
+  if redis.call('exists', KEYS[2]) == 0 then
+    -- First use, or Redis lost its data: start at the server time in microseconds, which is
+    -- past every token handed out before (one lock never uses a million tokens a second).
+    local t = redis.call('time')
+    redis.call('set', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  return redis.call('incrby', KEYS[2], block) - block + 1
+end
+
+local function take(owner, lease_ms, block)
+  redis.call('hset', KEYS[1], owner, 1)
+  redis.call('pexpire', KEYS[1], lease_ms)
+  return reserve_tokens(block)
+end
+
+local function dequeue(owner)
+  redis.call('zrem', KEYS[3], owner)
+  redis.call('hdel', KEYS[4], owner)
+end
+
+-- Puts `owner` at the back of the queue, or keeps its place, and extends its liveness.
+local function enqueue(owner, now, alive_ms, claim_ms, block)
+  if not redis.call('zscore', KEYS[3], owner) then
+    local last = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES')
+    local arrival = 1
+    if last[2] then
+      arrival = tonumber(last[2]) + 1
+    end
+    redis.call('zadd', KEYS[3], arrival, owner)
+  end
+  redis.call('hset', KEYS[4], owner, string.format('%d %d %d', now + alive_ms, claim_ms, block))
+  -- The queue vanishes on its own once every waiter has stopped refreshing its place.
+  local keep = 2 * alive_ms
+  for i = 3, 4 do
+    if redis.call('pttl', KEYS[i]) < keep then
+      redis.call('pexpire', KEYS[i], keep)
+    end
+  end
+end
+
+-- The first waiter whose liveness has not run out; dead ones are dropped on the way.
+local function live_head(now)
+  while true do
+    local head = redis.call('zrange', KEYS[3], 0, 0)[1]
+    if not head then
+      return nil
+    end
+    local terms = redis.call('hget', KEYS[4], head)
+    if terms then
+      local alive, claim, block = string.match(terms, '^(%d+) (%d+) (%d+)$')
+      if alive and tonumber(alive) >= now then
+        return head, tonumber(claim), tonumber(block)
+      end
+    end
+    dequeue(head)
+  end
+end
+
+-- Hands a free lock to the first live waiter and tells that waiter's instance, and only it.
+-- The claim lease is short, so a waiter that died since its last refresh holds the lock only
+-- briefly; the live one's watchdog extends it to the full lease.
+local function grant_head(now)
+  local head, claim, block = live_head(now)
+  if not head then
+    return
+  end
+  dequeue(head)
+  local token = take(head, claim, block)
+  local instance = string.match(head, '^([^:]+)')
+  redis.call('publish', ARGV[1] .. instance, string.format('%s %d %d', head, token, now))
+end
+
