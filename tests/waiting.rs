@@ -312,8 +312,7 @@ async fn waiters_of_one_client_queue_locally_and_only_the_head_talks_to_redis() 
     // window of ten re-polls Redis runs about ten acquire scripts, not fifty.
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
     tokio::time::sleep(repoll * 10).await;
-    let stats: String = server.cmd(&["INFO", "commandstats"]);
-    let scripts = evalsha_calls(&stats);
+    let scripts = support::command_calls(&server, "evalsha");
     assert!(scripts <= 15, "{scripts} acquire scripts in ten re-polls");
     // A different key of the same client is not held up by the queue.
     let unrelated = waiter
@@ -336,13 +335,4 @@ async fn waiters_of_one_client_queue_locally_and_only_the_head_talks_to_redis() 
         order.push(i);
     }
     assert_eq!(order, vec![0, 1, 2, 3, 4]);
-}
-
-/// The number of EVALSHA calls in an `INFO commandstats` reply.
-fn evalsha_calls(stats: &str) -> u64 {
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().expect("a count"))
 }

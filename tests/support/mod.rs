@@ -208,6 +208,18 @@ pub fn wake_channel(client: &LockClient) -> String {
     format!("lock:wake:{}", client.instance_id())
 }
 
+/// How many times the server ran `command` since the last `CONFIG RESETSTAT` (commands run
+/// inside scripts included).
+pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = server.cmd(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a count"))
+}
+
 /// How many clients the server has subscribed to `channel`.
 pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
     let reply: (String, i64) = redis::cmd("PUBSUB")

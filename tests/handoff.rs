@@ -1,0 +1,265 @@
+//! Handing a lock over against a real redis-server: one woken instance per release, in
+//! arrival order; a dead waiting instance blocks the queue only briefly; tasks of one client
+//! hand the lock over without Redis, within the budget, with tokens and lost signals intact.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::{ChildGuard, RedisServer, client, command_calls, eventually, queued};
+use tokio::sync::mpsc;
+use tower_redis_lock::{LockClient, LockGuard, LostReason};
+
+/// Bound for waits that normally take milliseconds; generous because CI machines are shared
+/// and a debug build on two cores can stall for a while.
+const SLACK: Duration = Duration::from_secs(2);
+/// A re-poll bound far longer than these tests: whatever moves the lock here is a release,
+/// not a waiter polling.
+const NEVER_POLL: Duration = Duration::from_secs(60);
+
+/// Loads the scripts into the server's cache, so the counts below are one EVALSHA per script
+/// run (the first run of a script is counted twice: refused, then loaded and run).
+async fn warm_scripts(locks: &LockClient) {
+    let lock = locks.lock("warm-up").unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+}
+
+async fn client_with(server: &RedisServer, limit: u32, repoll: Duration) -> LockClient {
+    LockClient::builder(&server.url())
+        .local_handoff_limit(limit)
+        .local_handoff_window(Duration::from_secs(60))
+        .repoll_interval(repoll)
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_one_waiting_instance_in_arrival_order() {
+    const CLIENTS: usize = 8;
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    warm_scripts(&holder).await;
+    let first = holder.lock("herd").unwrap().acquire().await.unwrap();
+    let (acquired_tx, mut acquired_rx) = mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for i in 0..CLIENTS {
+        let locks = client_with(&server, 16, NEVER_POLL).await;
+        let acquired_tx = acquired_tx.clone();
+        let lock = locks.lock("herd").unwrap();
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            acquired_tx.send(i).unwrap();
+            guard.release().await.unwrap();
+            locks
+        }));
+        // Queue the clients one after the other, so their arrival order is known.
+        assert!(eventually(SLACK, || queued(&server, "herd").len() == i + 1).await);
+    }
+
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    first.release().await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..CLIENTS {
+        let next = tokio::time::timeout(SLACK, acquired_rx.recv()).await;
+        order.push(next.expect("each release hands the lock on").unwrap());
+    }
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert_eq!(order, (0..CLIENTS).collect::<Vec<_>>(), "arrival order");
+    // Eight releases: each published one wake message to one instance, and no instance
+    // looked at the lock again (a herd would show up as failed acquire scripts).
+    assert_eq!(command_calls(&server, "publish"), CLIENTS as u64);
+    assert_eq!(command_calls(&server, "evalsha"), CLIENTS as u64 + 1);
+    assert!(queued(&server, "herd").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_waiting_instance_blocks_the_queue_for_a_claim_lease_not_a_full_lease() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let held = holder.lock("orphan").unwrap().acquire().await.unwrap();
+    // Another process queues first, then dies without a word.
+    let mut doomed = ChildGuard(
+        Command::new(support::example_path("lockctl"))
+            .args(["--url", &server.url(), "hold", "orphan", "--for", "1s"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("lockctl starts"),
+    );
+    assert!(eventually(SLACK * 5, || queued(&server, "orphan").len() == 1).await);
+    let survivor = client_with(&server, 16, Duration::from_millis(200)).await;
+    let waiting = {
+        let lock = survivor.lock("orphan").unwrap();
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    assert!(eventually(SLACK, || queued(&server, "orphan").len() == 2).await);
+    doomed.0.kill().expect("SIGKILL the waiting process");
+    doomed.0.wait().unwrap();
+
+    held.release().await.unwrap();
+    // The dead process was first: it gets the lock with a claim lease of three of its
+    // re-polls (3 s), or is skipped once its place expired. Either way the survivor has the
+    // lock long before the 30 s lease a holder gets.
+    let bound = Duration::from_secs(3) + SLACK * 2;
+    let guard = tokio::time::timeout(bound, waiting)
+        .await
+        .expect("the survivor gets the lock within the claim lease")
+        .unwrap();
+    assert!(guard.is_held());
+}
+
+/// Tasks of one client, each waiting for `name` and sending its guard's token and owner when
+/// it holds the lock, then releasing it.
+fn queue_tasks(
+    locks: &LockClient,
+    name: &str,
+    tasks: usize,
+) -> (
+    Vec<tokio::task::JoinHandle<()>>,
+    mpsc::UnboundedReceiver<(usize, u64, String)>,
+) {
+    let (held_tx, held_rx) = mpsc::unbounded_channel();
+    let handles = (0..tasks)
+        .map(|i| {
+            let (lock, held_tx) = (locks.lock(name).unwrap(), held_tx.clone());
+            tokio::spawn(async move {
+                let guard = lock.acquire().await.unwrap();
+                held_tx
+                    .send((i, guard.fencing_token(), guard.owner_id().to_owned()))
+                    .unwrap();
+                guard.release().await.unwrap();
+            })
+        })
+        .collect();
+    (handles, held_rx)
+}
+
+// One thread, so that each spawned task joins the local queue before the next one.
+#[tokio::test(flavor = "current_thread")]
+async fn tasks_of_one_client_hand_the_lock_over_without_redis_with_growing_tokens() {
+    let server = RedisServer::start();
+    let locks = client_with(&server, 16, NEVER_POLL).await;
+    warm_scripts(&locks).await;
+    let first = locks.lock("cohort").unwrap().acquire().await.unwrap();
+    let (tasks, mut held_rx) = queue_tasks(&locks, "cohort", 5);
+    tokio::task::yield_now().await;
+    assert_eq!(locks.local_keys(), 1);
+
+    let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let (first_token, owner) = (first.fencing_token(), first.owner_id().to_owned());
+    first.release().await.unwrap();
+    let mut tokens = vec![first_token];
+    for expected in 0..5 {
+        let (i, token, task_owner) = held_rx.recv().await.unwrap();
+        assert_eq!(i, expected, "local FIFO order");
+        assert_eq!(task_owner, owner, "the same Redis acquisition, handed over");
+        tokens.push(token);
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Five hand-overs, then one release: a single script, and consecutive tokens from the
+    // block the first acquisition reserved.
+    assert_eq!(command_calls(&server, "evalsha"), 1);
+    assert_eq!(tokens, (first_token..first_token + 6).collect::<Vec<_>>());
+    let fence: u64 = server.cmd(&["GET", "lock:{cohort}:fence"]);
+    assert_eq!(fence, first_token + 16, "the block's end");
+    assert!(!locks.lock("cohort").unwrap().is_locked().await.unwrap());
+
+    // The next Redis acquisition, here or anywhere, reserves a block above it.
+    let other = client(&server).await;
+    let next = other.lock("cohort").unwrap().acquire().await.unwrap();
+    assert_eq!(next.fencing_token(), fence + 1);
+}
+
+// One thread, so that each spawned task joins the local queue before the next one.
+#[tokio::test(flavor = "current_thread")]
+async fn past_the_budget_the_lock_goes_through_redis_to_the_waiting_instance() {
+    let server = RedisServer::start();
+    let (here, there) = (
+        client_with(&server, 2, NEVER_POLL).await,
+        client_with(&server, 2, NEVER_POLL).await,
+    );
+    let first = here.lock("budget").unwrap().acquire().await.unwrap();
+    let (local_tasks, mut local_rx) = queue_tasks(&here, "budget", 4);
+    tokio::task::yield_now().await;
+    let (remote_tasks, mut remote_rx) = queue_tasks(&there, "budget", 1);
+    assert!(eventually(SLACK, || queued(&server, "budget").len() == 1).await);
+
+    first.release().await.unwrap();
+    // Two local hand-overs (the budget), then the other instance, then the rest of here.
+    let mut sequence = Vec::new();
+    for _ in 0..2 {
+        sequence.push(("here", local_rx.recv().await.unwrap().1));
+    }
+    sequence.push(("there", remote_rx.recv().await.unwrap().1));
+    for _ in 0..2 {
+        sequence.push(("here", local_rx.recv().await.unwrap().1));
+    }
+    for task in local_tasks.into_iter().chain(remote_tasks) {
+        task.await.unwrap();
+    }
+    assert!(
+        sequence.windows(2).all(|pair| pair[0].1 < pair[1].1),
+        "tokens grow in the order the lock was held: {sequence:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_is_not_handed_over_and_a_loss_after_a_hand_over_reaches_the_new_holder() {
+    let server = RedisServer::start();
+    let locks = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_millis(900))
+        .renew_interval(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let operator = client(&server).await;
+    let lock = locks.lock("fragile").unwrap();
+
+    // Lost while held, with a local task waiting: the waiter gets a fresh Redis acquisition.
+    let first = lock.acquire().await.unwrap();
+    let waiting = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    assert!(eventually(SLACK, || locks.local_keys() == 1).await);
+    assert!(
+        operator
+            .lock("fragile")
+            .unwrap()
+            .force_unlock()
+            .await
+            .unwrap()
+    );
+    let lost = tokio::time::timeout(SLACK, first.lost_signal().lost()).await;
+    assert_eq!(lost.expect("the watchdog notices"), LostReason::Taken);
+    let second = tokio::time::timeout(SLACK, waiting).await.unwrap().unwrap();
+    assert_ne!(second.owner_id(), first.owner_id(), "not handed over");
+    assert!(second.fencing_token() > first.fencing_token());
+    assert!(second.is_held());
+
+    // Handed over, then lost: the signal reaches the task that holds it now.
+    let third = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    assert!(eventually(SLACK, || locks.local_keys() == 1).await);
+    drop(second);
+    let third: LockGuard = tokio::time::timeout(SLACK, third).await.unwrap().unwrap();
+    assert!(
+        operator
+            .lock("fragile")
+            .unwrap()
+            .force_unlock()
+            .await
+            .unwrap()
+    );
+    let lost = tokio::time::timeout(SLACK, third.lost_signal().lost()).await;
+    assert_eq!(lost.expect("the new holder is told"), LostReason::Taken);
+    assert!(!third.is_held());
+    drop(first);
+}
