@@ -111,6 +111,9 @@ async fn a_killed_waiting_instance_blocks_the_queue_for_a_claim_lease_not_a_full
     assert!(guard.is_held());
 }
 
+/// Which task held the lock, with which fencing token and owner id.
+type Held = (usize, u64, String);
+
 /// Tasks of one client, each waiting for `name` and sending its guard's token and owner when
 /// it holds the lock, then releasing it.
 fn queue_tasks(
@@ -119,7 +122,7 @@ fn queue_tasks(
     tasks: usize,
 ) -> (
     Vec<tokio::task::JoinHandle<()>>,
-    mpsc::UnboundedReceiver<(usize, u64, String)>,
+    mpsc::UnboundedReceiver<Held>,
 ) {
     let (held_tx, held_rx) = mpsc::unbounded_channel();
     let handles = (0..tasks)
