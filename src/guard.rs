@@ -329,7 +329,9 @@ impl LockGuard {
         if last && cohort::try_carry(&holding) {
             return Ok(());
         }
-        finish_release(holding, last).await
+        // Boxed, so a task that awaits a release does not carry the script's large future
+        // in its own state while it waits for a lock.
+        Box::pin(finish_release(holding, last)).await
     }
 }
 

@@ -117,7 +117,7 @@ impl Lock {
         let inner = &self.client.inner;
         inner.ensure_running()?;
         let started = Instant::now();
-        let mut turn = if wait {
+        let turn = if wait {
             inner.local.turn(self.keys.hash()).await
         } else {
             match inner.local.try_turn(self.keys.hash()) {
@@ -125,6 +125,19 @@ impl Lock {
                 None => return Ok(None),
             }
         };
+        // Boxed: most waiting tasks are parked above, in the local queue, and should not
+        // carry the state of talking to Redis, which only the head of each queue needs.
+        Box::pin(self.acquire_with_turn(turn, wait, started)).await
+    }
+
+    /// The rest of an acquisition, once this task has the key's local turn.
+    async fn acquire_with_turn(
+        &self,
+        mut turn: LocalTurn<Baton>,
+        wait: bool,
+        started: Instant,
+    ) -> Result<Option<LockGuard>> {
+        let inner = &self.client.inner;
         inner.ensure_running()?;
         let watchdog = self.lease == Lease::Watchdog;
         let queued = match std::mem::take(turn.baton()) {
@@ -167,7 +180,9 @@ impl Lock {
             }
             look = false;
             let sent_at = Instant::now();
-            match waiter.attempt(&terms, mode).await? {
+            // Boxed: the script's future is large, and a waiting head should only carry it
+            // while it talks to Redis, not while it waits for a grant.
+            match Box::pin(waiter.attempt(&terms, mode)).await? {
                 AcquireReply::Acquired {
                     token,
                     lease_left_ms,

@@ -406,3 +406,57 @@ async fn readiness_is_passed_through_and_the_ready_service_is_called() {
     let (response, ()) = tokio::join!(call, respond);
     assert_eq!(response.unwrap().into_body(), "done");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_response_does_not_wait_for_the_release_and_a_later_request_waits_for_it() {
+    const PAUSE: Duration = Duration::from_millis(1500);
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let url = server.url();
+    // On request, the handler stalls every write at the server just before it answers, so
+    // the release that follows the response (a script) cannot run for a while.
+    let handler = BoxCloneSyncService::new(service_fn(move |request: Request<String>| {
+        let url = url.clone();
+        async move {
+            let context = request.extensions().get::<LockContext>().cloned().unwrap();
+            if request.headers().contains_key("x-stall-writes") {
+                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let () = redis::cmd("CLIENT")
+                    .arg(&["PAUSE", &PAUSE.as_millis().to_string(), "WRITE"])
+                    .query(&mut conn)
+                    .unwrap();
+            }
+            Ok::<_, Infallible>(Response::new(context.waited().as_millis().to_string()))
+        }
+    }));
+    let service: Http = BoxCloneSyncService::new(tenant_layer(&locks).layer(handler));
+    // Warm the connection and the scripts, so the first request below takes no detour.
+    send(&service, tenant_request("acme")).await;
+
+    let mut stalled = tenant_request("acme");
+    stalled
+        .headers_mut()
+        .insert("x-stall-writes", "1".parse().unwrap());
+    let started = std::time::Instant::now();
+    let first = send(&service, stalled).await;
+    let answered_in = started.elapsed();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(
+        answered_in < PAUSE / 2,
+        "answered in {answered_in:?}, without waiting for the stalled release"
+    );
+    let still_held: i64 = server.cmd(&["EXISTS", "lock:{acme}"]);
+    assert_eq!(
+        still_held, 1,
+        "the release had not run when the response came"
+    );
+
+    // The next request for the key in this process queues behind that release.
+    let second = send(&service, tenant_request("acme")).await;
+    assert_eq!(second.status(), StatusCode::OK);
+    let waited_ms: u64 = second.into_body().parse().unwrap();
+    assert!(
+        waited_ms >= (PAUSE / 2).as_millis() as u64,
+        "the second request waited {waited_ms} ms for the release"
+    );
+}

@@ -1,5 +1,11 @@
 //! The response future: acquiring → running the inner future with the guards held →
 //! done. The guards are fields, so whatever ends or drops the future releases the locks.
+//!
+//! The release is off the request path: the response is returned as soon as the inner
+//! future is, and dropping the guards either hands each lock to the next request of this
+//! process that waits for it (no round trip) or releases it in a background task. A later
+//! request for the same key in this process cannot get ahead of that release: the key's
+//! local turn stays with the released guard until Redis has confirmed.
 
 use std::future::Future;
 use std::pin::Pin;
