@@ -10,10 +10,14 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use tower_redis_lock::LockClient;
+use http::{Request, Response};
+use tower::{Layer, ServiceExt, service_fn};
+use tower_redis_lock::{DEFAULT_PREFIX, LockClient, LockKeys, LockLayer};
 
 fn lock_benches(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -101,5 +105,106 @@ fn lock_benches(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, lock_benches);
+/// Lock names to Redis keys: the work done for every lock and every request.
+fn key_benches(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keys");
+    let plain = "tenant-4f1c9a7e-acme-orders";
+    let braces = "{tenant}%{acme}%{orders}%{4f1c9a7e}";
+    group.bench_function("escape_plain_name", |b| {
+        b.iter(|| LockKeys::new(DEFAULT_PREFIX, std::hint::black_box(plain)).unwrap());
+    });
+    group.bench_function("escape_name_with_braces", |b| {
+        b.iter(|| LockKeys::new(DEFAULT_PREFIX, std::hint::black_box(braces)).unwrap());
+    });
+    group.finish();
+}
+
+/// The in-process paths: the local key table handing a lock between two tasks of one client
+/// (no Redis but once per thousand hand-overs), and the layer around a trivial service with
+/// and without locking.
+fn local_benches(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let own_server;
+    let url = match std::env::var("LOCK_BENCH_REDIS_URL") {
+        Ok(url) => url,
+        Err(_) => {
+            own_server = support::RedisServer::start();
+            own_server.url()
+        }
+    };
+    let locks = runtime.block_on(async {
+        LockClient::builder(&url)
+            .local_handoff_limit(1_000)
+            .local_handoff_window(Duration::from_secs(60))
+            .build()
+            .await
+            .unwrap()
+    });
+    let mut group = c.benchmark_group("local");
+    group.measurement_time(Duration::from_secs(5));
+
+    let cohort = locks.lock("bench:cohort").unwrap();
+    group.bench_function("handoff_between_two_tasks", |b| {
+        b.to_async(&runtime).iter_custom(|iterations| {
+            let cohort = cohort.clone();
+            async move {
+                let started = Instant::now();
+                let tasks: Vec<_> = (0..2)
+                    .map(|_| {
+                        let lock = cohort.clone();
+                        tokio::spawn(async move {
+                            for _ in 0..iterations.div_ceil(2) {
+                                lock.acquire().await.unwrap().release().await.unwrap();
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.unwrap();
+                }
+                started.elapsed()
+            }
+        });
+    });
+
+    let trivial = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(())) });
+    group.bench_function("trivial_service_without_layer", |b| {
+        b.to_async(&runtime).iter(|| {
+            let service = trivial;
+            async move { service.oneshot(Request::new(())).await.unwrap() }
+        });
+    });
+    // A new key per request out of a thousand, so each request pays its acquisition and the
+    // release of the one before runs off the request path.
+    let layered = LockLayer::new(locks.clone(), |request: &Request<()>| {
+        request
+            .headers()
+            .get("x-key")
+            .map(|key| key.to_str().unwrap().to_owned())
+    })
+    .layer(trivial);
+    let counter = AtomicU64::new(0);
+    group.bench_function("trivial_service_with_layer", |b| {
+        b.to_async(&runtime).iter(|| {
+            let service = layered.clone();
+            let key = counter.fetch_add(1, Ordering::Relaxed) % 1_000;
+            async move {
+                let request = Request::builder()
+                    .header("x-key", format!("bench:layer:{key}"))
+                    .body(())
+                    .unwrap();
+                let response = service.oneshot(request).await.unwrap();
+                assert_eq!(response.status(), 200);
+            }
+        });
+    });
+    group.finish();
+    runtime.block_on(locks.shutdown());
+}
+
+criterion_group!(benches, lock_benches, key_benches, local_benches);
 criterion_main!(benches);
