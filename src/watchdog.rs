@@ -1,19 +1,23 @@
 //! The lease actor: ONE task per client renews every watchdog-mode lease this process holds,
 //! and fires the lost signal of any lease it can no longer vouch for.
 //!
-//! Renewals are batched: one multi-key script per tick for every lease (in chunks), not one
-//! timer per lock. Each lease has a deadline, the moment Redis may let it go: the time the
-//! last successful renewal (or the acquisition) was sent plus the lease. A renewal that finds
-//! the lock gone or owned by another fires `Taken`; a deadline that passes without a
-//! successful renewal fires `Unreachable` (or `Expired` for a fixed lease, which is never
-//! renewed). Nothing is only logged.
+//! Renewals are batched: one multi-key script per tick for every lease that is due (in
+//! chunks), not one timer per lock. Each lease has a deadline, the moment Redis may let it
+//! go: the time the last successful renewal (or the acquisition) was sent plus the lease. A
+//! renewal that finds the lock gone or owned by another fires `Taken`; a deadline that passes
+//! without a successful renewal fires `Unreachable` (or `Expired` for a fixed lease, which is
+//! never renewed). Nothing is only logged.
+//!
+//! Leases are registered and unregistered in a table shared with the actor, so taking and
+//! releasing a lock never wakes it; only a deadline earlier than the one it sleeps towards
+//! does.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::conn::Connections;
@@ -37,17 +41,42 @@ pub(crate) struct Registration {
     pub(crate) expires_at: Instant,
 }
 
-#[derive(Debug)]
-enum Command {
-    Register(Registration),
-    Unregister(u64),
-    Shutdown(oneshot::Sender<()>),
+#[derive(Debug, Default)]
+struct Leases {
+    entries: HashMap<u64, Registration>,
+    deadlines: BTreeSet<(Instant, u64)>,
+    /// The deadline the actor sleeps towards; an earlier one must wake it.
+    planned_wake: Option<Instant>,
+    stopped: bool,
+}
+
+impl Leases {
+    fn remove(&mut self, id: u64) -> Option<Registration> {
+        let entry = self.entries.remove(&id)?;
+        self.deadlines.remove(&(entry.expires_at, id));
+        Some(entry)
+    }
+
+    fn extend(&mut self, id: u64, expires_at: Instant) {
+        if let Some(entry) = self.entries.get_mut(&id) {
+            self.deadlines.remove(&(entry.expires_at, id));
+            entry.expires_at = expires_at;
+            self.deadlines.insert((expires_at, id));
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    leases: Mutex<Leases>,
+    earlier_deadline: Notify,
 }
 
 /// Handle on the lease actor. The actor ends when the last handle is dropped.
 #[derive(Debug, Clone)]
 pub(crate) struct Watchdog {
-    commands: mpsc::UnboundedSender<Command>,
+    shared: Arc<Shared>,
+    shutdown: mpsc::UnboundedSender<oneshot::Sender<()>>,
 }
 
 impl Watchdog {
@@ -61,40 +90,54 @@ impl Watchdog {
         renew_interval: Duration,
         tick: Duration,
     ) -> Self {
-        let (commands, receiver) = mpsc::unbounded_channel();
+        let (shutdown, receiver) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::default());
         let actor = Actor {
             connections,
             wake_prefix,
             lease,
             renew_interval,
             tick,
-            commands: receiver,
-            entries: HashMap::new(),
-            deadlines: BTreeSet::new(),
+            shared: shared.clone(),
+            shutdown: receiver,
         };
         tokio::spawn(actor.run());
-        Self { commands }
+        Self { shared, shutdown }
     }
 
     pub(crate) fn register(&self, registration: Registration) {
-        if let Err(refused) = self.commands.send(Command::Register(registration)) {
-            // The actor has stopped (shutdown): nobody will vouch for this lease.
-            if let Command::Register(registration) = refused.0 {
-                registration
-                    .lease
-                    .fire(registration.keys.hash(), LostReason::ShutDown);
+        let (stopped, wake) = {
+            let mut leases = self.shared.leases.lock().expect("leases");
+            if leases.stopped {
+                (Some(registration), false)
+            } else {
+                let at = registration.expires_at;
+                let wake = leases.planned_wake.is_none_or(|planned| at < planned);
+                leases.deadlines.insert((at, registration.id));
+                leases.entries.insert(registration.id, registration);
+                (None, wake)
             }
+        };
+        if let Some(registration) = stopped {
+            // The actor has stopped (shutdown): nobody will vouch for this lease.
+            registration
+                .lease
+                .fire(registration.keys.hash(), LostReason::ShutDown);
+        } else if wake {
+            self.shared.earlier_deadline.notify_one();
         }
     }
 
     pub(crate) fn unregister(&self, id: u64) {
-        let _ = self.commands.send(Command::Unregister(id));
+        let removed = self.shared.leases.lock().expect("leases").remove(id);
+        // Dropped outside the table's mutex: the registration may hold the last references.
+        drop(removed);
     }
 
     /// Releases every lock still registered, fires their lost signals, and stops the actor.
     pub(crate) async fn shutdown(&self) {
         let (done, finished) = oneshot::channel();
-        if self.commands.send(Command::Shutdown(done)).is_ok() {
+        if self.shutdown.send(done).is_ok() {
             let _ = finished.await;
         }
     }
@@ -107,9 +150,8 @@ struct Actor {
     lease: Duration,
     renew_interval: Duration,
     tick: Duration,
-    commands: mpsc::UnboundedReceiver<Command>,
-    entries: HashMap<u64, Registration>,
-    deadlines: BTreeSet<(Instant, u64)>,
+    shared: Arc<Shared>,
+    shutdown: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
 }
 
 impl Actor {
@@ -117,64 +159,43 @@ impl Actor {
         let mut tick = tokio::time::interval_at(Instant::now() + self.tick, self.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let next_deadline = self.deadlines.first().map(|(at, _)| *at);
+            let next_deadline = {
+                let mut leases = self.shared.leases.lock().expect("leases");
+                let next = leases.deadlines.first().map(|(at, _)| *at);
+                leases.planned_wake = next;
+                next
+            };
             tokio::select! {
-                command = self.commands.recv() => match command {
-                    None => break,
-                    Some(Command::Shutdown(done)) => {
-                        self.release_all().await;
+                done = self.shutdown.recv() => {
+                    self.release_all().await;
+                    if let Some(done) = done {
                         let _ = done.send(());
-                        break;
                     }
-                    Some(command) => self.apply(command),
-                },
+                    break;
+                }
                 _ = tick.tick() => self.renew().await,
                 _ = sleep_until(next_deadline.unwrap_or_else(Instant::now)),
                     if next_deadline.is_some() => self.expire(Instant::now()),
+                () = self.shared.earlier_deadline.notified() => {}
             }
         }
-    }
-
-    fn apply(&mut self, command: Command) {
-        match command {
-            Command::Register(registration) => {
-                self.deadlines
-                    .insert((registration.expires_at, registration.id));
-                self.entries.insert(registration.id, registration);
-            }
-            Command::Unregister(id) => {
-                if let Some(entry) = self.entries.remove(&id) {
-                    self.deadlines.remove(&(entry.expires_at, id));
-                }
-            }
-            Command::Shutdown(_) => unreachable!("handled by run"),
-        }
-    }
-
-    /// Applies the commands that arrived while a renewal was in flight, so a lock released
-    /// meanwhile is not reported lost.
-    fn drain_commands(&mut self) -> Option<oneshot::Sender<()>> {
-        while let Ok(command) = self.commands.try_recv() {
-            match command {
-                Command::Shutdown(done) => return Some(done),
-                command => self.apply(command),
-            }
-        }
-        None
     }
 
     async fn renew(&mut self) {
         // Due: renewed at least `renew_interval` ago, i.e. less than `lease - renew_interval`
         // left; the deadlines are ordered, so only the due ones are visited.
         let due = Instant::now() + self.lease.saturating_sub(self.renew_interval);
-        let batch: Vec<(u64, Arc<LockKeys>, Arc<str>)> = self
-            .deadlines
-            .iter()
-            .take_while(|(at, _)| *at <= due)
-            .filter_map(|(_, id)| self.entries.get(id))
-            .filter(|entry| entry.renew)
-            .map(|entry| (entry.id, entry.keys.clone(), entry.owner.clone()))
-            .collect();
+        let batch: Vec<(u64, Arc<LockKeys>, Arc<str>)> = {
+            let leases = self.shared.leases.lock().expect("leases");
+            leases
+                .deadlines
+                .iter()
+                .take_while(|(at, _)| *at <= due)
+                .filter_map(|(_, id)| leases.entries.get(id))
+                .filter(|entry| entry.renew)
+                .map(|entry| (entry.id, entry.keys.clone(), entry.owner.clone()))
+                .collect()
+        };
         let lease_ms = self.lease.as_millis() as u64;
         // A renewal that takes longer than the interval is no use; the deadline takes over.
         let limit = self.connections.command_timeout().min(self.renew_interval);
@@ -190,15 +211,26 @@ impl Actor {
                 Ok::<_, crate::LockError>(scripts::renew(&mut conn, &pairs, lease_ms).await?)
             })
             .await;
-            let shutdown = self.drain_commands();
             match outcome {
                 Ok(Ok(renewed)) => {
-                    for ((id, _, _), held) in chunk.iter().zip(renewed) {
-                        if held {
-                            self.extend(*id, sent_at + self.lease);
-                        } else {
-                            self.fire(*id, LostReason::Taken);
-                        }
+                    // Locks released meanwhile are no longer in the table and are skipped.
+                    let taken: Vec<Registration> = {
+                        let mut leases = self.shared.leases.lock().expect("leases");
+                        chunk
+                            .iter()
+                            .zip(renewed)
+                            .filter_map(|((id, _, _), held)| {
+                                if held {
+                                    leases.extend(*id, sent_at + self.lease);
+                                    None
+                                } else {
+                                    leases.remove(*id)
+                                }
+                            })
+                            .collect()
+                    };
+                    for entry in taken {
+                        entry.lease.fire(entry.keys.hash(), LostReason::Taken);
                     }
                 }
                 Ok(Err(err)) => {
@@ -211,47 +243,37 @@ impl Actor {
                     tracing::warn!(locks = chunk.len(), "lease renewal timed out");
                 }
             }
-            if let Some(done) = shutdown {
-                // Shutdown arrived mid-renewal: finish it here; the closed queue ends `run`.
-                self.release_all().await;
-                let _ = done.send(());
-                self.commands.close();
-                return;
-            }
-        }
-    }
-
-    fn extend(&mut self, id: u64, expires_at: Instant) {
-        if let Some(entry) = self.entries.get_mut(&id) {
-            self.deadlines.remove(&(entry.expires_at, id));
-            entry.expires_at = expires_at;
-            self.deadlines.insert((expires_at, id));
-        }
-    }
-
-    fn fire(&mut self, id: u64, reason: LostReason) {
-        if let Some(entry) = self.entries.remove(&id) {
-            self.deadlines.remove(&(entry.expires_at, id));
-            entry.lease.fire(entry.keys.hash(), reason);
         }
     }
 
     fn expire(&mut self, now: Instant) {
-        while let Some(&(at, id)) = self.deadlines.first() {
-            if at > now {
-                break;
-            }
-            let reason = match self.entries.get(&id) {
-                Some(entry) if entry.renew => LostReason::Unreachable,
-                _ => LostReason::Expired,
+        let expired: Vec<Registration> = {
+            let mut leases = self.shared.leases.lock().expect("leases");
+            let due: Vec<u64> = leases
+                .deadlines
+                .iter()
+                .take_while(|(at, _)| *at <= now)
+                .map(|(_, id)| *id)
+                .collect();
+            due.into_iter().filter_map(|id| leases.remove(id)).collect()
+        };
+        for entry in expired {
+            let reason = if entry.renew {
+                LostReason::Unreachable
+            } else {
+                LostReason::Expired
             };
-            self.fire(id, reason);
+            entry.lease.fire(entry.keys.hash(), reason);
         }
     }
 
     async fn release_all(&mut self) {
-        let entries: Vec<Registration> = self.entries.drain().map(|(_, entry)| entry).collect();
-        self.deadlines.clear();
+        let entries: Vec<Registration> = {
+            let mut leases = self.shared.leases.lock().expect("leases");
+            leases.stopped = true;
+            leases.deadlines.clear();
+            leases.entries.drain().map(|(_, entry)| entry).collect()
+        };
         let connections = &self.connections;
         let wake_prefix = self.wake_prefix.as_str();
         join_all(entries.iter().map(|entry| async move {

@@ -7,7 +7,8 @@
 -- a re-entry finds the lock no longer held by this owner.
 local owner, mode = ARGV[2], ARGV[4]
 local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
-if redis.call('hexists', KEYS[1], owner) == 1 then
+local free = redis.call('exists', KEYS[1]) == 0
+if not free and redis.call('hexists', KEYS[1], owner) == 1 then
   if mode == 'reenter' then
     -- A re-entry adds a hold and keeps the current lease.
     redis.call('hincrby', KEYS[1], owner, 1)
@@ -20,8 +21,11 @@ end
 if mode == 'reenter' then
   return {-1, 0, 0}
 end
+if free and not anyone_queued() then
+  return {1, take(owner, lease, block), lease}
+end
 local now = now_ms()
-if redis.call('exists', KEYS[1]) == 0 then
+if free then
   local head = live_head(now)
   if not head or head == owner then
     dequeue(owner)

@@ -70,10 +70,20 @@ local function live_head(now)
   end
 end
 
+-- Whether anyone waits in the queue (dead or alive); most locks have nobody, and then the
+-- scripts skip the clock and the queue entirely.
+local function anyone_queued()
+  return redis.call('exists', KEYS[3]) == 1
+end
+
 -- Hands a free lock to the first live waiter and tells that waiter's instance, and only it.
 -- The claim lease is short, so a waiter that died since its last refresh holds the lock only
 -- briefly; the live one's watchdog extends it to the full lease.
 local function grant_head(now)
+  if not anyone_queued() then
+    return
+  end
+  now = now or now_ms()
   local head, claim, block = live_head(now)
   if not head then
     return

@@ -15,8 +15,8 @@ local count = redis.call('hget', KEYS[1], owner)
 if not count then
   return {-1, 0, 0}
 end
-local now = now_ms()
 if scope == 'handoff' then
+  local now = now_ms()
   local head = live_head(now)
   if not head then
     redis.call('pexpire', KEYS[1], ARGV[8])
@@ -37,6 +37,6 @@ if left > 0 then
 end
 redis.call('hdel', KEYS[1], owner)
 if redis.call('exists', KEYS[1]) == 0 then
-  grant_head(now)
+  grant_head(nil)
 end
 return {0, 0, 0}
