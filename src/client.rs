@@ -23,8 +23,8 @@ pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
 pub const DEFAULT_REPOLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default bound on one Redis round trip (checkout, script, reply).
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default size of the pool the client creates (it shares one multiplexed connection for
-/// commands; the others are spares after a connection breaks).
+/// Default size of the pool the client creates: it keeps every connection of it checked out
+/// and spreads lock names over them (one name always on the same connection).
 pub const DEFAULT_POOL_SIZE: usize = 4;
 
 /// Default for [`LockClientBuilder::local_handoff_limit`]: consecutive hand-overs between
@@ -194,8 +194,10 @@ impl LockClient {
 
 impl LockClientBuilder {
     /// Uses an existing pool for commands instead of creating one (default: a pool of
-    /// [`DEFAULT_POOL_SIZE`] from the URL). The URL is still used for the pub/sub connection,
-    /// which never comes from a pool.
+    /// [`DEFAULT_POOL_SIZE`] from the URL, all of whose connections the client keeps). The
+    /// client keeps one connection of a pool it is given checked out, since the pool may
+    /// serve others too. The URL is still used for the pub/sub connection, which never comes
+    /// from a pool.
     ///
     /// Give its connections no response timeout of their own (or one longer than the
     /// command timeout): a reply cut off by the connection can no longer be undone when the
@@ -282,11 +284,15 @@ impl LockClientBuilder {
         let notify_client = redis::Client::open(self.url.as_str()).map_err(|err| {
             LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err)
         })?;
-        let pool = match self.pool {
-            Some(pool) => pool,
-            None => create_pool(&self.url, config.command_timeout)?,
+        // A pool of the caller's may serve others too: take one connection of it.
+        let (pool, shards) = match self.pool {
+            Some(pool) => (pool, 1),
+            None => (
+                create_pool(&self.url, config.command_timeout)?,
+                DEFAULT_POOL_SIZE,
+            ),
         };
-        let connections = Arc::new(Connections::new(pool, config.command_timeout));
+        let connections = Arc::new(Connections::new(pool, shards, config.command_timeout));
         let instance_id = format!("{:032x}", rand::random::<u128>());
         let wake_prefix = wake_channel_prefix(&config.prefix);
         let watchdog = Watchdog::start(

@@ -110,7 +110,7 @@ impl Drop for CarriedHold {
             let released = hold
                 .inner
                 .connections
-                .run(|mut conn| {
+                .run(hold.keys.hash(), |mut conn| {
                     let hold = hold.clone();
                     async move {
                         scripts::release(
@@ -169,7 +169,7 @@ pub(crate) async fn hand_over_through_redis(holding: &Holding) -> Result<()> {
     let sent_at = Instant::now();
     let reply = inner
         .connections
-        .run(|mut conn| {
+        .run(hold.keys.hash(), |mut conn| {
             let next_owner = next_owner.clone();
             async move {
                 scripts::handoff(

@@ -1,9 +1,11 @@
-//! Command connections: one multiplexed connection checked out of the pool and shared.
+//! Command connections: the pool's multiplexed connections checked out once and shared, one
+//! per shard of lock keys.
 //!
 //! A multiplexed connection already pipelines every caller's commands, so checking one out
-//! per command would only add the pool's recycle PING to each round trip. Sharing one also
-//! keeps the commands of one caller in order, which cancel-safety relies on: an abandon sent
-//! after a cancelled acquire runs after it on the server.
+//! per command would only add the pool's recycle PING to each round trip. Every key always
+//! uses the same connection, which keeps the commands about one lock in order (cancel-safety
+//! relies on it: an undo sent after a cancelled acquire runs after it on the server), while
+//! different keys spread over the pool's connections.
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -18,9 +20,17 @@ use crate::error::{ErrorKind, LockError, Result};
 pub(crate) struct Connections {
     pool: Pool,
     command_timeout: Duration,
-    cached: Mutex<Option<Checkout>>,
+    /// One shared connection per shard, checked out when first needed.
+    shards: Vec<Shard>,
     /// Commands and scripts sent, for [`crate::LockClient::round_trips`].
     sent: AtomicU64,
+}
+
+struct Shard {
+    cached: Mutex<Option<Checkout>>,
+    /// Held while a connection is checked out for this shard, so concurrent first uses wait
+    /// for that one instead of each taking a pool slot.
+    checking_out: tokio::sync::Mutex<()>,
 }
 
 struct Checkout {
@@ -37,12 +47,25 @@ impl std::fmt::Debug for Connections {
     }
 }
 
+impl Shard {
+    fn cached(&self) -> Option<MultiplexedConnection> {
+        let cached = self.cached.lock().expect("connection shard");
+        cached.as_ref().map(|checkout| checkout.shared.clone())
+    }
+}
+
 impl Connections {
-    pub(crate) fn new(pool: Pool, command_timeout: Duration) -> Self {
+    /// Commands over `shards` connections of `pool` (at most its size), kept checked out.
+    pub(crate) fn new(pool: Pool, shards: usize, command_timeout: Duration) -> Self {
         Self {
+            shards: (0..shards.clamp(1, pool.status().max_size.max(1)))
+                .map(|_| Shard {
+                    cached: Mutex::new(None),
+                    checking_out: tokio::sync::Mutex::new(()),
+                })
+                .collect(),
             pool,
             command_timeout,
-            cached: Mutex::new(None),
             sent: AtomicU64::new(0),
         }
     }
@@ -61,42 +84,63 @@ impl Connections {
         self.sent.load(Ordering::Relaxed)
     }
 
-    /// A handle on the shared connection, checking a new one out of the pool when needed.
-    pub(crate) async fn get(&self) -> Result<MultiplexedConnection> {
-        if let Some(checkout) = self.cached.lock().expect("connection cache").as_ref() {
-            return Ok(checkout.shared.clone());
-        }
-        let pooled = tokio::time::timeout(self.command_timeout, self.pool.get())
-            .await
-            .map_err(|_| LockError::command_timeout())??;
-        let mut cached = self.cached.lock().expect("connection cache");
-        let checkout = cached.get_or_insert_with(|| Checkout {
-            shared: (*pooled).clone(),
-            _pooled: pooled,
-        });
-        Ok(checkout.shared.clone())
+    fn shard(&self, key: &str) -> &Shard {
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(key, &mut hasher);
+        let index = std::hash::Hasher::finish(&hasher) as usize % self.shards.len();
+        &self.shards[index]
     }
 
-    /// Forgets the shared connection after a failure that may have broken it.
-    pub(crate) fn note_failure(&self, err: &LockError) {
+    /// A handle on the connection of `key`'s shard, checking a new one out of the pool when
+    /// needed.
+    pub(crate) async fn get(&self, key: &str) -> Result<MultiplexedConnection> {
+        let shard = self.shard(key);
+        if let Some(shared) = shard.cached() {
+            return Ok(shared);
+        }
+        tokio::time::timeout(self.command_timeout, async {
+            let _gate = shard.checking_out.lock().await;
+            if let Some(shared) = shard.cached() {
+                return Ok(shared);
+            }
+            let pooled = self.pool.get().await?;
+            let shared = (*pooled).clone();
+            *shard.cached.lock().expect("connection shard") = Some(Checkout {
+                shared: shared.clone(),
+                _pooled: pooled,
+            });
+            Ok(shared)
+        })
+        .await
+        .map_err(|_| LockError::command_timeout())?
+    }
+
+    /// Forgets `key`'s connection after a failure that may have broken it.
+    pub(crate) fn note_failure(&self, key: &str, err: &LockError) {
         if err.kind() == ErrorKind::RedisUnavailable {
-            self.cached.lock().expect("connection cache").take();
+            self.shard(key)
+                .cached
+                .lock()
+                .expect("connection shard")
+                .take();
         }
     }
 
-    /// Runs one command (or script) on the shared connection within the command timeout.
-    pub(crate) async fn run<T, F, Fut>(&self, command: F) -> Result<T>
+    /// Runs one command (or script) about `key` on its connection within the command timeout.
+    pub(crate) async fn run<T, F, Fut>(&self, key: &str, command: F) -> Result<T>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let conn = self.get().await?;
-        self.bounded(command(conn)).await
+        let conn = self.get(key).await?;
+        self.bounded(key, command(conn)).await
     }
 
-    /// Awaits a command within the command timeout, forgetting the connection on failure.
+    /// Awaits a command about `key` within the command timeout, forgetting the connection on
+    /// failure.
     pub(crate) async fn bounded<T>(
         &self,
+        key: &str,
         command: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
         self.note_sent();
@@ -105,12 +149,14 @@ impl Connections {
             Ok(Err(err)) => LockError::from(err),
             Err(_) => LockError::command_timeout(),
         };
-        self.note_failure(&outcome);
+        self.note_failure(key, &outcome);
         Err(outcome)
     }
 
     pub(crate) fn close(&self) {
-        self.cached.lock().expect("connection cache").take();
+        for shard in &self.shards {
+            shard.cached.lock().expect("connection shard").take();
+        }
         self.pool.close();
     }
 }

@@ -271,7 +271,7 @@ impl LockGuard {
             let reply = hold
                 .inner
                 .connections
-                .run(|mut conn| {
+                .run(hold.keys.hash(), |mut conn| {
                     let hold = hold.clone();
                     async move {
                         scripts::acquire(
@@ -368,7 +368,7 @@ async fn finish_release(holding: Arc<Holding>, last: bool) -> Result<()> {
     let released = hold
         .inner
         .connections
-        .run(|mut conn| async move {
+        .run(hold.keys.hash(), |mut conn| async move {
             scripts::release(
                 &mut conn,
                 &hold.keys,

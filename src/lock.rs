@@ -295,7 +295,7 @@ impl Lock {
             .client
             .inner
             .connections
-            .run(|mut conn| async move {
+            .run(self.keys.hash(), |mut conn| async move {
                 redis::pipe()
                     .cmd("HGETALL")
                     .arg(keys.hash())
@@ -354,7 +354,7 @@ impl Lock {
         self.client
             .inner
             .connections
-            .run(|mut conn| async move {
+            .run(self.keys.hash(), |mut conn| async move {
                 scripts::force_unlock(&mut conn, &keys, &self.client.inner.wake_prefix).await
             })
             .await

@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Script, ScriptInvocation};
+use redis::{Cmd, FromRedisValue, Script, ServerErrorKind};
 
 use crate::keys::LockKeys;
 
@@ -86,22 +86,40 @@ pub(crate) enum HandoffReply {
     NotOwner,
 }
 
-fn invocation<'a>(script: &'a Script, keys: &LockKeys, wake: &str) -> ScriptInvocation<'a> {
-    let mut invocation = script.prepare_invoke();
-    invocation
-        .key(keys.hash())
-        .key(keys.fence())
-        .key(keys.queue())
-        .key(keys.waiters())
+/// EVALSHA of `script` with a lock's four keys and the wake prefix; the caller adds the rest
+/// of its arguments. Built as one command buffer: a lock operation should not allocate per
+/// argument.
+fn evalsha(script: &Script, keys: &LockKeys, wake: &str) -> Cmd {
+    let mut cmd = Cmd::with_capacity(16, 256);
+    cmd.arg("EVALSHA")
+        .arg(script.get_hash())
+        .arg(4)
+        .arg(keys.hash())
+        .arg(keys.fence())
+        .arg(keys.queue())
+        .arg(keys.waiters())
         .arg(wake);
-    invocation
+    cmd
 }
 
-fn with_terms(invocation: &mut ScriptInvocation<'_>, terms: &Terms) {
-    invocation
-        .arg(terms.alive_ms)
-        .arg(terms.claim_ms)
-        .arg(terms.block);
+fn with_terms(cmd: &mut Cmd, terms: &Terms) {
+    cmd.arg(terms.alive_ms).arg(terms.claim_ms).arg(terms.block);
+}
+
+/// Runs an EVALSHA command, loading the script once if the server does not know it (first
+/// use, or after `SCRIPT FLUSH` or a restart).
+async fn run<T: FromRedisValue>(
+    conn: &mut MultiplexedConnection,
+    script: &Script,
+    cmd: &Cmd,
+) -> redis::RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(err) if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        outcome => outcome,
+    }
 }
 
 pub(crate) async fn acquire(
@@ -112,14 +130,14 @@ pub(crate) async fn acquire(
     terms: &Terms,
     mode: AcquireMode,
 ) -> redis::RedisResult<AcquireReply> {
-    let mut invocation = invocation(&ACQUIRE, keys, wake);
-    invocation.arg(owner).arg(terms.lease_ms).arg(match mode {
+    let mut cmd = evalsha(&ACQUIRE, keys, wake);
+    cmd.arg(owner).arg(terms.lease_ms).arg(match mode {
         AcquireMode::Wait => "wait",
         AcquireMode::Try => "try",
         AcquireMode::Reenter => "reenter",
     });
-    with_terms(&mut invocation, terms);
-    let (status, first, second): (i64, i64, i64) = invocation.invoke_async(conn).await?;
+    with_terms(&mut cmd, terms);
+    let (status, first, second): (i64, i64, i64) = run(conn, &ACQUIRE, &cmd).await?;
     Ok(match status {
         1 => AcquireReply::Acquired {
             token: first.max(0) as u64,
@@ -141,12 +159,12 @@ pub(crate) async fn release(
     owner: &str,
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
-    let mut invocation = invocation(&RELEASE, keys, wake);
-    invocation.arg(owner).arg(match scope {
+    let mut cmd = evalsha(&RELEASE, keys, wake);
+    cmd.arg(owner).arg(match scope {
         ReleaseScope::One => "one",
         ReleaseScope::All => "all",
     });
-    let (left, _, _): (i64, i64, i64) = invocation.invoke_async(conn).await?;
+    let (left, _, _): (i64, i64, i64) = run(conn, &RELEASE, &cmd).await?;
     Ok(u64::try_from(left).ok())
 }
 
@@ -159,11 +177,11 @@ pub(crate) async fn handoff(
     next_owner: &str,
     terms: &Terms,
 ) -> redis::RedisResult<HandoffReply> {
-    let mut invocation = invocation(&RELEASE, keys, wake);
-    invocation.arg(owner).arg("handoff").arg(next_owner);
-    with_terms(&mut invocation, terms);
-    invocation.arg(terms.lease_ms);
-    let (left, outcome, value): (i64, i64, i64) = invocation.invoke_async(conn).await?;
+    let mut cmd = evalsha(&RELEASE, keys, wake);
+    cmd.arg(owner).arg("handoff").arg(next_owner);
+    with_terms(&mut cmd, terms);
+    cmd.arg(terms.lease_ms);
+    let (left, outcome, value): (i64, i64, i64) = run(conn, &RELEASE, &cmd).await?;
     Ok(match (left, outcome) {
         (-1, _) => HandoffReply::NotOwner,
         (_, 2) => HandoffReply::Kept {
@@ -195,8 +213,6 @@ pub(crate) async fn force_unlock(
     keys: &LockKeys,
     wake: &str,
 ) -> redis::RedisResult<bool> {
-    let removed: i64 = invocation(&FORCE_UNLOCK, keys, wake)
-        .invoke_async(conn)
-        .await?;
+    let removed: i64 = run(conn, &FORCE_UNLOCK, &evalsha(&FORCE_UNLOCK, keys, wake)).await?;
     Ok(removed == 1)
 }

@@ -80,20 +80,23 @@ impl QueuedWait {
     ) -> Result<AcquireReply> {
         let inner = &self.inner;
         self.slot.mark_seen();
-        let mut conn = inner.connections.get().await?;
+        let mut conn = inner.connections.get(self.keys.hash()).await?;
         self.conn = Some(conn.clone());
         self.armed = true;
         let sent_at = Instant::now();
         let reply = inner
             .connections
-            .bounded(scripts::acquire(
-                &mut conn,
-                &self.keys,
-                &inner.wake_prefix,
-                &self.owner,
-                terms,
-                mode,
-            ))
+            .bounded(
+                self.keys.hash(),
+                scripts::acquire(
+                    &mut conn,
+                    &self.keys,
+                    &inner.wake_prefix,
+                    &self.owner,
+                    terms,
+                    mode,
+                ),
+            )
             .await?;
         match reply {
             AcquireReply::Waiting { server_ms, .. } if mode == AcquireMode::Wait => {
@@ -139,7 +142,7 @@ impl Drop for QueuedWait {
             let undone = tokio::time::timeout(inner.connections.command_timeout(), async {
                 let mut conn = match conn {
                     Some(conn) => conn,
-                    None => inner.connections.get().await?,
+                    None => inner.connections.get(keys.hash()).await?,
                 };
                 inner.connections.note_sent();
                 let released = scripts::release(

@@ -205,8 +205,10 @@ impl Actor {
                 .iter()
                 .map(|(_, keys, owner)| (keys.hash(), &**owner))
                 .collect();
+            // Any shard will do: renewals need no order with other commands.
+            let shard = chunk[0].1.hash();
             let outcome = timeout(limit, async {
-                let mut conn = self.connections.get().await?;
+                let mut conn = self.connections.get(shard).await?;
                 self.connections.note_sent();
                 Ok::<_, crate::LockError>(scripts::renew(&mut conn, &pairs, lease_ms).await?)
             })
@@ -234,12 +236,12 @@ impl Actor {
                     }
                 }
                 Ok(Err(err)) => {
-                    self.connections.note_failure(&err);
+                    self.connections.note_failure(shard, &err);
                     tracing::warn!(error = %err, locks = chunk.len(), "lease renewal failed");
                 }
                 Err(_) => {
                     self.connections
-                        .note_failure(&crate::LockError::command_timeout());
+                        .note_failure(shard, &crate::LockError::command_timeout());
                     tracing::warn!(locks = chunk.len(), "lease renewal timed out");
                 }
             }
@@ -278,7 +280,7 @@ impl Actor {
         let wake_prefix = self.wake_prefix.as_str();
         join_all(entries.iter().map(|entry| async move {
             let released = connections
-                .run(|mut conn| async move {
+                .run(entry.keys.hash(), |mut conn| async move {
                     scripts::release(
                         &mut conn,
                         &entry.keys,

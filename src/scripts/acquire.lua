@@ -7,6 +7,11 @@
 -- a re-entry finds the lock no longer held by this owner.
 local owner, mode = ARGV[2], ARGV[4]
 local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
+-- The lock and its queue in one call: neither exists for most acquisitions.
+local present = redis.call('exists', KEYS[1], KEYS[3])
+if present == 0 and mode ~= 'reenter' then
+  return {1, take(owner, lease, block), lease}
+end
 local free = redis.call('exists', KEYS[1]) == 0
 if not free and redis.call('hexists', KEYS[1], owner) == 1 then
   if mode == 'reenter' then
@@ -20,9 +25,6 @@ if not free and redis.call('hexists', KEYS[1], owner) == 1 then
 end
 if mode == 'reenter' then
   return {-1, 0, 0}
-end
-if free and not anyone_queued() then
-  return {1, take(owner, lease, block), lease}
 end
 local now = now_ms()
 if free then

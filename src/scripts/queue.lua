@@ -12,13 +12,16 @@ end
 -- Reserves `block` fencing tokens and returns the first: one for the acquisition, the rest
 -- for the local hand-overs its instance may make without coming back to Redis.
 local function reserve_tokens(block)
-  if redis.call('exists', KEYS[2]) == 0 then
-    -- First use, or Redis lost its data: start at the server time in microseconds, which is
-    -- past every token handed out before (one lock never uses a million tokens a second).
+  local top = redis.call('incrby', KEYS[2], block)
+  if top == block then
+    -- The counter was absent (first use, or Redis lost its data): start at the server time
+    -- in microseconds, which is past every token handed out before (one lock never uses a
+    -- million tokens a second).
     local t = redis.call('time')
-    redis.call('set', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])))
+    top = tonumber(t[1] .. string.format('%06d', tonumber(t[2]))) + block
+    redis.call('set', KEYS[2], string.format('%d', top))
   end
-  return redis.call('incrby', KEYS[2], block) - block + 1
+  return top - block + 1
 end
 
 local function take(owner, lease_ms, block)

@@ -35,8 +35,7 @@ if left > 0 then
   redis.call('hset', KEYS[1], owner, left)
   return {left, 0, 0}
 end
-redis.call('hdel', KEYS[1], owner)
-if redis.call('exists', KEYS[1]) == 0 then
-  grant_head(nil)
-end
+-- An exclusive lock has one owner: its last hold frees the lock.
+redis.call('del', KEYS[1])
+grant_head(nil)
 return {0, 0, 0}
