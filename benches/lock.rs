@@ -19,20 +19,29 @@ use http::{Request, Response};
 use tower::{Layer, ServiceExt, service_fn};
 use tower_redis_lock::{DEFAULT_PREFIX, LockClient, LockKeys, LockLayer};
 
-fn lock_benches(c: &mut Criterion) {
+/// A two-thread runtime and the URL of the server to bench against: `LOCK_BENCH_REDIS_URL`,
+/// or a server of the bench's own (kept alive by the returned handle).
+fn setup() -> (
+    tokio::runtime::Runtime,
+    String,
+    Option<support::RedisServer>,
+) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let own_server;
-    let url = match std::env::var("LOCK_BENCH_REDIS_URL") {
-        Ok(url) => url,
+    match std::env::var("LOCK_BENCH_REDIS_URL") {
+        Ok(url) => (runtime, url, None),
         Err(_) => {
-            own_server = support::RedisServer::start();
-            own_server.url()
+            let server = support::RedisServer::start();
+            (runtime, server.url(), Some(server))
         }
-    };
+    }
+}
+
+fn lock_benches(c: &mut Criterion) {
+    let (runtime, url, _own_server) = setup();
     let (first, second, mut ping_conn) = runtime.block_on(async {
         let first = LockClient::connect(&url).await.unwrap();
         let second = LockClient::connect(&url).await.unwrap();
@@ -123,19 +132,7 @@ fn key_benches(c: &mut Criterion) {
 /// (no Redis but once per thousand hand-overs), and the layer around a trivial service with
 /// and without locking.
 fn local_benches(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let own_server;
-    let url = match std::env::var("LOCK_BENCH_REDIS_URL") {
-        Ok(url) => url,
-        Err(_) => {
-            own_server = support::RedisServer::start();
-            own_server.url()
-        }
-    };
+    let (runtime, url, _own_server) = setup();
     let locks = runtime.block_on(async {
         LockClient::builder(&url)
             .local_handoff_limit(1_000)

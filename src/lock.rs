@@ -150,7 +150,9 @@ impl Lock {
                 // Lost, or not for this lease mode: released in the background.
                 None => None,
             },
-            Baton::Queued(queued) if wait => Some(queued),
+            // A place queued on the terms of a watchdog lease, which a fixed lease does not
+            // share: such a task leaves it (dropping it gives it back) and queues anew.
+            Baton::Queued(queued) if wait => watchdog.then_some(queued),
             Baton::Queued(queued) => {
                 // Not ours to wait in: left to the next task, or given back with the entry.
                 *turn.baton() = Baton::Queued(queued);

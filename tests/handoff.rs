@@ -220,24 +220,18 @@ async fn a_lost_lease_is_not_handed_over_and_a_loss_after_a_hand_over_reaches_th
         .build()
         .await
         .unwrap();
-    let operator = client(&server).await;
+    let operator = client(&server).await.lock("fragile").unwrap();
     let lock = locks.lock("fragile").unwrap();
-
-    // Lost while held, with a local task waiting: the waiter gets a fresh Redis acquisition.
-    let first = lock.acquire().await.unwrap();
-    let waiting = {
+    let spawn_acquire = || {
         let lock = lock.clone();
         tokio::spawn(async move { lock.acquire().await.unwrap() })
     };
+
+    // Lost while held, with a local task waiting: the waiter gets a fresh Redis acquisition.
+    let first = lock.acquire().await.unwrap();
+    let waiting = spawn_acquire();
     assert!(eventually(SLACK, || locks.local_keys() == 1).await);
-    assert!(
-        operator
-            .lock("fragile")
-            .unwrap()
-            .force_unlock()
-            .await
-            .unwrap()
-    );
+    assert!(operator.force_unlock().await.unwrap());
     let lost = tokio::time::timeout(SLACK, first.lost_signal().lost()).await;
     assert_eq!(lost.expect("the watchdog notices"), LostReason::Taken);
     let second = tokio::time::timeout(SLACK, waiting).await.unwrap().unwrap();
@@ -246,21 +240,11 @@ async fn a_lost_lease_is_not_handed_over_and_a_loss_after_a_hand_over_reaches_th
     assert!(second.is_held());
 
     // Handed over, then lost: the signal reaches the task that holds it now.
-    let third = {
-        let lock = lock.clone();
-        tokio::spawn(async move { lock.acquire().await.unwrap() })
-    };
+    let third = spawn_acquire();
     assert!(eventually(SLACK, || locks.local_keys() == 1).await);
     drop(second);
     let third: LockGuard = tokio::time::timeout(SLACK, third).await.unwrap().unwrap();
-    assert!(
-        operator
-            .lock("fragile")
-            .unwrap()
-            .force_unlock()
-            .await
-            .unwrap()
-    );
+    assert!(operator.force_unlock().await.unwrap());
     let lost = tokio::time::timeout(SLACK, third.lost_signal().lost()).await;
     assert_eq!(lost.expect("the new holder is told"), LostReason::Taken);
     assert!(!third.is_held());
