@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{Request, Response};
 use tower::{Layer, ServiceExt, service_fn};
-use tower_redis_lock::{DEFAULT_PREFIX, LockClient, LockKeys, LockLayer};
+use tower_redis_lock::{DEFAULT_PREFIX, Lock, LockClient, LockKeys, LockLayer};
 
 /// A two-thread runtime and the URL of the server to bench against: `LOCK_BENCH_REDIS_URL`,
 /// or a server of the bench's own (kept alive by the returned handle).
@@ -38,6 +38,23 @@ fn setup() -> (
             (runtime, server.url(), Some(server))
         }
     }
+}
+
+/// Two tasks, one per lock handle, acquiring and releasing in turn `iterations` times in
+/// all; the time it took.
+async fn take_turns(locks: [Lock; 2], iterations: u64) -> Duration {
+    let started = Instant::now();
+    let tasks = locks.map(|lock| {
+        tokio::spawn(async move {
+            for _ in 0..iterations.div_ceil(2) {
+                lock.acquire().await.unwrap().release().await.unwrap();
+            }
+        })
+    });
+    for task in tasks {
+        task.await.unwrap();
+    }
+    started.elapsed()
 }
 
 fn lock_benches(c: &mut Criterion) {
@@ -86,26 +103,8 @@ fn lock_benches(c: &mut Criterion) {
         second.lock("bench:contended").unwrap(),
     ];
     group.bench_function("contended_handoff_two_clients", |b| {
-        b.to_async(&runtime).iter_custom(|iterations| {
-            let contended = contended.clone();
-            async move {
-                let started = Instant::now();
-                let tasks: Vec<_> = contended
-                    .into_iter()
-                    .map(|lock| {
-                        tokio::spawn(async move {
-                            for _ in 0..iterations.div_ceil(2) {
-                                lock.acquire().await.unwrap().release().await.unwrap();
-                            }
-                        })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.unwrap();
-                }
-                started.elapsed()
-            }
-        });
+        b.to_async(&runtime)
+            .iter_custom(|iterations| take_turns(contended.clone(), iterations));
     });
     group.finish();
     runtime.block_on(async {
@@ -146,26 +145,8 @@ fn local_benches(c: &mut Criterion) {
 
     let cohort = locks.lock("bench:cohort").unwrap();
     group.bench_function("handoff_between_two_tasks", |b| {
-        b.to_async(&runtime).iter_custom(|iterations| {
-            let cohort = cohort.clone();
-            async move {
-                let started = Instant::now();
-                let tasks: Vec<_> = (0..2)
-                    .map(|_| {
-                        let lock = cohort.clone();
-                        tokio::spawn(async move {
-                            for _ in 0..iterations.div_ceil(2) {
-                                lock.acquire().await.unwrap().release().await.unwrap();
-                            }
-                        })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.unwrap();
-                }
-                started.elapsed()
-            }
-        });
+        b.to_async(&runtime)
+            .iter_custom(|iterations| take_turns([cohort.clone(), cohort.clone()], iterations));
     });
 
     let trivial = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(())) });
