@@ -87,10 +87,9 @@ impl Inner {
         Ok(())
     }
 
-    /// A fresh owner id (`<instance id>:<holder number>`) and its holder number.
-    pub(crate) fn new_owner(&self) -> (Arc<str>, u64) {
-        let holder = self.new_holder_id();
-        (format!("{}:{holder}", self.instance_id).into(), holder)
+    /// A fresh owner id: `<instance id>:<holder number>`.
+    pub(crate) fn new_owner(&self) -> Arc<str> {
+        format!("{}:{}", self.instance_id, self.new_holder_id()).into()
     }
 
     /// A number no other holder of this client has (the watchdog's id for a lease).

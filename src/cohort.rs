@@ -105,25 +105,8 @@ impl Drop for CarriedHold {
         };
         hold.lease.closing.store(true, Ordering::SeqCst);
         hold.inner.watchdog.unregister(hold.watchdog_id);
-        let inner = hold.inner.clone();
-        inner.runtime.clone().spawn(async move {
-            let released = hold
-                .inner
-                .connections
-                .run(hold.keys.hash(), |mut conn| {
-                    let hold = hold.clone();
-                    async move {
-                        scripts::release(
-                            &mut conn,
-                            &hold.keys,
-                            &hold.inner.wake_prefix,
-                            &hold.owner,
-                            ReleaseScope::All,
-                        )
-                        .await
-                    }
-                })
-                .await;
+        hold.inner.runtime.clone().spawn(async move {
+            let released = hold.release_in_redis(ReleaseScope::All).await;
             tracing::debug!(lock = %hold.name, ?released, "released a hold nobody picked up");
         });
     }
@@ -163,7 +146,7 @@ pub(crate) async fn hand_over_through_redis(holding: &Holding) -> Result<()> {
     let hold = &holding.hold;
     let inner = &hold.inner;
     hold.lease.closing.store(true, Ordering::SeqCst);
-    let (next_owner, _) = inner.new_owner();
+    let next_owner = inner.new_owner();
     // Registered before the script runs, so the grant to it cannot arrive unheard.
     let slot = inner.pubsub.register(next_owner.clone());
     let sent_at = Instant::now();

@@ -159,6 +159,26 @@ pub(crate) struct Hold {
     pub(crate) renewed: bool,
 }
 
+impl Hold {
+    /// Runs the release script for this hold's owner: one hold, or all of them. Returns the
+    /// holds left, or `None` when the owner held nothing.
+    pub(crate) async fn release_in_redis(&self, scope: ReleaseScope) -> Result<Option<u64>> {
+        self.inner
+            .connections
+            .run(self.keys.hash(), |mut conn| async move {
+                scripts::release(
+                    &mut conn,
+                    &self.keys,
+                    &self.inner.wake_prefix,
+                    &self.owner,
+                    scope,
+                )
+                .await
+            })
+            .await
+    }
+}
+
 /// One local holder of a hold: its guard and the guard's re-entries.
 #[derive(Debug)]
 pub(crate) struct Holding {
@@ -365,21 +385,7 @@ async fn finish_release(holding: Arc<Holding>, last: bool) -> Result<()> {
     if last {
         hold.lease.closing.store(true, Ordering::SeqCst);
     }
-    let released = hold
-        .inner
-        .connections
-        .run(hold.keys.hash(), |mut conn| async move {
-            scripts::release(
-                &mut conn,
-                &hold.keys,
-                &hold.inner.wake_prefix,
-                &hold.owner,
-                ReleaseScope::One,
-            )
-            .await
-        })
-        .await?;
-    match released {
+    match hold.release_in_redis(ReleaseScope::One).await? {
         Some(_) => Ok(()),
         None => Err(LockError::new(
             ErrorKind::NotOwner,

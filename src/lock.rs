@@ -174,7 +174,7 @@ impl Lock {
             if !look {
                 if let Some(grant) = waiter.wait(nap).await {
                     let expires_at = waiter.grant_deadline(grant, terms.claim_ms);
-                    let guard = self.grant(turn, waiter.settle(), grant.token, expires_at);
+                    let guard = self.grant(turn, waiter.settle(), grant.token, expires_at, terms);
                     self.trace_acquired(&guard, started, "lock handed over by Redis");
                     return Ok(Some(guard));
                 }
@@ -191,7 +191,7 @@ impl Lock {
                 } => {
                     let left = u64::try_from(lease_left_ms).unwrap_or(terms.lease_ms);
                     let expires_at = sent_at + Duration::from_millis(left);
-                    let guard = self.grant(turn, waiter.settle(), token, expires_at);
+                    let guard = self.grant(turn, waiter.settle(), token, expires_at, terms);
                     self.trace_acquired(&guard, started, "lock acquired");
                     return Ok(Some(guard));
                 }
@@ -258,6 +258,7 @@ impl Lock {
         owner: Arc<str>,
         token: u64,
         expires_at: Instant,
+        terms: Terms,
     ) -> LockGuard {
         let inner = &self.client.inner;
         let lease = Arc::new(LeaseState::new(turn));
@@ -271,7 +272,6 @@ impl Lock {
             renew: renewed,
             expires_at,
         });
-        let terms = self.terms();
         let budget = Budget::new(token, terms.block, inner.config.local_handoff_window);
         let hold = Hold {
             inner: inner.clone(),

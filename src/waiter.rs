@@ -33,7 +33,7 @@ pub(crate) struct QueuedWait {
 impl QueuedWait {
     /// A fresh owner, registered for wake-ups before it ever reaches Redis.
     pub(crate) fn new(inner: &Arc<Inner>, keys: Arc<LockKeys>) -> Self {
-        let (owner, _) = inner.new_owner();
+        let owner = inner.new_owner();
         let slot = inner.pubsub.register(owner.clone());
         Self {
             inner: inner.clone(),
