@@ -11,6 +11,9 @@
 //!         [--requests 3000] [--tenants 40] [--hot 3] [--concurrency 48]
 //! ```
 
+#[path = "support/commandstats.rs"]
+mod commandstats;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -156,18 +159,8 @@ const INSIDE_SCRIPTS: &[&str] = &[
 /// Commands clients sent (a script counts once), by name, from `INFO commandstats`; the
 /// load generator's own CONFIG and INFO left out.
 fn commands_sent(stats: &str) -> BTreeMap<String, u64> {
-    stats
-        .lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
+    commandstats::calls_by_command(stats)
+        .into_iter()
         .filter(|(name, _)| {
             !INSIDE_SCRIPTS.contains(&name.as_str())
                 && !name.starts_with("config")

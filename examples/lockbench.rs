@@ -27,6 +27,9 @@
 //! Exit codes: 0 done, 1 a mutual-exclusion violation in some run, 2 usage, 3 the benchmark
 //! could not run (Redis or the child process failed).
 
+#[path = "support/commandstats.rs"]
+mod commandstats;
+
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::process::{ExitCode, Stdio};
@@ -924,19 +927,7 @@ async fn command_calls(control: &mut MultiplexedConnection) -> Res<BTreeMap<Stri
         .arg("commandstats")
         .query_async(control)
         .await?;
-    Ok(stats
-        .lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect())
+    Ok(commandstats::calls_by_command(&stats))
 }
 
 /// The final counter values of the run (then deletes them, after the statistics were read).
