@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use tower_redis_lock::LockClient;
 
+pub mod proxy;
+
 /// How long a fresh server may take to answer PING (generous: shared, busy machines).
 const STARTUP_BOUND: Duration = Duration::from_secs(20);
 
