@@ -9,8 +9,9 @@ use redis::AsyncConnectionConfig;
 
 use crate::cohort::Baton;
 use crate::conn::Connections;
+use crate::epoch::Epoch;
 use crate::error::{ErrorKind, LockError, Result};
-use crate::keys::{DEFAULT_PREFIX, LockKeys, validate_prefix, wake_channel_prefix};
+use crate::keys::{DEFAULT_PREFIX, LockKeys, epoch_key, validate_prefix, wake_channel_prefix};
 use crate::local::LocalTable;
 use crate::lock::Lock;
 use crate::pubsub::PubSub;
@@ -34,6 +35,10 @@ pub const DEFAULT_LOCAL_HANDOFF_LIMIT: u32 = 16;
 /// acquisition the tasks of one client may keep handing the lock over among themselves.
 pub const DEFAULT_LOCAL_HANDOFF_WINDOW: Duration = Duration::from_millis(25);
 
+/// Default for [`LockClientBuilder::restart_quarantine`]: how long no lock is granted after
+/// a client finds that Redis lost its data.
+pub const DEFAULT_RESTART_QUARANTINE: Duration = Duration::from_secs(5);
+
 /// The client's settings; every field has a documented default.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -44,6 +49,7 @@ pub(crate) struct Config {
     pub(crate) command_timeout: Duration,
     pub(crate) local_handoff_limit: u32,
     pub(crate) local_handoff_window: Duration,
+    pub(crate) restart_quarantine: Duration,
 }
 
 impl Config {
@@ -136,6 +142,7 @@ impl LockClient {
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
                 local_handoff_limit: DEFAULT_LOCAL_HANDOFF_LIMIT,
                 local_handoff_window: DEFAULT_LOCAL_HANDOFF_WINDOW,
+                restart_quarantine: DEFAULT_RESTART_QUARANTINE,
             },
             renew_interval: None,
         }
@@ -258,6 +265,22 @@ impl LockClientBuilder {
         self
     }
 
+    /// How long no lock is granted after a client finds that Redis lost its data (a restart
+    /// without persistence, a failover to an empty replica, a flush) (default
+    /// [`DEFAULT_RESTART_QUARANTINE`], 5 s).
+    ///
+    /// Every client remembers the epoch of the Redis data it last saw, and each script that
+    /// takes or renews a lock checks it. The first client to find the data gone starts the
+    /// quarantine; meanwhile each client tells its own holders (their lost signals fire
+    /// with [`LostReason::DataLost`](crate::LostReason::DataLost)) at its next command or
+    /// watchdog tick. Make it longer than the renew tick (the re-poll interval, at most the
+    /// renew interval) plus the command timeout of every client of that Redis. A client that
+    /// never used this Redis before cannot tell a loss from a first start, and starts none.
+    pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
+        self.config.restart_quarantine = quarantine;
+        self
+    }
+
     /// Builds the client and starts its actors on the current Tokio runtime.
     ///
     /// # Errors
@@ -301,6 +324,7 @@ impl LockClientBuilder {
             config.renew_interval,
             // Often enough to extend a hand-over's short claim lease well before it runs out.
             config.renew_interval.min(config.waiter_alive() / 3),
+            Epoch::new(epoch_key(&config.prefix), config.restart_quarantine),
         );
         let pubsub = PubSub::start(
             notify_client,

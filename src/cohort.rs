@@ -188,6 +188,7 @@ pub(crate) async fn hand_over_through_redis(holding: &Holding) -> Result<()> {
                 slot,
                 sent_at,
                 server_ms,
+                hold.terms.claim_ms,
             );
             match hold.lease.take_turn_if(|_| true) {
                 Some(mut turn) => *turn.baton() = Baton::Queued(queued),

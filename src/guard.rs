@@ -24,6 +24,9 @@ pub enum LostReason {
     Unreachable,
     /// The client was shut down and released the lock.
     ShutDown,
+    /// Redis lost its data (a restart without persistence, a failover to an empty replica,
+    /// a flush): every lock held there before is gone.
+    DataLost,
 }
 
 /// Shared by the local holders of one Redis acquisition and the watchdog: the lost signal,
@@ -294,6 +297,7 @@ impl LockGuard {
                 .run(hold.keys.hash(), |mut conn| {
                     let hold = hold.clone();
                     async move {
+                        let epoch = hold.inner.watchdog.epoch().terms();
                         scripts::acquire(
                             &mut conn,
                             &hold.keys,
@@ -301,6 +305,7 @@ impl LockGuard {
                             &hold.owner,
                             &hold.terms,
                             AcquireMode::Reenter,
+                            &epoch,
                         )
                         .await
                     }

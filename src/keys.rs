@@ -84,6 +84,12 @@ pub(crate) fn wake_channel_prefix(prefix: &str) -> String {
     format!("{prefix}wake:")
 }
 
+/// The key naming the epoch of this Redis's data (see `scripts/epoch.lua`); outside every
+/// lock's braces, so no lock name reaches it.
+pub(crate) fn epoch_key(prefix: &str) -> String {
+    format!("{prefix}epoch")
+}
+
 /// Rejects prefixes that would break the hash tag.
 pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
     if prefix.contains(['{', '}']) {

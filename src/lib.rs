@@ -22,6 +22,7 @@
 mod client;
 mod cohort;
 mod conn;
+mod epoch;
 mod error;
 mod guard;
 pub mod keys;
@@ -35,8 +36,8 @@ mod watchdog;
 
 pub use client::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_LOCAL_HANDOFF_LIMIT, DEFAULT_LOCAL_HANDOFF_WINDOW,
-    DEFAULT_POOL_SIZE, DEFAULT_REPOLL_INTERVAL, DEFAULT_WATCHDOG_LEASE, LockClient,
-    LockClientBuilder,
+    DEFAULT_POOL_SIZE, DEFAULT_REPOLL_INTERVAL, DEFAULT_RESTART_QUARANTINE, DEFAULT_WATCHDOG_LEASE,
+    LockClient, LockClientBuilder,
 };
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostReason, LostSignal};

@@ -13,7 +13,7 @@ use crate::keys::LockKeys;
 use crate::local::LocalTurn;
 use crate::scripts::{self, AcquireMode, AcquireReply, Terms};
 use crate::waiter::QueuedWait;
-use crate::watchdog::Registration;
+use crate::watchdog::{Registration, lost_deadline};
 
 /// How long an acquired lock lasts without its holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -190,7 +190,7 @@ impl Lock {
                     lease_left_ms,
                 } => {
                     let left = u64::try_from(lease_left_ms).unwrap_or(terms.lease_ms);
-                    let expires_at = sent_at + Duration::from_millis(left);
+                    let expires_at = lost_deadline(sent_at, Duration::from_millis(left));
                     let guard = self.grant(turn, waiter.settle(), token, expires_at, terms);
                     self.trace_acquired(&guard, started, "lock acquired");
                     return Ok(Some(guard));
@@ -206,7 +206,7 @@ impl Lock {
                     };
                 }
                 AcquireReply::Waiting { .. } => return Ok(None),
-                AcquireReply::NotOwner => {
+                AcquireReply::NotOwner | AcquireReply::EpochChanged { .. } => {
                     return Err(LockError::new(
                         ErrorKind::Redis,
                         "the acquire script refused a first acquisition",

@@ -1,5 +1,7 @@
-//! The Lua scripts, run with EVALSHA (redis-rs reloads them on NOSCRIPT). The scripts that
-//! hand a lock over share the queue functions of `scripts/queue.lua`.
+//! The Lua scripts, run with EVALSHA (redis-rs reloads them on NOSCRIPT). They share the
+//! server clock of `scripts/clock.lua`; the scripts that hand a lock over share the queue
+//! functions of `scripts/queue.lua`, and those that take or renew one the epoch check of
+//! `scripts/epoch.lua`.
 
 use std::sync::LazyLock;
 
@@ -10,23 +12,33 @@ use crate::keys::LockKeys;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("scripts/clock.lua"),
         include_str!("scripts/queue.lua"),
+        include_str!("scripts/epoch.lua"),
         include_str!("scripts/acquire.lua")
     ))
 });
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("scripts/clock.lua"),
         include_str!("scripts/queue.lua"),
         include_str!("scripts/release.lua")
     ))
 });
 static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("scripts/clock.lua"),
         include_str!("scripts/queue.lua"),
         include_str!("scripts/force_unlock.lua")
     ))
 });
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/clock.lua"),
+        include_str!("scripts/epoch.lua"),
+        include_str!("scripts/renew.lua")
+    ))
+});
 
 /// What an owner asks of Redis when it takes a lock or waits for one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +75,28 @@ pub(crate) enum AcquireReply {
     Waiting { lease_left_ms: i64, server_ms: u64 },
     /// A re-entry found the lock no longer held by this owner.
     NotOwner,
+    /// The server is in another epoch than the client knows: the client must learn it (and,
+    /// when it knew an earlier one, tell its holders that their locks are gone) first.
+    EpochChanged { epoch: u64 },
+}
+
+/// What the server's epoch is to a client: the one it knows, and the quarantine it starts
+/// when it finds that Redis lost its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EpochTerms<'a> {
+    pub(crate) key: &'a str,
+    /// 0 when the client has not seen one yet.
+    pub(crate) known: u64,
+    pub(crate) quarantine_ms: u64,
+}
+
+/// What a renewal answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RenewReply {
+    /// Per lock, whether it is still held (and was renewed).
+    Renewed(Vec<bool>),
+    /// The server is in another epoch: every lock of the earlier one is gone.
+    EpochChanged { epoch: u64 },
 }
 
 /// How many holds a release drops.
@@ -86,19 +120,22 @@ pub(crate) enum HandoffReply {
     NotOwner,
 }
 
-/// EVALSHA of `script` with a lock's four keys and the wake prefix; the caller adds the rest
-/// of its arguments. Built as one command buffer: a lock operation should not allocate per
-/// argument.
-fn evalsha(script: &Script, keys: &LockKeys, wake: &str) -> Cmd {
+/// EVALSHA of `script` with a lock's four keys (and the epoch key, when given) and the wake
+/// prefix; the caller adds the rest of its arguments. Built as one command buffer: a lock
+/// operation should not allocate per argument.
+fn evalsha(script: &Script, keys: &LockKeys, epoch_key: Option<&str>, wake: &str) -> Cmd {
     let mut cmd = Cmd::with_capacity(16, 256);
     cmd.arg("EVALSHA")
         .arg(script.get_hash())
-        .arg(4)
+        .arg(4 + usize::from(epoch_key.is_some()))
         .arg(keys.hash())
         .arg(keys.fence())
         .arg(keys.queue())
-        .arg(keys.waiters())
-        .arg(wake);
+        .arg(keys.waiters());
+    if let Some(epoch_key) = epoch_key {
+        cmd.arg(epoch_key);
+    }
+    cmd.arg(wake);
     cmd
 }
 
@@ -129,16 +166,21 @@ pub(crate) async fn acquire(
     owner: &str,
     terms: &Terms,
     mode: AcquireMode,
+    epoch: &EpochTerms<'_>,
 ) -> redis::RedisResult<AcquireReply> {
-    let mut cmd = evalsha(&ACQUIRE, keys, wake);
+    let mut cmd = evalsha(&ACQUIRE, keys, Some(epoch.key), wake);
     cmd.arg(owner).arg(terms.lease_ms).arg(match mode {
         AcquireMode::Wait => "wait",
         AcquireMode::Try => "try",
         AcquireMode::Reenter => "reenter",
     });
     with_terms(&mut cmd, terms);
+    cmd.arg(epoch.known).arg(epoch.quarantine_ms);
     let (status, first, second): (i64, i64, i64) = run(conn, &ACQUIRE, &cmd).await?;
     Ok(match status {
+        -2 => AcquireReply::EpochChanged {
+            epoch: first.max(0) as u64,
+        },
         1 => AcquireReply::Acquired {
             token: first.max(0) as u64,
             lease_left_ms: second,
@@ -159,7 +201,7 @@ pub(crate) async fn release(
     owner: &str,
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
-    let mut cmd = evalsha(&RELEASE, keys, wake);
+    let mut cmd = evalsha(&RELEASE, keys, None, wake);
     cmd.arg(owner).arg(match scope {
         ReleaseScope::One => "one",
         ReleaseScope::All => "all",
@@ -177,7 +219,7 @@ pub(crate) async fn handoff(
     next_owner: &str,
     terms: &Terms,
 ) -> redis::RedisResult<HandoffReply> {
-    let mut cmd = evalsha(&RELEASE, keys, wake);
+    let mut cmd = evalsha(&RELEASE, keys, None, wake);
     cmd.arg(owner).arg("handoff").arg(next_owner);
     with_terms(&mut cmd, terms);
     cmd.arg(terms.lease_ms);
@@ -193,19 +235,31 @@ pub(crate) async fn handoff(
     })
 }
 
-/// Renews `(hash, owner)` pairs in one call; answers per pair whether it is still held.
+/// Renews `(hash, owner)` pairs in one call, after checking the epoch; answers per pair
+/// whether it is still held. With no pairs, only checks the epoch.
 pub(crate) async fn renew(
     conn: &mut MultiplexedConnection,
     locks: &[(&str, &str)],
     lease_ms: u64,
-) -> redis::RedisResult<Vec<bool>> {
+    epoch: &EpochTerms<'_>,
+) -> redis::RedisResult<RenewReply> {
     let mut invocation = RENEW.prepare_invoke();
-    invocation.arg(lease_ms);
+    invocation
+        .key(epoch.key)
+        .arg(lease_ms)
+        .arg(epoch.known)
+        .arg(epoch.quarantine_ms);
     for (hash, owner) in locks {
         invocation.key(*hash).arg(*owner);
     }
-    let renewed: Vec<i64> = invocation.invoke_async(conn).await?;
-    Ok(renewed.into_iter().map(|r| r == 1).collect())
+    let reply: Vec<i64> = invocation.invoke_async(conn).await?;
+    Ok(match reply.split_first() {
+        Some((0, renewed)) => RenewReply::Renewed(renewed.iter().map(|r| *r == 1).collect()),
+        Some((epoch, _)) => RenewReply::EpochChanged {
+            epoch: (*epoch).max(0) as u64,
+        },
+        None => RenewReply::Renewed(Vec::new()),
+    })
 }
 
 pub(crate) async fn force_unlock(
@@ -213,6 +267,11 @@ pub(crate) async fn force_unlock(
     keys: &LockKeys,
     wake: &str,
 ) -> redis::RedisResult<bool> {
-    let removed: i64 = run(conn, &FORCE_UNLOCK, &evalsha(&FORCE_UNLOCK, keys, wake)).await?;
+    let removed: i64 = run(
+        conn,
+        &FORCE_UNLOCK,
+        &evalsha(&FORCE_UNLOCK, keys, None, wake),
+    )
+    .await?;
     Ok(removed == 1)
 }

@@ -8,10 +8,17 @@ use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
 use crate::client::Inner;
-use crate::error::Result;
+use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::LockKeys;
 use crate::pubsub::{Grant, WakeSlot};
 use crate::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
+use crate::watchdog::lost_deadline;
+
+/// New epochs one attempt learns before it gives up (a Redis losing its data in a loop).
+const MAX_EPOCHS_LEARNED: u32 = 3;
+
+/// How long an undo waits before trying again on a fresh connection.
+const UNDO_RETRY: Duration = Duration::from_millis(200);
 
 /// One owner's wait. Dropping it before the lock is held (cancelled, failed, shut down)
 /// leaves the queue, and releases the lock if Redis granted it unseen.
@@ -28,6 +35,8 @@ pub(crate) struct QueuedWait {
     conn: Option<MultiplexedConnection>,
     /// Redis may know this owner (queued, or granted).
     armed: bool,
+    /// How long the undo keeps trying: a grant nobody saw runs out after its lease anyway.
+    undo_within: Duration,
 }
 
 impl QueuedWait {
@@ -43,6 +52,7 @@ impl QueuedWait {
             last_look: None,
             conn: None,
             armed: false,
+            undo_within: Duration::ZERO,
         }
     }
 
@@ -54,6 +64,7 @@ impl QueuedWait {
         slot: WakeSlot,
         sent_at: Instant,
         server_ms: u64,
+        claim_ms: u64,
     ) -> Self {
         Self {
             inner: inner.clone(),
@@ -63,6 +74,7 @@ impl QueuedWait {
             last_look: Some((sent_at, server_ms)),
             conn: None,
             armed: true,
+            undo_within: Duration::from_millis(claim_ms),
         }
     }
 
@@ -83,28 +95,50 @@ impl QueuedWait {
         let mut conn = inner.connections.get(self.keys.hash()).await?;
         self.conn = Some(conn.clone());
         self.armed = true;
-        let sent_at = Instant::now();
-        let reply = inner
-            .connections
-            .bounded(
-                self.keys.hash(),
-                scripts::acquire(
-                    &mut conn,
-                    &self.keys,
-                    &inner.wake_prefix,
-                    &self.owner,
-                    terms,
-                    mode,
-                ),
-            )
-            .await?;
+        self.undo_within = Duration::from_millis(terms.lease_ms);
+        let mut epochs_learned = 0;
+        let (sent_at, reply) = loop {
+            let sent_at = Instant::now();
+            let epoch = inner.watchdog.epoch().terms();
+            let reply = inner
+                .connections
+                .bounded(
+                    self.keys.hash(),
+                    scripts::acquire(
+                        &mut conn,
+                        &self.keys,
+                        &inner.wake_prefix,
+                        &self.owner,
+                        terms,
+                        mode,
+                        &epoch,
+                    ),
+                )
+                .await?;
+            match reply {
+                // Nothing was done: learn the epoch (telling this client's holders when
+                // Redis lost their locks) and look again.
+                AcquireReply::EpochChanged { epoch } if epochs_learned < MAX_EPOCHS_LEARNED => {
+                    inner.watchdog.learn_epoch(epoch);
+                    epochs_learned += 1;
+                }
+                AcquireReply::EpochChanged { .. } => {
+                    self.armed = false;
+                    return Err(LockError::new(
+                        ErrorKind::RedisUnavailable,
+                        "the server's epoch keeps changing: Redis keeps losing its data",
+                    ));
+                }
+                reply => break (sent_at, reply),
+            }
+        };
         match reply {
             AcquireReply::Waiting { server_ms, .. } if mode == AcquireMode::Wait => {
                 self.last_look = Some((sent_at, server_ms));
             }
             // Held elsewhere and not queued, or refused: Redis keeps nothing of this owner.
             AcquireReply::Waiting { .. } | AcquireReply::NotOwner => self.armed = false,
-            AcquireReply::Acquired { .. } => {}
+            AcquireReply::Acquired { .. } | AcquireReply::EpochChanged { .. } => {}
         }
         Ok(reply)
     }
@@ -114,12 +148,13 @@ impl QueuedWait {
         self.slot.wait(bound).await
     }
 
-    /// The local moment by which a lock granted with a lease of `lease_ms` may run out: the
-    /// grant came after the last look ran, so dating it from when that look was sent never
-    /// overstates the lease.
+    /// When the holder of a lock granted with a lease of `lease_ms` must be told it is lost
+    /// unless renewed: the grant came after the last look ran, so dating it from when that
+    /// look was sent never overstates the lease.
     pub(crate) fn grant_deadline(&self, grant: Grant, lease_ms: u64) -> Instant {
         let (sent_at, server_ms) = self.last_look.unwrap_or((Instant::now(), grant.server_ms));
-        sent_at + Duration::from_millis(grant.server_ms.saturating_sub(server_ms) + lease_ms)
+        let granted = sent_at + Duration::from_millis(grant.server_ms.saturating_sub(server_ms));
+        lost_deadline(granted, Duration::from_millis(lease_ms))
     }
 
     /// The lock is held by this owner: nothing to undo. Returns the owner id.
@@ -138,29 +173,49 @@ impl Drop for QueuedWait {
         let keys = self.keys.clone();
         let owner = self.owner.clone();
         let conn = self.conn.take();
+        let within = self.undo_within;
         inner.runtime.clone().spawn(async move {
-            let undone = tokio::time::timeout(inner.connections.command_timeout(), async {
-                let mut conn = match conn {
-                    Some(conn) => conn,
-                    None => inner.connections.get(keys.hash()).await?,
-                };
-                inner.connections.note_sent();
-                let released = scripts::release(
-                    &mut conn,
-                    &keys,
-                    &inner.wake_prefix,
-                    &owner,
-                    ReleaseScope::All,
-                )
-                .await?;
-                Ok::<_, crate::LockError>(released)
-            })
-            .await;
-            tracing::debug!(
-                lock = keys.hash(),
-                ?undone,
-                "left the queue of an abandoned wait"
-            );
+            // First on the connection of the last attempt, behind it: an attempt still on its
+            // way is undone after it runs. When that connection is broken, the attempt ran or
+            // never will, and a fresh connection does; keep trying while a grant nobody saw
+            // could still hold the lock.
+            let started = Instant::now();
+            let mut conn = conn;
+            loop {
+                let undone = tokio::time::timeout(inner.connections.command_timeout(), async {
+                    let mut conn = match conn.take() {
+                        Some(conn) => conn,
+                        None => inner.connections.get(keys.hash()).await?,
+                    };
+                    inner.connections.note_sent();
+                    Ok::<_, LockError>(
+                        scripts::release(
+                            &mut conn,
+                            &keys,
+                            &inner.wake_prefix,
+                            &owner,
+                            ReleaseScope::All,
+                        )
+                        .await?,
+                    )
+                })
+                .await
+                .unwrap_or_else(|_| Err(LockError::command_timeout()));
+                match undone {
+                    Ok(released) => {
+                        tracing::debug!(lock = keys.hash(), ?released, "undid an abandoned wait");
+                        return;
+                    }
+                    Err(err) if started.elapsed() < within && inner.ensure_running().is_ok() => {
+                        inner.connections.note_failure(keys.hash(), &err);
+                        tokio::time::sleep(UNDO_RETRY).await;
+                    }
+                    Err(err) => {
+                        tracing::warn!(lock = keys.hash(), error = %err, "could not undo an abandoned wait");
+                        return;
+                    }
+                }
+            }
         });
     }
 }

@@ -21,9 +21,10 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::conn::Connections;
+use crate::epoch::Epoch;
 use crate::guard::{LeaseState, LostReason};
 use crate::keys::LockKeys;
-use crate::scripts::{self, ReleaseScope};
+use crate::scripts::{self, ReleaseScope, RenewReply};
 
 /// Locks renewed by one script call.
 const BATCH: usize = 500;
@@ -37,7 +38,8 @@ pub(crate) struct Registration {
     pub(crate) lease: Arc<LeaseState>,
     /// Renewed by the watchdog (true) or a fixed lease that runs out (false).
     pub(crate) renew: bool,
-    /// When Redis may drop the lock unless it is renewed first.
+    /// When the holder must be told its lease is lost unless a renewal succeeds first
+    /// ([`lost_deadline`]).
     pub(crate) expires_at: Instant,
 }
 
@@ -66,10 +68,30 @@ impl Leases {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
     leases: Mutex<Leases>,
     earlier_deadline: Notify,
+    /// Whose data the leases live in: a new epoch ends them all.
+    epoch: Epoch,
+}
+
+impl Shared {
+    /// Learns the epoch a script told, and fires `DataLost` on every lease of an earlier one.
+    fn learn_epoch(&self, epoch: u64) {
+        let lost = self.epoch.learn(epoch, || {
+            let mut leases = self.leases.lock().expect("leases");
+            leases.deadlines.clear();
+            leases
+                .entries
+                .drain()
+                .map(|(_, entry)| entry)
+                .collect::<Vec<_>>()
+        });
+        for entry in lost.into_iter().flatten() {
+            entry.lease.fire(entry.keys.hash(), LostReason::DataLost);
+        }
+    }
 }
 
 /// Handle on the lease actor. The actor ends when the last handle is dropped.
@@ -89,9 +111,14 @@ impl Watchdog {
         lease: Duration,
         renew_interval: Duration,
         tick: Duration,
+        epoch: Epoch,
     ) -> Self {
         let (shutdown, receiver) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            leases: Mutex::default(),
+            earlier_deadline: Notify::new(),
+            epoch,
+        });
         let actor = Actor {
             connections,
             wake_prefix,
@@ -126,6 +153,16 @@ impl Watchdog {
         } else if wake {
             self.shared.earlier_deadline.notify_one();
         }
+    }
+
+    /// The epoch of the Redis data this client's leases live in.
+    pub(crate) fn epoch(&self) -> &Epoch {
+        &self.shared.epoch
+    }
+
+    /// Learns the epoch a script told; leases of an earlier epoch are lost (`DataLost`).
+    pub(crate) fn learn_epoch(&self, epoch: u64) {
+        self.shared.learn_epoch(epoch);
     }
 
     pub(crate) fn unregister(&self, id: u64) {
@@ -184,7 +221,7 @@ impl Actor {
     async fn renew(&mut self) {
         // Due: renewed at least `renew_interval` ago, i.e. less than `lease - renew_interval`
         // left; the deadlines are ordered, so only the due ones are visited.
-        let due = Instant::now() + self.lease.saturating_sub(self.renew_interval);
+        let due = lost_deadline(Instant::now(), self.lease) - self.renew_interval;
         let batch: Vec<(u64, Arc<LockKeys>, Arc<str>)> = {
             let leases = self.shared.leases.lock().expect("leases");
             leases
@@ -196,6 +233,18 @@ impl Actor {
                 .map(|entry| (entry.id, entry.keys.clone(), entry.owner.clone()))
                 .collect()
         };
+        if batch.is_empty() {
+            // Nothing due, but a lock is held: a look at the epoch alone tells its holder
+            // within a tick when Redis lost its data, before the quarantine ends.
+            let any_held = {
+                let leases = self.shared.leases.lock().expect("leases");
+                leases.entries.values().next().map(|entry| entry.keys.clone())
+            };
+            if let Some(keys) = any_held {
+                self.check_epoch(&keys).await;
+            }
+            return;
+        }
         let lease_ms = self.lease.as_millis() as u64;
         // A renewal that takes longer than the interval is no use; the deadline takes over.
         let limit = self.connections.command_timeout().min(self.renew_interval);
@@ -210,11 +259,18 @@ impl Actor {
             let outcome = timeout(limit, async {
                 let mut conn = self.connections.get(shard).await?;
                 self.connections.note_sent();
-                Ok::<_, crate::LockError>(scripts::renew(&mut conn, &pairs, lease_ms).await?)
+                let epoch = self.shared.epoch.terms();
+                Ok::<_, crate::LockError>(
+                    scripts::renew(&mut conn, &pairs, lease_ms, &epoch).await?,
+                )
             })
             .await;
             match outcome {
-                Ok(Ok(renewed)) => {
+                Ok(Ok(RenewReply::EpochChanged { epoch })) => {
+                    self.shared.learn_epoch(epoch);
+                    return;
+                }
+                Ok(Ok(RenewReply::Renewed(renewed))) => {
                     // Locks released meanwhile are no longer in the table and are skipped.
                     let taken: Vec<Registration> = {
                         let mut leases = self.shared.leases.lock().expect("leases");
@@ -223,7 +279,7 @@ impl Actor {
                             .zip(renewed)
                             .filter_map(|((id, _, _), held)| {
                                 if held {
-                                    leases.extend(*id, sent_at + self.lease);
+                                    leases.extend(*id, lost_deadline(sent_at, self.lease));
                                     None
                                 } else {
                                     leases.remove(*id)
@@ -245,6 +301,26 @@ impl Actor {
                     tracing::warn!(locks = chunk.len(), "lease renewal timed out");
                 }
             }
+        }
+    }
+
+    /// Checks the epoch alone, on the connection of `keys`' shard.
+    async fn check_epoch(&self, keys: &LockKeys) {
+        let limit = self.connections.command_timeout().min(self.renew_interval);
+        let outcome = timeout(limit, async {
+            let mut conn = self.connections.get(keys.hash()).await?;
+            self.connections.note_sent();
+            let epoch = self.shared.epoch.terms();
+            Ok::<_, crate::LockError>(scripts::renew(&mut conn, &[], 0, &epoch).await?)
+        })
+        .await;
+        match outcome {
+            Ok(Ok(RenewReply::EpochChanged { epoch })) => self.shared.learn_epoch(epoch),
+            Ok(Ok(RenewReply::Renewed(_))) => {}
+            Ok(Err(err)) => self.connections.note_failure(keys.hash(), &err),
+            Err(_) => self
+                .connections
+                .note_failure(keys.hash(), &crate::LockError::command_timeout()),
         }
     }
 
@@ -298,4 +374,11 @@ impl Actor {
         }))
         .await;
     }
+}
+
+/// When the holder of a lease sent to Redis at `sent_at` must be told it is lost, unless a
+/// renewal succeeds first: a tenth of the lease before Redis may let it go, a margin for
+/// late timers and for this machine's clock running at another rate than Redis's.
+pub(crate) fn lost_deadline(sent_at: Instant, lease: Duration) -> Instant {
+    sent_at + lease - lease / 10
 }

@@ -4,11 +4,6 @@
 -- KEYS[4] the waiters' terms (hash: owner id -> '<alive until ms> <claim lease ms> <token block>').
 -- ARGV[1] the wake channel prefix: a waiter's instance listens on that prefix and its instance id.
 
-local function now_ms()
-  local t = redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- Reserves `block` fencing tokens and returns the first: one for the acquisition, the rest
 -- for the local hand-overs its instance may make without coming back to Redis.
 local function reserve_tokens(block)
@@ -17,8 +12,7 @@ local function reserve_tokens(block)
     -- The counter was absent (first use, or Redis lost its data): start at the server time
     -- in microseconds, which is past every token handed out before (one lock never uses a
     -- million tokens a second).
-    local t = redis.call('time')
-    top = tonumber(t[1] .. string.format('%06d', tonumber(t[2]))) + block
+    top = now_us() + block
     redis.call('set', KEYS[2], string.format('%d', top))
   end
   return top - block + 1

@@ -186,10 +186,10 @@ async fn pump(
             Ok(read) => read,
         };
         let chunk = &buffer[..read];
-        if let Some(seen) = subscribe_seen {
-            if contains_subscribe(chunk) {
-                seen.store(true, Ordering::SeqCst);
-            }
+        if let Some(seen) = subscribe_seen
+            && contains_subscribe(chunk)
+        {
+            seen.store(true, Ordering::SeqCst);
         }
         let latency = shared.latency_us.load(Ordering::SeqCst);
         if latency > 0 {
