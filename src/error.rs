@@ -92,6 +92,15 @@ impl LockError {
         )
     }
 
+    /// Whether the connection broke under the command (rather than timing out): the
+    /// command ran before the break or never will, so it may be sent again on a fresh one.
+    pub(crate) fn is_connection_broken(&self) -> bool {
+        self.source
+            .as_deref()
+            .and_then(|source| source.downcast_ref::<redis::RedisError>())
+            .is_some_and(|err| err.is_connection_dropped() || err.is_io_error())
+    }
+
     pub(crate) fn shut_down() -> Self {
         Self::new(ErrorKind::ShutDown, "the lock client was shut down")
     }

@@ -97,6 +97,7 @@ impl QueuedWait {
         self.armed = true;
         self.undo_within = Duration::from_millis(terms.lease_ms);
         let mut epochs_learned = 0;
+        let mut reconnected = false;
         let (sent_at, reply) = loop {
             let sent_at = Instant::now();
             let epoch = inner.watchdog.epoch().terms();
@@ -114,7 +115,19 @@ impl QueuedWait {
                         &epoch,
                     ),
                 )
-                .await?;
+                .await;
+            let reply = match reply {
+                // A connection that broke since the last command (a cut, a killed client):
+                // once more on a fresh one. The script is safe to repeat for one owner, and
+                // a Redis that is really gone fails the second time too.
+                Err(err) if err.is_connection_broken() && !reconnected => {
+                    reconnected = true;
+                    conn = inner.connections.get(self.keys.hash()).await?;
+                    self.conn = Some(conn.clone());
+                    continue;
+                }
+                reply => reply?,
+            };
             match reply {
                 // Nothing was done: learn the epoch (telling this client's holders when
                 // Redis lost their locks) and look again.

@@ -13,6 +13,7 @@
 //! does.
 
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -218,7 +219,7 @@ impl Actor {
         }
     }
 
-    async fn renew(&mut self) {
+    async fn renew(&self) {
         // Due: renewed at least `renew_interval` ago, i.e. less than `lease - renew_interval`
         // left; the deadlines are ordered, so only the due ones are visited.
         let due = lost_deadline(Instant::now(), self.lease) - self.renew_interval;
@@ -238,7 +239,11 @@ impl Actor {
             // within a tick when Redis lost its data, before the quarantine ends.
             let any_held = {
                 let leases = self.shared.leases.lock().expect("leases");
-                leases.entries.values().next().map(|entry| entry.keys.clone())
+                leases
+                    .entries
+                    .values()
+                    .next()
+                    .map(|entry| entry.keys.clone())
             };
             if let Some(keys) = any_held {
                 self.check_epoch(&keys).await;
@@ -256,15 +261,16 @@ impl Actor {
                 .collect();
             // Any shard will do: renewals need no order with other commands.
             let shard = chunk[0].1.hash();
-            let outcome = timeout(limit, async {
-                let mut conn = self.connections.get(shard).await?;
-                self.connections.note_sent();
-                let epoch = self.shared.epoch.terms();
-                Ok::<_, crate::LockError>(
-                    scripts::renew(&mut conn, &pairs, lease_ms, &epoch).await?,
-                )
-            })
-            .await;
+            let outcome = self
+                .firing_deadlines(timeout(limit, async {
+                    let mut conn = self.connections.get(shard).await?;
+                    self.connections.note_sent();
+                    let epoch = self.shared.epoch.terms();
+                    Ok::<_, crate::LockError>(
+                        scripts::renew(&mut conn, &pairs, lease_ms, &epoch).await?,
+                    )
+                }))
+                .await;
             match outcome {
                 Ok(Ok(RenewReply::EpochChanged { epoch })) => {
                     self.shared.learn_epoch(epoch);
@@ -304,16 +310,36 @@ impl Actor {
         }
     }
 
+    /// Awaits `work` (a renewal) while still firing the deadlines that pass meanwhile: a
+    /// renewal stuck on an unreachable Redis must not delay telling a holder its lease is
+    /// lost.
+    async fn firing_deadlines<T>(&self, work: impl Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        loop {
+            let next_deadline = {
+                let leases = self.shared.leases.lock().expect("leases");
+                leases.deadlines.first().map(|(at, _)| *at)
+            };
+            tokio::select! {
+                outcome = &mut work => return outcome,
+                _ = sleep_until(next_deadline.unwrap_or_else(Instant::now)),
+                    if next_deadline.is_some() => self.expire(Instant::now()),
+                () = self.shared.earlier_deadline.notified() => {}
+            }
+        }
+    }
+
     /// Checks the epoch alone, on the connection of `keys`' shard.
     async fn check_epoch(&self, keys: &LockKeys) {
         let limit = self.connections.command_timeout().min(self.renew_interval);
-        let outcome = timeout(limit, async {
-            let mut conn = self.connections.get(keys.hash()).await?;
-            self.connections.note_sent();
-            let epoch = self.shared.epoch.terms();
-            Ok::<_, crate::LockError>(scripts::renew(&mut conn, &[], 0, &epoch).await?)
-        })
-        .await;
+        let outcome = self
+            .firing_deadlines(timeout(limit, async {
+                let mut conn = self.connections.get(keys.hash()).await?;
+                self.connections.note_sent();
+                let epoch = self.shared.epoch.terms();
+                Ok::<_, crate::LockError>(scripts::renew(&mut conn, &[], 0, &epoch).await?)
+            }))
+            .await;
         match outcome {
             Ok(Ok(RenewReply::EpochChanged { epoch })) => self.shared.learn_epoch(epoch),
             Ok(Ok(RenewReply::Renewed(_))) => {}
@@ -324,7 +350,7 @@ impl Actor {
         }
     }
 
-    fn expire(&mut self, now: Instant) {
+    fn expire(&self, now: Instant) {
         let expired: Vec<Registration> = {
             let mut leases = self.shared.leases.lock().expect("leases");
             let due: Vec<u64> = leases
