@@ -2,12 +2,14 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 
 use crate::client::Inner;
 use crate::cohort::{self, Baton, Budget};
 use crate::error::{ErrorKind, LockError, Result};
+use crate::giveback::give_back;
 use crate::keys::LockKeys;
 use crate::local::LocalTurn;
 use crate::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
@@ -390,11 +392,25 @@ async fn finish_release(holding: Arc<Holding>, last: bool) -> Result<()> {
     if last {
         hold.lease.closing.store(true, Ordering::SeqCst);
     }
-    match hold.release_in_redis(ReleaseScope::One).await? {
-        Some(_) => Ok(()),
-        None => Err(LockError::new(
+    match hold.release_in_redis(ReleaseScope::One).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(LockError::new(
             ErrorKind::NotOwner,
             "the lock was no longer held by this guard (lease lost or force-unlocked)",
         )),
+        Err(err) => {
+            if last && err.kind() == ErrorKind::RedisUnavailable {
+                // Unconfirmed: keep trying in the background rather than leave the lock to
+                // its lease. Every hold of this owner is this guard's (it was the last).
+                give_back(
+                    hold.inner.clone(),
+                    hold.keys.clone(),
+                    hold.owner.clone(),
+                    None,
+                    Duration::from_millis(hold.terms.lease_ms),
+                );
+            }
+            Err(err)
+        }
     }
 }

@@ -24,6 +24,7 @@ mod cohort;
 mod conn;
 mod epoch;
 mod error;
+mod giveback;
 mod guard;
 pub mod keys;
 pub mod layer;

@@ -9,16 +9,14 @@ use tokio::time::Instant;
 
 use crate::client::Inner;
 use crate::error::{ErrorKind, LockError, Result};
+use crate::giveback::give_back;
 use crate::keys::LockKeys;
 use crate::pubsub::{Grant, WakeSlot};
-use crate::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
+use crate::scripts::{self, AcquireMode, AcquireReply, Terms};
 use crate::watchdog::lost_deadline;
 
 /// New epochs one attempt learns before it gives up (a Redis losing its data in a loop).
 const MAX_EPOCHS_LEARNED: u32 = 3;
-
-/// How long an undo waits before trying again on a fresh connection.
-const UNDO_RETRY: Duration = Duration::from_millis(200);
 
 /// One owner's wait. Dropping it before the lock is held (cancelled, failed, shut down)
 /// leaves the queue, and releases the lock if Redis granted it unseen.
@@ -179,56 +177,14 @@ impl QueuedWait {
 
 impl Drop for QueuedWait {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
+        if self.armed {
+            give_back(
+                self.inner.clone(),
+                self.keys.clone(),
+                self.owner.clone(),
+                self.conn.take(),
+                self.undo_within,
+            );
         }
-        let inner = self.inner.clone();
-        let keys = self.keys.clone();
-        let owner = self.owner.clone();
-        let conn = self.conn.take();
-        let within = self.undo_within;
-        inner.runtime.clone().spawn(async move {
-            // First on the connection of the last attempt, behind it: an attempt still on its
-            // way is undone after it runs. When that connection is broken, the attempt ran or
-            // never will, and a fresh connection does; keep trying while a grant nobody saw
-            // could still hold the lock.
-            let started = Instant::now();
-            let mut conn = conn;
-            loop {
-                let undone = tokio::time::timeout(inner.connections.command_timeout(), async {
-                    let mut conn = match conn.take() {
-                        Some(conn) => conn,
-                        None => inner.connections.get(keys.hash()).await?,
-                    };
-                    inner.connections.note_sent();
-                    Ok::<_, LockError>(
-                        scripts::release(
-                            &mut conn,
-                            &keys,
-                            &inner.wake_prefix,
-                            &owner,
-                            ReleaseScope::All,
-                        )
-                        .await?,
-                    )
-                })
-                .await
-                .unwrap_or_else(|_| Err(LockError::command_timeout()));
-                match undone {
-                    Ok(released) => {
-                        tracing::debug!(lock = keys.hash(), ?released, "undid an abandoned wait");
-                        return;
-                    }
-                    Err(err) if started.elapsed() < within && inner.ensure_running().is_ok() => {
-                        inner.connections.note_failure(keys.hash(), &err);
-                        tokio::time::sleep(UNDO_RETRY).await;
-                    }
-                    Err(err) => {
-                        tracing::warn!(lock = keys.hash(), error = %err, "could not undo an abandoned wait");
-                        return;
-                    }
-                }
-            }
-        });
     }
 }

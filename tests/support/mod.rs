@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tower_redis_lock::LockClient;
 
+pub mod checker;
 pub mod proxy;
 
 /// How long a fresh server may take to answer PING (generous: shared, busy machines).

@@ -1,0 +1,210 @@
+//! One process of the chaos run (`tests/chaos.rs` starts several, each behind its own fault
+//! proxy): tasks take a few hot keys and many cold ones in a loop, one task holds slow keys
+//! for seconds, and every acquisition is written to a log for the checker.
+//!
+//! ```text
+//! chaos_worker --url URL --log PATH --seconds N [--tasks 8] [--hot 3] [--cold 2000]
+//!              [--lease-ms 2000] [--wait-ms 4000] [--seed N]
+//! ```
+//!
+//! Each log line is one JSON record, times in nanoseconds of the system's monotonic clock
+//! (shared by every process on the machine): an acquisition with its key, fencing token,
+//! start and end of the critical section, when its lost signal fired (if it did) and how
+//! the release went; or a failed acquisition with its typed error and how long it waited.
+//! The last stdout line is a JSON summary.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::time::{ClockId, clock_gettime};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use tokio::sync::Mutex;
+use tower_redis_lock::{ErrorKind, LockClient};
+
+/// Keys the first task of each process holds for seconds.
+const SLOW_KEYS: usize = 4;
+
+#[derive(Debug, Clone)]
+struct Settings {
+    url: String,
+    log: String,
+    seconds: u64,
+    tasks: usize,
+    hot: usize,
+    cold: usize,
+    lease: Duration,
+    wait: Duration,
+    seed: u64,
+}
+
+fn parse() -> Result<Settings, String> {
+    let mut settings = Settings {
+        url: String::new(),
+        log: String::new(),
+        seconds: 10,
+        tasks: 8,
+        hot: 3,
+        cold: 2000,
+        lease: Duration::from_millis(2000),
+        wait: Duration::from_millis(4000),
+        seed: 1,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        let number = || value.parse::<u64>().map_err(|err| format!("{flag}: {err}"));
+        match flag.as_str() {
+            "--url" => settings.url = value.clone(),
+            "--log" => settings.log = value.clone(),
+            "--seconds" => settings.seconds = number()?,
+            "--tasks" => settings.tasks = number()? as usize,
+            "--hot" => settings.hot = number()?.max(1) as usize,
+            "--cold" => settings.cold = number()?.max(1) as usize,
+            "--lease-ms" => settings.lease = Duration::from_millis(number()?),
+            "--wait-ms" => settings.wait = Duration::from_millis(number()?),
+            "--seed" => settings.seed = number()?,
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    if settings.url.is_empty() || settings.log.is_empty() {
+        return Err("--url and --log are required".into());
+    }
+    Ok(settings)
+}
+
+/// Nanoseconds of the monotonic clock, the same in every process of this machine.
+fn now_ns() -> i64 {
+    let now = clock_gettime(ClockId::CLOCK_MONOTONIC).expect("the monotonic clock");
+    now.tv_sec() * 1_000_000_000 + now.tv_nsec()
+}
+
+fn error_kind(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Timeout => "timeout",
+        ErrorKind::RedisUnavailable => "redis_unavailable",
+        ErrorKind::Redis => "redis",
+        ErrorKind::NotOwner => "not_owner",
+        ErrorKind::ShutDown => "shut_down",
+        _ => "other",
+    }
+}
+
+/// One task: acquire, work while watching the lost signal, release; until the deadline.
+async fn run_task(
+    locks: LockClient,
+    settings: Arc<Settings>,
+    index: usize,
+    deadline: tokio::time::Instant,
+    records: Arc<Mutex<Vec<serde_json::Value>>>,
+) {
+    let mut rng = StdRng::seed_from_u64(settings.seed * 1000 + index as u64);
+    let mut mine = Vec::new();
+    while tokio::time::Instant::now() < deadline {
+        // The first task holds a few slow keys for seconds, past the lease, so the watchdog
+        // renews under the faults; the others take hot keys briefly (their waiters queue)
+        // and cold ones in passing.
+        let (key, work) = if index == 0 {
+            (
+                format!("slow-{}", rng.random_range(0..SLOW_KEYS)),
+                Duration::from_millis(rng.random_range(500..3000)),
+            )
+        } else if rng.random_bool(0.5) {
+            (
+                format!("hot-{}", rng.random_range(0..settings.hot)),
+                Duration::from_micros(rng.random_range(0..800)),
+            )
+        } else {
+            (
+                format!("cold-{}", rng.random_range(0..settings.cold)),
+                Duration::ZERO,
+            )
+        };
+        let lock = locks.lock(&key).expect("a valid name");
+        let asked = now_ns();
+        let guard = match lock.acquire_timeout(settings.wait).await {
+            Ok(guard) => guard,
+            Err(err) => {
+                mine.push(json!({
+                    "key": key, "error": error_kind(err.kind()), "asked": asked,
+                    "failed": now_ns(),
+                }));
+                // As a service would: a moment before the next try when Redis is away.
+                if err.kind() == ErrorKind::RedisUnavailable {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                continue;
+            }
+        };
+        let start = now_ns();
+        let lost = guard.lost_signal();
+        let lost_at = tokio::select! {
+            () = tokio::time::sleep(work) => lost.is_lost().then(now_ns),
+            _ = lost.lost() => Some(now_ns()),
+        };
+        let end = now_ns();
+        let token = guard.fencing_token();
+        let reason = lost.reason().map(|reason| format!("{reason:?}"));
+        let release = match guard.release().await {
+            Ok(()) => "ok",
+            Err(err) => error_kind(err.kind()),
+        };
+        mine.push(json!({
+            "key": key, "token": token, "asked": asked, "start": start, "end": end,
+            "lost": lost_at, "reason": reason, "release": release,
+        }));
+    }
+    records.lock().await.extend(mine);
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let settings = match parse() {
+        Ok(settings) => Arc::new(settings),
+        Err(err) => {
+            eprintln!("chaos_worker: {err}");
+            std::process::exit(2);
+        }
+    };
+    let locks = LockClient::builder(&settings.url)
+        .watchdog_lease(settings.lease)
+        .renew_interval(settings.lease / 3)
+        .command_timeout(Duration::from_millis(500))
+        // Longer than a renew tick plus the command timeout, as the setting asks.
+        .restart_quarantine(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("the client starts");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(settings.seconds);
+    let records = Arc::new(Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..settings.tasks)
+        .map(|index| {
+            tokio::spawn(run_task(
+                locks.clone(),
+                settings.clone(),
+                index,
+                deadline,
+                records.clone(),
+            ))
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a task panicked");
+    }
+    locks.shutdown().await;
+
+    let records = records.lock().await;
+    let mut log = std::io::BufWriter::new(std::fs::File::create(&settings.log).expect("log file"));
+    for record in records.iter() {
+        serde_json::to_writer(&mut log, record).expect("log write");
+        log.write_all(b"\n").expect("log write");
+    }
+    log.flush().expect("log flush");
+    let acquired = records.iter().filter(|r| r.get("token").is_some()).count();
+    println!(
+        "{}",
+        json!({"pid": std::process::id(), "acquired": acquired, "failed": records.len() - acquired})
+    );
+}

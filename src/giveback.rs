@@ -1,0 +1,70 @@
+//! Gives a lock back in the background when nobody can wait for Redis: an abandoned wait
+//! (which Redis may have granted unseen), or a last release whose reply was lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+use crate::client::Inner;
+use crate::error::LockError;
+use crate::keys::LockKeys;
+use crate::scripts::{self, ReleaseScope};
+
+/// How long a give-back waits before trying again on a fresh connection.
+const RETRY: Duration = Duration::from_millis(200);
+
+/// Releases every hold of `owner` (and its place in the queue) in a background task.
+///
+/// First on `conn`, the connection the last command went out on, behind it: a command still
+/// on its way is undone after it runs. When that connection is broken, the command ran or
+/// never will, and a fresh connection does; the task keeps trying for `within`, while what
+/// Redis may hold for this owner could still keep the lock from others.
+pub(crate) fn give_back(
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    owner: Arc<str>,
+    conn: Option<MultiplexedConnection>,
+    within: Duration,
+) {
+    inner.runtime.clone().spawn(async move {
+        let started = Instant::now();
+        let mut conn = conn;
+        loop {
+            let outcome = tokio::time::timeout(inner.connections.command_timeout(), async {
+                let mut conn = match conn.take() {
+                    Some(conn) => conn,
+                    None => inner.connections.get(keys.hash()).await?,
+                };
+                inner.connections.note_sent();
+                Ok::<_, LockError>(
+                    scripts::release(
+                        &mut conn,
+                        &keys,
+                        &inner.wake_prefix,
+                        &owner,
+                        ReleaseScope::All,
+                    )
+                    .await?,
+                )
+            })
+            .await
+            .unwrap_or_else(|_| Err(LockError::command_timeout()));
+            match outcome {
+                Ok(released) => {
+                    tracing::debug!(lock = keys.hash(), ?released, "gave a lock back");
+                    return;
+                }
+                Err(err) if started.elapsed() < within && inner.ensure_running().is_ok() => {
+                    inner.connections.note_failure(keys.hash(), &err);
+                    tokio::time::sleep(RETRY).await;
+                }
+                Err(err) => {
+                    tracing::warn!(lock = keys.hash(), error = %err, "could not give a lock back");
+                    return;
+                }
+            }
+        }
+    });
+}

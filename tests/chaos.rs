@@ -1,0 +1,290 @@
+//! The chaos run: several worker processes (`examples/chaos_worker.rs`), each behind its own
+//! fault proxy, take hot and cold keys while faults are injected at random; then the checker
+//! reads every process's log.
+//!
+//! `CHAOS_SECONDS` (default 90) sets the length and `CHAOS_SEED` the fault schedule (a
+//! random one is printed otherwise); `CHAOS_KEEP_LOGS` keeps the workers' logs. The summary is one JSON line on stdout (`cargo test
+//! --test chaos -- --nocapture` shows it).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use support::RedisServer;
+use support::checker::{Failure, Section, check, read_log};
+use support::proxy::FaultProxy;
+use tokio::process::{Child, Command};
+use tokio::time::{Instant, sleep};
+
+const PROCESSES: usize = 4;
+const TASKS: usize = 8;
+const HOT_KEYS: usize = 3;
+const COLD_KEYS: usize = 2000;
+const LEASE: Duration = Duration::from_millis(2000);
+const WAIT: Duration = Duration::from_millis(4000);
+/// Beyond the wait bound: one command timeout (500 ms) for the look in flight when the bound
+/// passes, and seconds of slack for a loaded two-core machine.
+const WAIT_SLACK: Duration = Duration::from_secs(3);
+/// What a full run (60 s or more) must reach in all, faults included.
+const MIN_ACQUISITIONS: usize = 100_000;
+/// The last seconds run without faults, so every process finishes on a healthy Redis.
+const QUIET_END: Duration = Duration::from_secs(6);
+
+/// The kinds of fault the run injects, one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    /// Every connection of one process (or of all of them) cut at the proxy.
+    CutConnections,
+    /// Only the pub/sub connections cut at the proxy.
+    CutPubSub,
+    /// One process's traffic stalled for 0.5–3.5 s (past the 2 s lease sometimes).
+    BlackHole,
+    /// 5–40 ms added to every chunk of every process for 1–3 s.
+    Latency,
+    /// `CLIENT KILL TYPE normal` at the server.
+    KillNormalClients,
+    /// `CLIENT KILL TYPE pubsub` at the server.
+    KillPubSubClients,
+    /// Redis SIGKILLed and started again on its port at once, its data gone.
+    RestartRedis,
+    /// Redis SIGKILLed, down for 0.5–3 s, started again without its data.
+    RedisDown,
+}
+
+const FAULTS: [Fault; 8] = [
+    Fault::CutConnections,
+    Fault::CutPubSub,
+    Fault::BlackHole,
+    Fault::Latency,
+    Fault::KillNormalClients,
+    Fault::KillPubSubClients,
+    Fault::RestartRedis,
+    Fault::RedisDown,
+];
+
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|value| {
+        value
+            .parse()
+            .unwrap_or_else(|err| panic!("{name}={value}: {err}"))
+    })
+}
+
+fn spawn_worker(index: usize, url: &str, log: &str, seconds: u64, seed: u64) -> Child {
+    Command::new(support::example_path("chaos_worker"))
+        .args(["--url", url, "--log", log])
+        .args(["--seconds", &seconds.to_string()])
+        .args(["--tasks", &TASKS.to_string()])
+        .args(["--hot", &HOT_KEYS.to_string()])
+        .args(["--cold", &COLD_KEYS.to_string()])
+        .args(["--lease-ms", &LEASE.as_millis().to_string()])
+        .args(["--wait-ms", &WAIT.as_millis().to_string()])
+        .args(["--seed", &(seed + index as u64).to_string()])
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("a chaos worker starts")
+}
+
+/// Injects one fault of `kind` and undoes it; Redis may be replaced (same port, no data).
+async fn inject(kind: Fault, rng: &mut StdRng, server: &mut RedisServer, proxies: &[FaultProxy]) {
+    let port = server.port();
+    let one = &proxies[rng.random_range(0..proxies.len())];
+    match kind {
+        Fault::CutConnections if rng.random_bool(0.5) => {
+            one.cut_all();
+        }
+        Fault::CutConnections => proxies.iter().for_each(|proxy| {
+            proxy.cut_all();
+        }),
+        Fault::CutPubSub => proxies.iter().for_each(|proxy| {
+            proxy.cut_pubsub();
+        }),
+        Fault::BlackHole => {
+            one.black_hole();
+            sleep(Duration::from_millis(rng.random_range(500..3500))).await;
+            one.heal();
+        }
+        Fault::Latency => {
+            let latency = Duration::from_millis(rng.random_range(5..40));
+            proxies.iter().for_each(|proxy| proxy.set_latency(latency));
+            sleep(Duration::from_millis(rng.random_range(1000..3000))).await;
+            proxies
+                .iter()
+                .for_each(|proxy| proxy.set_latency(Duration::ZERO));
+        }
+        Fault::KillNormalClients => {
+            let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+        }
+        Fault::KillPubSubClients => {
+            let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+        }
+        Fault::RestartRedis => {
+            server.kill();
+            *server = RedisServer::start_on(port);
+        }
+        Fault::RedisDown => {
+            server.kill();
+            sleep(Duration::from_millis(rng.random_range(500..3000))).await;
+            *server = RedisServer::start_on(port);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
+    let seconds = env_number("CHAOS_SECONDS").unwrap_or(90);
+    let seed = env_number("CHAOS_SEED").unwrap_or_else(|| rand::random::<u32>().into());
+    println!("chaos: {seconds} s, seed {seed} (CHAOS_SEED={seed} repeats the schedule)");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut server = RedisServer::start();
+    let mut proxies = Vec::new();
+    for _ in 0..PROCESSES {
+        proxies.push(FaultProxy::start(server.port()).await);
+    }
+    let dir = std::env::temp_dir().join(format!("chaos-{}-{seed}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("log directory");
+    let logs: Vec<String> = (0..PROCESSES)
+        .map(|index| {
+            dir.join(format!("worker-{index}.jsonl"))
+                .display()
+                .to_string()
+        })
+        .collect();
+    let mut workers: Vec<Child> = proxies
+        .iter()
+        .zip(&logs)
+        .enumerate()
+        .map(|(index, (proxy, log))| spawn_worker(index, &proxy.url(), log, seconds, seed))
+        .collect();
+
+    let started = Instant::now();
+    let faults_end = started + Duration::from_secs(seconds).saturating_sub(QUIET_END);
+    let mut injected: BTreeMap<String, usize> = BTreeMap::new();
+    while Instant::now() < faults_end {
+        sleep(Duration::from_millis(rng.random_range(1000..3000))).await;
+        if Instant::now() >= faults_end {
+            break;
+        }
+        let kind = FAULTS[rng.random_range(0..FAULTS.len())];
+        inject(kind, &mut rng, &mut server, &proxies).await;
+        *injected.entry(format!("{kind:?}")).or_default() += 1;
+    }
+
+    for worker in &mut workers {
+        let status = tokio::time::timeout(QUIET_END + WAIT + WAIT_SLACK * 4, worker.wait())
+            .await
+            .expect("a worker ends soon after its run")
+            .expect("worker status");
+        assert!(status.success(), "a worker failed: {status}");
+    }
+    let keys_left: Vec<String> = server
+        .cmd::<Vec<String>>(&["KEYS", "lock:{*"])
+        .into_iter()
+        .filter(|key| !key.ends_with(":fence"))
+        .collect();
+
+    let (mut sections, mut failures): (Vec<Section>, Vec<Failure>) = (Vec::new(), Vec::new());
+    for (index, log) in logs.iter().enumerate() {
+        let text = std::fs::read_to_string(log).expect("a worker's log");
+        let (more_sections, more_failures) = read_log(index, &text);
+        sections.extend(more_sections);
+        failures.extend(more_failures);
+    }
+    if std::env::var_os("CHAOS_KEEP_LOGS").is_none() {
+        std::fs::remove_dir_all(&dir).expect("remove the logs");
+    }
+    let bound = (WAIT + WAIT_SLACK).as_nanos() as i64;
+    let verdict = check(&sections, &failures, bound);
+    println!(
+        "{}",
+        json!({
+            "seconds": seconds, "seed": seed, "processes": PROCESSES, "tasks": TASKS,
+            "acquisitions": verdict.sections, "failed_acquisitions": verdict.failures,
+            "overlaps": verdict.overlaps, "token_regressions": verdict.token_regressions,
+            "stuck_waiters": verdict.stuck, "lost_signalled": verdict.lost_signalled,
+            "lost_found_at_release": verdict.lost_found_at_release,
+            "lock_keys_left": keys_left.len(), "faults": injected,
+        })
+    );
+    assert!(verdict.examples.is_empty(), "{:#?}", verdict.examples);
+    assert_eq!(verdict.overlaps, 0);
+    assert_eq!(verdict.token_regressions, 0);
+    assert_eq!(verdict.stuck, 0, "no acquisition outlived its bound");
+    assert!(keys_left.is_empty(), "locks left in Redis: {keys_left:?}");
+    if seconds >= 60 {
+        assert!(
+            verdict.sections >= MIN_ACQUISITIONS,
+            "a full run makes at least {MIN_ACQUISITIONS} acquisitions"
+        );
+    }
+    assert!(
+        injected.values().sum::<usize>() >= (seconds as usize / 10),
+        "faults were injected: {injected:?}"
+    );
+}
+
+/// The checker itself: it must find what it is there to find.
+#[test]
+fn the_checker_finds_overlaps_token_regressions_and_stuck_waiters() {
+    let section = |process, token, start, end, lost| Section {
+        process,
+        key: "k".into(),
+        token,
+        asked: start - 10,
+        start,
+        end,
+        lost,
+        reason: lost.map(|_| "DataLost".into()),
+        release: "ok".into(),
+    };
+    let clean = [section(0, 1, 100, 200, None), section(1, 2, 210, 300, None)];
+    let verdict = check(&clean, &[], 1_000);
+    assert_eq!((verdict.overlaps, verdict.token_regressions), (0, 0));
+
+    let overlapping = [section(0, 1, 100, 200, None), section(1, 2, 150, 300, None)];
+    assert_eq!(check(&overlapping, &[], 1_000).overlaps, 1);
+
+    // Told at 140 that its lease was lost: a section from 150 on is no violation.
+    let told = [
+        section(0, 1, 100, 200, Some(140)),
+        section(1, 2, 150, 300, None),
+    ];
+    assert_eq!(check(&told, &[], 1_000).overlaps, 0);
+    let told_late = [
+        section(0, 1, 100, 200, Some(160)),
+        section(1, 2, 150, 300, None),
+    ];
+    assert_eq!(check(&told_late, &[], 1_000).overlaps, 1);
+
+    // A long section covers several later ones.
+    let covering = [
+        section(0, 1, 100, 500, None),
+        section(1, 2, 150, 160, None),
+        section(2, 3, 300, 310, None),
+    ];
+    assert_eq!(check(&covering, &[], 1_000).overlaps, 2);
+
+    let regressed = [section(0, 5, 100, 200, None), section(1, 4, 210, 300, None)];
+    assert_eq!(check(&regressed, &[], 1_000).token_regressions, 1);
+
+    let slow = [section(0, 1, 5_000, 5_100, None)];
+    let timed_out = [Failure {
+        process: 1,
+        key: "k".into(),
+        error: "timeout".into(),
+        asked: 0,
+        failed: 9_000,
+    }];
+    let verdict = check(&slow, &timed_out, 1_000);
+    assert_eq!(
+        verdict.stuck, 1,
+        "the failure waited 9,000 ns for a bound of 1,000"
+    );
+    assert_eq!(verdict.failures.get("timeout"), Some(&1));
+}
