@@ -104,7 +104,8 @@ where
 }
 
 /// The value of one header: `HeaderKey::new("x-tenant-id")`. No header, no key; a value that
-/// is not visible ASCII is an invalid key.
+/// is not visible ASCII, or the header sent more than once (which value would the handler
+/// act on?), is an invalid key.
 #[derive(Debug, Clone)]
 pub struct HeaderKey {
     name: HeaderName,
@@ -128,13 +129,20 @@ impl HeaderKey {
 
 impl<B> KeyExtractor<B> for HeaderKey {
     fn extract(&self, request: &Request<B>) -> Result<Keys, InvalidKey> {
-        match request.headers().get(&self.name) {
-            None => Ok(Keys::none()),
-            Some(value) => value
-                .to_str()
-                .map(Keys::from)
-                .map_err(|_| InvalidKey::new(format!("header {} is not visible ASCII", self.name))),
+        let mut values = request.headers().get_all(&self.name).iter();
+        let Some(value) = values.next() else {
+            return Ok(Keys::none());
+        };
+        if values.next().is_some() {
+            return Err(InvalidKey::new(format!(
+                "header {} is sent more than once",
+                self.name
+            )));
         }
+        value
+            .to_str()
+            .map(Keys::from)
+            .map_err(|_| InvalidKey::new(format!("header {} is not visible ASCII", self.name)))
     }
 }
 
@@ -284,6 +292,17 @@ mod tests {
             .body(())
             .unwrap();
         assert!(HeaderKey::new("x-tenant-id").extract(&binary).is_err());
+    }
+
+    #[test]
+    fn a_header_sent_twice_is_an_invalid_key() {
+        let twice = Request::builder()
+            .header("x-tenant-id", "acme")
+            .header("x-tenant-id", "globex")
+            .body(())
+            .unwrap();
+        let err = HeaderKey::new("x-tenant-id").extract(&twice).unwrap_err();
+        assert!(err.to_string().contains("more than once"), "{err}");
     }
 
     #[test]
