@@ -104,7 +104,8 @@ where
 }
 
 /// The value of one header: `HeaderKey::new("x-tenant-id")`. No header, no key; a value that
-/// is not visible ASCII is an invalid key.
+/// is not visible ASCII, or the header sent more than once (which value would the handler
+/// act on?), is an invalid key.
 #[derive(Debug, Clone)]
 pub struct HeaderKey {
     name: HeaderName,
@@ -128,18 +129,27 @@ impl HeaderKey {
 
 impl<B> KeyExtractor<B> for HeaderKey {
     fn extract(&self, request: &Request<B>) -> Result<Keys, InvalidKey> {
-        match request.headers().get(&self.name) {
-            None => Ok(Keys::none()),
-            Some(value) => value
-                .to_str()
-                .map(Keys::from)
-                .map_err(|_| InvalidKey::new(format!("header {} is not visible ASCII", self.name))),
+        let mut values = request.headers().get_all(&self.name).iter();
+        let Some(value) = values.next() else {
+            return Ok(Keys::none());
+        };
+        if values.next().is_some() {
+            return Err(InvalidKey::new(format!(
+                "header {} is sent more than once",
+                self.name
+            )));
         }
+        value
+            .to_str()
+            .map(Keys::from)
+            .map_err(|_| InvalidKey::new(format!("header {} is not visible ASCII", self.name)))
     }
 }
 
 /// One segment of the path, counted from 0 after the leading `/`:
-/// `PathSegmentKey::new(1)` takes `acme` from `/tenants/acme/orders`.
+/// `PathSegmentKey::new(1)` takes `acme` from `/tenants/acme/orders`. The segment is
+/// percent-decoded, as routers decode path parameters, so `/tenants/%61cme` locks `acme`
+/// too; a segment that does not decode to UTF-8 is an invalid key.
 #[derive(Debug, Clone, Copy)]
 pub struct PathSegmentKey {
     index: usize,
@@ -161,7 +171,7 @@ impl<B> KeyExtractor<B> for PathSegmentKey {
             .skip(1)
             .nth(self.index)
             .filter(|segment| !segment.is_empty());
-        Ok(segment.map(str::to_owned).into())
+        segment.map(decode_segment).transpose().map(Keys::from)
     }
 }
 
@@ -169,7 +179,9 @@ impl<B> KeyExtractor<B> for PathSegmentKey {
 /// `RouteParamKey::new("/tenants/{tenant}/orders", "tenant")`. The path must match the
 /// template's segments (literal segments equal, parameters non-empty); further segments are
 /// allowed, so `/tenants/{tenant}` covers every route below a tenant. Works outside the
-/// router, where the matched route is not known yet.
+/// router, where the matched route is not known yet. Like a router, it matches literal
+/// segments as sent and percent-decodes the parameter; a parameter that does not decode to
+/// UTF-8 is an invalid key.
 #[derive(Debug, Clone)]
 pub struct RouteParamKey {
     template: Vec<TemplateSegment>,
@@ -225,11 +237,20 @@ impl<B> KeyExtractor<B> for RouteParamKey {
                 _ => {}
             }
             if index == self.param {
-                key = Some(segment.to_owned());
+                key = Some(segment);
             }
         }
-        Ok(key.into())
+        key.map(decode_segment).transpose().map(Keys::from)
     }
+}
+
+/// A path segment as the handler sees it: percent-decoded (`%61cme` and `acme` name one
+/// tenant, so they must name one lock).
+fn decode_segment(segment: &str) -> Result<String, InvalidKey> {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .map(|decoded| decoded.into_owned())
+        .map_err(|_| InvalidKey::new("a path segment does not decode to UTF-8"))
 }
 
 /// The gRPC method (`/package.Service/Method`): one critical section per method.
@@ -284,6 +305,35 @@ mod tests {
             .body(())
             .unwrap();
         assert!(HeaderKey::new("x-tenant-id").extract(&binary).is_err());
+    }
+
+    #[test]
+    fn a_header_sent_twice_is_an_invalid_key() {
+        let twice = Request::builder()
+            .header("x-tenant-id", "acme")
+            .header("x-tenant-id", "globex")
+            .body(())
+            .unwrap();
+        let err = HeaderKey::new("x-tenant-id").extract(&twice).unwrap_err();
+        assert!(err.to_string().contains("more than once"), "{err}");
+    }
+
+    #[test]
+    fn path_keys_are_percent_decoded_like_router_parameters() {
+        let second = PathSegmentKey::new(1);
+        assert_eq!(keys(&second, "/tenants/%61cme/orders"), ["acme"]);
+        assert_eq!(keys(&second, "/tenants/a%7Bb%7D%25/orders"), ["a{b}%"]);
+        assert_eq!(keys(&second, "/tenants/caf%C3%A9"), ["café"]);
+        // A stray '%' that starts no escape stays as sent.
+        assert_eq!(keys(&second, "/tenants/100%/orders"), ["100%"]);
+        assert!(second.extract(&request("/tenants/%FF%FE")).is_err());
+
+        let tenant = RouteParamKey::new("/tenants/{tenant}/orders", "tenant");
+        assert_eq!(keys(&tenant, "/tenants/%61cme/orders"), ["acme"]);
+        assert_eq!(keys(&tenant, "/tenants/a%2Fb/orders"), ["a/b"]);
+        assert!(tenant.extract(&request("/tenants/%C3/orders")).is_err());
+        // Literal segments are matched as sent, as a router matches them.
+        assert!(keys(&tenant, "/%74enants/acme/orders").is_empty());
     }
 
     #[test]

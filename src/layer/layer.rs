@@ -79,7 +79,9 @@ impl<K, R> LockLayer<K, R> {
         self.with_policy(|policy| policy.key_prefix = prefix.to_owned())
     }
 
-    /// Most keys one request may name (default 16); more is answered 400.
+    /// Most keys one request may name (default [`DEFAULT_MAX_KEYS`](super::DEFAULT_MAX_KEYS),
+    /// 16), counted before duplicates are dropped; more is answered 400 (gRPC
+    /// `INVALID_ARGUMENT`) before any key reaches Redis.
     pub fn max_keys(self, max: usize) -> Self {
         self.with_policy(|policy| policy.max_keys = max)
     }

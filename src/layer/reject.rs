@@ -21,7 +21,7 @@ pub enum RejectionKind {
     LeaseLost,
     /// The request named no key and the policy rejects such requests.
     MissingKey,
-    /// A key was unusable: not text, empty, or longer than the limit.
+    /// A key was unusable: not text, empty, longer than the limit, or sent twice.
     InvalidKey,
     /// The request named more keys than the layer allows.
     TooManyKeys,

@@ -91,6 +91,15 @@ where
                 ),
             };
         }
+        // Checked before the prefix is added: with a prefix, an empty key would otherwise
+        // lock the bare prefix, a name no request meant.
+        if keys.as_slice().iter().any(String::is_empty) {
+            return reject(
+                RejectionKind::InvalidKey,
+                Vec::new(),
+                "a lock key is empty".into(),
+            );
+        }
         let names: Vec<String> = keys
             .into_vec()
             .into_iter()
