@@ -19,6 +19,7 @@
 //! pub/sub connection that wakes every waiter; the tasks of one client that wait for the
 //! same lock queue locally, and only the first talks to Redis.
 
+mod access;
 mod client;
 mod cohort;
 mod conn;
