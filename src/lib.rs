@@ -23,6 +23,7 @@ mod access;
 mod client;
 mod cohort;
 mod conn;
+mod endpoint;
 mod epoch;
 mod error;
 mod guard;
@@ -32,6 +33,7 @@ mod local;
 mod lock;
 mod pubsub;
 mod scripts;
+mod tls;
 mod waiter;
 mod watchdog;
 
