@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs what the project needs on a fresh Debian machine with Rust: redis-server, and
-# redis-tools (redis-cli, redis-benchmark). Safe to run again: it installs only what is missing.
+# Installs what the project needs on a fresh Debian machine with Rust: redis-server,
+# redis-tools (redis-cli, redis-benchmark), and openssl (the TLS tests make throw-away
+# certificates with it). Safe to run again: it installs only what is missing.
 set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
 if ((${#missing[@]})); then
     sudo=""

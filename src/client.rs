@@ -9,6 +9,7 @@ use redis::AsyncConnectionConfig;
 
 use crate::cohort::Baton;
 use crate::conn::Connections;
+use crate::endpoint::Endpoint;
 use crate::epoch::Epoch;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{DEFAULT_PREFIX, LockKeys, epoch_key, validate_prefix, wake_channel_prefix};
@@ -104,23 +105,27 @@ impl Inner {
     }
 }
 
-/// Builds a [`LockClient`]; see each method for its default.
+/// Builds a [`LockClient`]; see each method for its default. Its `Debug` output shows no
+/// password and no certificate.
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct LockClientBuilder {
-    url: String,
+    endpoint: Endpoint,
     pool: Option<Pool>,
     config: Config,
     renew_interval: Option<Duration>,
 }
 
 impl LockClient {
-    /// Connects to the Redis at `url` (`redis://[user:password@]host:port[/db]`) with the
-    /// default settings.
+    /// Connects to the Redis at `url` with the default settings:
+    /// `redis://[[user]:password@]host:port[/db]`, or `rediss://…` for TLS (verified against
+    /// the system's trust store; see [`LockClientBuilder::tls_root_certificate`] for your own
+    /// certificate authority). A password without a user authenticates as `default`.
     ///
     /// Connections are made lazily: a Redis that is down at start makes operations fail
     /// with [`ErrorKind::RedisUnavailable`] until it is back, and the client recovers on its
-    /// own. Must be called within a Tokio runtime.
+    /// own; credentials or certificates Redis refuses make them fail with
+    /// [`ErrorKind::AccessDenied`]. Must be called within a Tokio runtime.
     ///
     /// # Errors
     ///
@@ -132,7 +137,7 @@ impl LockClient {
     /// A builder for a client of the Redis at `url`.
     pub fn builder(url: &str) -> LockClientBuilder {
         LockClientBuilder {
-            url: url.to_owned(),
+            endpoint: Endpoint::new(url),
             pool: None,
             config: Config {
                 prefix: DEFAULT_PREFIX.to_owned(),
@@ -159,7 +164,8 @@ impl LockClient {
         Ok(Lock::new(self.clone(), name, keys))
     }
 
-    /// This client's random instance id (128 bits, hex), the first part of every owner id.
+    /// This client's random instance id, the first part of every owner id: 128 bits from a
+    /// CSPRNG (rand's `ThreadRng`, seeded by the operating system), as 32 hex digits.
     pub fn instance_id(&self) -> &str {
         &self.inner.instance_id
     }
@@ -202,8 +208,9 @@ impl LockClientBuilder {
     /// Uses an existing pool for commands instead of creating one (default: a pool of
     /// [`DEFAULT_POOL_SIZE`] from the URL, all of whose connections the client keeps). The
     /// client keeps one connection of a pool it is given checked out, since the pool may
-    /// serve others too. The URL is still used for the pub/sub connection, which never comes
-    /// from a pool.
+    /// serve others too. The URL (and the TLS settings) are still used for the pub/sub
+    /// connection, which never comes from a pool; a pool you bring authenticates and uses
+    /// TLS as you set it up.
     ///
     /// Give its connections no response timeout of their own (or one longer than the
     /// command timeout): a reply cut off by the connection can no longer be undone when the
@@ -281,11 +288,48 @@ impl LockClientBuilder {
         self
     }
 
+    /// Trusts only the certificate authorities in `pem` (one or more PEM certificates) for a
+    /// `rediss://` URL (default: the system's trust store): for a Redis whose certificate
+    /// comes from your own CA. The server's certificate must be signed by one of them and
+    /// name the URL's host. A later call replaces an earlier one. Used by the pool the client
+    /// creates and by the pub/sub connection.
+    ///
+    /// Checked by [`Self::build`]: PEM without a usable certificate, or a URL without TLS,
+    /// is [`ErrorKind::InvalidConfig`].
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.endpoint.tls.trust(pem.into());
+        self
+    }
+
+    /// Presents a client certificate to a server that asks for one (mutual TLS, Redis's
+    /// `tls-auth-clients`): `certificate_pem` is the certificate (optionally followed by its
+    /// chain), `private_key_pem` its key, PKCS#8, PKCS#1 or SEC1 (default: no client
+    /// certificate). A later call replaces an earlier one. Used by the pool the client
+    /// creates and by the pub/sub connection.
+    ///
+    /// Checked by [`Self::build`]: an unreadable certificate or key, or a URL without TLS,
+    /// is [`ErrorKind::InvalidConfig`].
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        private_key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.endpoint
+            .tls
+            .identify(certificate_pem.into(), private_key_pem.into());
+        self
+    }
+
     /// Builds the client and starts its actors on the current Tokio runtime.
+    ///
+    /// The first client of a `rediss://` URL installs rustls's `ring` crypto provider as the
+    /// process default, unless the application installed one before.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidConfig`] for an unparsable URL or unusable durations,
+    /// [`ErrorKind::InvalidConfig`] for an unparsable URL, unusable durations, TLS
+    /// certificates that cannot be read or were given for a URL without TLS, or a TLS URL
+    /// that turns certificate checks off (`#insecure`);
     /// [`ErrorKind::InvalidName`] for a prefix containing `{` or `}`.
     pub async fn build(self) -> Result<LockClient> {
         let mut config = self.config;
@@ -303,14 +347,13 @@ impl LockClientBuilder {
                  shorter than the lease",
             ));
         }
-        let notify_client = redis::Client::open(self.url.as_str()).map_err(|err| {
-            LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err)
-        })?;
+        // One client for the pool and the pub/sub connection: the same credentials and TLS.
+        let redis_client = self.endpoint.client()?;
         // A pool of the caller's may serve others too: take one connection of it.
         let (pool, shards) = match self.pool {
             Some(pool) => (pool, 1),
             None => (
-                create_pool(&self.url, config.command_timeout)?,
+                create_pool(&redis_client, config.command_timeout)?,
                 DEFAULT_POOL_SIZE,
             ),
         };
@@ -327,7 +370,7 @@ impl LockClientBuilder {
             Epoch::new(epoch_key(&config.prefix), config.restart_quarantine),
         );
         let pubsub = PubSub::start(
-            notify_client,
+            redis_client,
             format!("{wake_prefix}{instance_id}"),
             config.command_timeout,
         );
@@ -350,13 +393,14 @@ impl LockClientBuilder {
 
 /// A pool whose connections leave response timeouts to the client's own command timeout:
 /// a reply that comes late must still reach the code that undoes an unseen grant.
-fn create_pool(url: &str, command_timeout: Duration) -> Result<Pool> {
+fn create_pool(client: &redis::Client, command_timeout: Duration) -> Result<Pool> {
     let connection = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(command_timeout))
         .set_response_timeout(None);
-    let manager = Manager::new_with_config(url, connection).map_err(|err| {
-        LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err)
-    })?;
+    let manager = Manager::new_with_config(client.get_connection_info().clone(), connection)
+        .map_err(|err| {
+            LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err)
+        })?;
     Pool::builder(manager)
         .max_size(DEFAULT_POOL_SIZE)
         .wait_timeout(Some(command_timeout))

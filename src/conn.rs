@@ -115,9 +115,14 @@ impl Connections {
         .map_err(|_| LockError::command_timeout())?
     }
 
-    /// Forgets `key`'s connection after a failure that may have broken it.
+    /// Forgets `key`'s connection after a failure that may have broken it, or a refusal
+    /// after which Redis may close it (a command too long for a client without a password)
+    /// or that new credentials may cure.
     pub(crate) fn note_failure(&self, key: &str, err: &LockError) {
-        if err.kind() == ErrorKind::RedisUnavailable {
+        if matches!(
+            err.kind(),
+            ErrorKind::RedisUnavailable | ErrorKind::AccessDenied
+        ) {
             self.shard(key)
                 .cached
                 .lock()

@@ -3,6 +3,8 @@
 use std::error::Error as StdError;
 use std::fmt;
 
+use crate::access::access_denied;
+
 /// What went wrong, for callers that branch on the cause.
 ///
 /// New kinds may be added in minor releases, so matches need a wildcard arm.
@@ -13,7 +15,7 @@ pub enum ErrorKind {
     Timeout,
     /// Redis could not be reached, or did not answer within the command timeout.
     RedisUnavailable,
-    /// Redis answered with an error (a script failure, a permission error, a wrong type).
+    /// Redis answered with an error (a script failure, a wrong type).
     Redis,
     /// The lock is no longer held by this guard: its lease ran out or it was force-unlocked.
     NotOwner,
@@ -23,6 +25,12 @@ pub enum ErrorKind {
     InvalidConfig,
     /// The client was shut down.
     ShutDown,
+    /// Redis refused this client: a wrong password or user (`WRONGPASS`, `NOAUTH`), an ACL
+    /// that does not allow a command, key or channel the library uses (`NOPERM`, also from
+    /// inside its scripts), or a TLS handshake that failed on a certificate (the server's is
+    /// not trusted, or the client's was refused). Retrying does not help until the
+    /// configuration changes, so the layer never fails open on it.
+    AccessDenied,
 }
 
 impl fmt::Display for ErrorKind {
@@ -35,6 +43,7 @@ impl fmt::Display for ErrorKind {
             Self::InvalidName => "invalid lock name",
             Self::InvalidConfig => "invalid configuration",
             Self::ShutDown => "lock client shut down",
+            Self::AccessDenied => "access denied by redis",
         })
     }
 }
@@ -119,7 +128,9 @@ impl From<redis::RedisError> for LockError {
                     S::BusyLoading | S::TryAgain | S::ClusterDown | S::MasterDown | S::ReadOnly
                 ) | K::ClusterConnectionNotFound
             );
-        let kind = if unavailable {
+        let kind = if access_denied(&err) {
+            ErrorKind::AccessDenied
+        } else if unavailable {
             ErrorKind::RedisUnavailable
         } else if err.kind() == K::InvalidClientConfig {
             ErrorKind::InvalidConfig

@@ -281,7 +281,8 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`ErrorKind::NotOwner`] when the lock is no longer held by this owner,
-    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails, and
+    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
+    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate), and
     /// [`ErrorKind::ShutDown`] after shutdown.
     pub async fn reenter(&self) -> Result<LockGuard> {
         let holding = self.holding.clone();

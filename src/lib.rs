@@ -19,9 +19,11 @@
 //! pub/sub connection that wakes every waiter; the tasks of one client that wait for the
 //! same lock queue locally, and only the first talks to Redis.
 
+mod access;
 mod client;
 mod cohort;
 mod conn;
+mod endpoint;
 mod epoch;
 mod error;
 mod giveback;
@@ -32,6 +34,7 @@ mod local;
 mod lock;
 mod pubsub;
 mod scripts;
+mod tls;
 mod waiter;
 mod watchdog;
 

@@ -80,7 +80,8 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails, and
+    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
+    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate), and
     /// [`ErrorKind::ShutDown`] after shutdown.
     pub async fn acquire(&self) -> Result<LockGuard> {
         self.acquire_inner(true)
@@ -290,7 +291,8 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails.
+    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
+    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate).
     pub async fn inspect(&self) -> Result<LockState> {
         let keys = self.keys.clone();
         let (holders, pttl, fence): (Vec<(String, u64)>, i64, Option<u64>) = self
@@ -350,7 +352,8 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails.
+    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
+    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate).
     pub async fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys.clone();
         self.client

@@ -4,14 +4,17 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod checker;
+pub mod proxy;
+pub mod tls;
+
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tower_redis_lock::LockClient;
 
-pub mod checker;
-pub mod proxy;
+use self::tls::ServerTls;
 
 /// How long a fresh server may take to answer PING (generous: shared, busy machines).
 const STARTUP_BOUND: Duration = Duration::from_secs(20);
@@ -21,6 +24,11 @@ const STARTUP_BOUND: Duration = Duration::from_secs(20);
 pub struct RedisServer {
     port: u16,
     child: Child,
+    /// Whether it listens for TLS only (on `port`).
+    tls: bool,
+    /// How the harness itself connects (PING, assertions, fault injection): with the
+    /// server's `--requirepass` password, and over TLS to a TLS-only server.
+    admin: redis::Client,
 }
 
 impl RedisServer {
@@ -29,12 +37,23 @@ impl RedisServer {
         Self::start_with(&[])
     }
 
-    /// Starts a server with extra `--option value` arguments.
+    /// Starts a server with extra `--option value` arguments. With `--requirepass`, the
+    /// harness's own connections use that password ([`Self::url`] still has none).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_retrying(None, extra)
+    }
+
+    /// Starts a server that listens for TLS only (`--port 0 --tls-port <free port>`) with
+    /// the certificates of `tls`, and extra arguments.
+    pub fn start_tls(tls: &ServerTls, extra: &[&str]) -> Self {
+        Self::start_retrying(Some(tls), extra)
+    }
+
+    fn start_retrying(tls: Option<&ServerTls>, extra: &[&str]) -> Self {
         let mut last_error = String::new();
         for _ in 0..5 {
             let port = free_port();
-            match Self::spawn_on(port, extra) {
+            match Self::spawn_on(port, tls, extra) {
                 Ok(server) => return server,
                 Err(err) => last_error = err,
             }
@@ -44,13 +63,19 @@ impl RedisServer {
 
     /// Starts a server on `port` (used to restart one on the same port).
     pub fn start_on(port: u16) -> Self {
-        Self::spawn_on(port, &[])
+        Self::spawn_on(port, None, &[])
             .unwrap_or_else(|err| panic!("redis-server could not start: {err}"))
     }
 
-    fn spawn_on(port: u16, extra: &[&str]) -> Result<Self, String> {
+    fn spawn_on(port: u16, tls: Option<&ServerTls>, extra: &[&str]) -> Result<Self, String> {
+        let listen = match tls {
+            Some(tls) => tls.listen_args(port),
+            None => vec!["--port".to_owned(), port.to_string()],
+        };
+        let admin = admin_client(port, tls, password_in(extra))?;
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(&listen)
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(extra)
             .stdout(Stdio::null())
@@ -59,7 +84,12 @@ impl RedisServer {
             .map_err(|err| {
                 format!("cannot run redis-server ({err}); run ./scripts/setup.sh to install it")
             })?;
-        let mut server = Self { port, child };
+        let mut server = Self {
+            port,
+            child,
+            tls: tls.is_some(),
+            admin,
+        };
         let started = Instant::now();
         while started.elapsed() < STARTUP_BOUND {
             if let Ok(Some(status)) = server.child.try_wait() {
@@ -76,8 +106,8 @@ impl RedisServer {
     }
 
     fn ping(&self) -> bool {
-        redis::Client::open(self.url())
-            .and_then(|client| client.get_connection_with_timeout(Duration::from_millis(200)))
+        self.admin
+            .get_connection_with_timeout(Duration::from_millis(200))
             .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn))
             .is_ok()
     }
@@ -86,16 +116,23 @@ impl RedisServer {
         self.port
     }
 
+    /// The server's URL without credentials: `redis://127.0.0.1:<port>`, or `rediss://…`
+    /// for a TLS-only server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
-    /// A plain blocking connection for assertions and fault injection.
+    /// The server's URL with `user:password@` (an empty user authenticates as `default`).
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        self.url()
+            .replacen("://", &format!("://{user}:{password}@"), 1)
+    }
+
+    /// A blocking connection for assertions and fault injection, with the harness's own
+    /// credentials and TLS trust.
     pub fn conn(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .expect("url")
-            .get_connection()
-            .expect("connect to test redis")
+        self.admin.get_connection().expect("connect to test redis")
     }
 
     /// Runs one command and returns its reply.
@@ -118,6 +155,30 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The value of `--requirepass` among server arguments.
+fn password_in<'a>(extra: &[&'a str]) -> Option<&'a str> {
+    extra
+        .windows(2)
+        .find(|pair| pair[0] == "--requirepass")
+        .map(|pair| pair[1])
+}
+
+/// The harness's own client of a server on `port`.
+fn admin_client(
+    port: u16,
+    tls: Option<&ServerTls>,
+    password: Option<&str>,
+) -> Result<redis::Client, String> {
+    let scheme = if tls.is_some() { "rediss" } else { "redis" };
+    let credentials = password.map_or(String::new(), |password| format!(":{password}@"));
+    let url = format!("{scheme}://{credentials}127.0.0.1:{port}");
+    match tls {
+        Some(tls) => redis::Client::build_with_tls(url, tls.harness_certificates()),
+        None => redis::Client::open(url),
+    }
+    .map_err(|err| format!("cannot make the harness's client: {err}"))
 }
 
 /// A port nothing listens on right now.

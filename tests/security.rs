@@ -1,0 +1,386 @@
+//! AUTH, ACL users and TLS against real redis-server processes: what works with the right
+//! credentials and certificates, and what a client gets, quickly and typed, without them.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use support::tls::TestPki;
+use support::{RedisServer, acquire_within, eventually, queued, subscribers, wake_channel};
+use tower_redis_lock::{ErrorKind, LockClient, LockClientBuilder, LockGuard};
+
+/// Bound for waits that normally take milliseconds; generous because CI machines are shared
+/// and a debug build on two cores can stall for a while.
+const SLACK: Duration = Duration::from_secs(2);
+
+/// The command timeout of clients expected to be refused: a refusal must come well within it.
+const REFUSAL_BOUND: Duration = Duration::from_secs(2);
+
+/// Every command the library sends, at the top level or from its scripts, as README.md's
+/// ACL line grants them.
+const LIBRARY_COMMANDS: &str = "-@all +evalsha +script|load +exists +hexists +hget +hgetall \
+    +hset +hincrby +hdel +del +get +set +incrby +pexpire +pttl +time +zadd +zrange +zrem \
+    +zscore +publish +subscribe +ping +unwatch";
+
+const PASSWORD: &str = "s3cret-pass";
+
+/// Creates the ACL user `name` (password [`PASSWORD`]) with the keys and channels given and
+/// `commands`.
+fn add_user(server: &RedisServer, name: &str, keys: &str, channels: &str, commands: &str) {
+    let rules = format!("reset on >{PASSWORD} {keys} {channels} {commands}");
+    let mut args = vec!["ACL", "SETUSER", name];
+    args.extend(rules.split_whitespace());
+    let () = server.cmd(&args);
+}
+
+/// A client whose waiters rely on pub/sub alone: their re-poll bound is far beyond the
+/// tests' bounds, so a waiter that gets the lock in time was woken by its grant message.
+fn woken_only_by_pubsub(url: &str) -> LockClientBuilder {
+    LockClient::builder(url).repoll_interval(Duration::from_secs(60))
+}
+
+/// `holder` holds `name`; a task of `waiter` waits for it, subscribed and queued in Redis;
+/// `holder` releases, and the waiter must get the lock well before any re-poll.
+async fn hand_over_through_pubsub(
+    server: &RedisServer,
+    holder: &LockClient,
+    waiter: &LockClient,
+    name: &str,
+) -> LockGuard {
+    let held = acquire_within(holder, name, SLACK, "the lock is free").await;
+    let waiting = {
+        let lock = waiter.lock(name).unwrap();
+        tokio::spawn(async move { lock.acquire_timeout(SLACK * 5).await })
+    };
+    assert!(
+        eventually(SLACK, || subscribers(server, &wake_channel(waiter)) == 1).await,
+        "the waiter's pub/sub connection subscribes to its wake channel"
+    );
+    assert!(
+        eventually(SLACK, || queued(server, name).len() == 1).await,
+        "the waiter queues in Redis"
+    );
+    held.release().await.expect("the holder releases");
+    tokio::time::timeout(SLACK * 5, waiting)
+        .await
+        .expect("the waiter is woken by its grant message")
+        .unwrap()
+        .expect("the waiter gets the lock")
+}
+
+/// Runs `attempt` and checks that it fails with [`ErrorKind::AccessDenied`] within
+/// [`REFUSAL_BOUND`].
+async fn assert_refused<T: std::fmt::Debug>(
+    what: &str,
+    attempt: impl Future<Output = tower_redis_lock::Result<T>>,
+) {
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(REFUSAL_BOUND * 2, attempt)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within {:?}", REFUSAL_BOUND * 2));
+    let err = outcome.expect_err(what);
+    assert_eq!(err.kind(), ErrorKind::AccessDenied, "{what}: {err}");
+    assert!(
+        started.elapsed() < REFUSAL_BOUND,
+        "{what}: refused only after {:?}",
+        started.elapsed()
+    );
+}
+
+/// The commands, keys or channels in Redis's ACL LOG, but for `client|setinfo`: redis-rs
+/// sends that on connect to Redis 7.2 and later and ignores a refusal.
+fn denied_commands(server: &RedisServer) -> Vec<String> {
+    let log: Vec<HashMap<String, redis::Value>> = server.cmd(&["ACL", "LOG"]);
+    log.iter()
+        .map(|entry| match entry.get("object") {
+            Some(redis::Value::BulkString(object)) => String::from_utf8_lossy(object).into_owned(),
+            other => format!("{other:?}"),
+        })
+        .filter(|object| object != "client|setinfo")
+        .collect()
+}
+
+fn db_size(server: &RedisServer) -> i64 {
+    server.cmd(&["DBSIZE"])
+}
+
+#[tokio::test]
+async fn a_password_in_the_url_authenticates_commands_and_wake_ups() {
+    let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
+    let url = server.url_as("", PASSWORD);
+    let holder = LockClient::connect(&url).await.unwrap();
+    let waiter = woken_only_by_pubsub(&url).build().await.unwrap();
+
+    let guard = hand_over_through_pubsub(&server, &holder, &waiter, "with-auth").await;
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    assert!(!holder.lock("with-auth").unwrap().is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_wrong_or_missing_password_is_access_denied_quickly() {
+    let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
+    for (what, url) in [
+        ("a wrong password", server.url_as("", "wrong")),
+        ("no password", server.url()),
+        ("an unknown user", server.url_as("nobody", PASSWORD)),
+    ] {
+        let locks = LockClient::builder(&url)
+            .command_timeout(REFUSAL_BOUND)
+            .build()
+            .await
+            .expect("the client builds without connecting");
+        let lock = locks.lock("guarded").unwrap();
+        assert_refused(what, lock.acquire()).await;
+        assert_refused(what, lock.try_acquire()).await;
+    }
+    assert_eq!(db_size(&server), 0, "refused clients wrote nothing");
+}
+
+#[tokio::test]
+async fn an_acl_user_of_the_lock_prefix_acquires_waits_renews_and_releases() {
+    let server = RedisServer::start();
+    add_user(
+        &server,
+        "locker",
+        "~lock:*",
+        "&lock:wake:*",
+        LIBRARY_COMMANDS,
+    );
+    let url = server.url_as("locker", PASSWORD);
+    let lease = Duration::from_millis(600);
+    let holder = LockClient::builder(&url)
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .unwrap();
+    let waiter = woken_only_by_pubsub(&url).build().await.unwrap();
+
+    // The scripts are not loaded yet: the user loads them itself.
+    let guard = hand_over_through_pubsub(&server, &holder, &waiter, "acl").await;
+    let again = acquire_within(&holder, "renewed", SLACK, "the lock is free").await;
+    // Time passing is what is under test: without renewals the lease would run out and the
+    // lost signal fire within three leases.
+    let lost = tokio::time::timeout(lease * 3, again.lost_signal().lost()).await;
+    assert!(lost.is_err(), "the watchdog renewed the lease: {lost:?}");
+    assert!(again.is_held());
+    let ttl: i64 = server.cmd(&["PTTL", "lock:{renewed}"]);
+    assert!(ttl > 0 && ttl <= lease.as_millis() as i64, "ttl {ttl}");
+    let reentered = again.reenter().await.unwrap();
+    let holds = holder.lock("renewed").unwrap().hold_count().await.unwrap();
+    assert_eq!(holds, 2);
+    reentered.release().await.unwrap();
+
+    again.release().await.unwrap();
+    guard.release().await.unwrap();
+    for name in ["acl", "renewed"] {
+        assert!(!holder.lock(name).unwrap().is_locked().await.unwrap());
+    }
+    assert_eq!(denied_commands(&server), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_user_without_the_lock_keys_is_access_denied_and_leaves_nothing() {
+    let server = RedisServer::start();
+    add_user(
+        &server,
+        "outsider",
+        "~other:*",
+        "&lock:wake:*",
+        LIBRARY_COMMANDS,
+    );
+    let locks = LockClient::builder(&server.url_as("outsider", PASSWORD))
+        .command_timeout(REFUSAL_BOUND)
+        .build()
+        .await
+        .unwrap();
+    let lock = locks.lock("guarded").unwrap();
+    assert_refused("try_acquire", lock.try_acquire()).await;
+    assert_refused("acquire", lock.acquire()).await;
+    assert_refused("force_unlock", lock.force_unlock()).await;
+    assert_eq!(db_size(&server), 0);
+}
+
+#[tokio::test]
+async fn a_key_prefix_outside_the_users_keys_is_access_denied_and_leaves_nothing() {
+    let server = RedisServer::start();
+    add_user(
+        &server,
+        "locker",
+        "~lock:*",
+        "&lock:wake:*",
+        LIBRARY_COMMANDS,
+    );
+    let locks = LockClient::builder(&server.url_as("locker", PASSWORD))
+        .key_prefix("other:")
+        .command_timeout(REFUSAL_BOUND)
+        .build()
+        .await
+        .unwrap();
+    let lock = locks.lock("guarded").unwrap();
+    assert_refused("try_acquire", lock.try_acquire()).await;
+    assert_refused("acquire", lock.acquire()).await;
+    assert_eq!(db_size(&server), 0);
+}
+
+#[tokio::test]
+async fn a_command_the_scripts_need_but_the_user_lacks_is_access_denied() {
+    let server = RedisServer::start();
+    let without_hset = LIBRARY_COMMANDS.replace(" +hset", "");
+    add_user(&server, "locker", "~lock:*", "&lock:wake:*", &without_hset);
+    let locks = LockClient::builder(&server.url_as("locker", PASSWORD))
+        .command_timeout(REFUSAL_BOUND)
+        .build()
+        .await
+        .unwrap();
+    // Taking a free lock starts with HSET inside the script, after the server's epoch marker
+    // is set: denied there, before the lock's keys are written.
+    assert_refused("try_acquire", locks.lock("guarded").unwrap().try_acquire()).await;
+    assert_eq!(denied_commands(&server), ["hset"]);
+    let keys: Vec<String> = server.cmd(&["KEYS", "*"]);
+    assert_eq!(keys, ["lock:epoch"]);
+}
+
+#[test]
+fn the_readme_grants_the_commands_the_tests_grant() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let line = format!(
+        "ACL SETUSER locker reset on >CHANGE-ME ~lock:* &lock:wake:* {}",
+        LIBRARY_COMMANDS
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    assert!(
+        readme.contains(&line),
+        "README.md must show the ACL line the tests use:\n{line}"
+    );
+}
+
+#[tokio::test]
+async fn tls_with_an_own_ca_acquires_waits_and_releases() {
+    let pki = TestPki::create();
+    let server = RedisServer::start_tls(&pki.server(false), &[]);
+    assert!(server.url().starts_with("rediss://127.0.0.1:"));
+    let trusting = |builder: LockClientBuilder| builder.tls_root_certificate(pki.ca_pem());
+    let holder = trusting(LockClient::builder(&server.url()))
+        .build()
+        .await
+        .unwrap();
+    let waiter = trusting(woken_only_by_pubsub(&server.url()))
+        .build()
+        .await
+        .unwrap();
+
+    let guard = hand_over_through_pubsub(&server, &holder, &waiter, "over-tls").await;
+    assert!(guard.fencing_token() > 0);
+    guard.release().await.unwrap();
+    assert!(!holder.lock("over-tls").unwrap().is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_trust_the_servers_ca_is_access_denied_quickly() {
+    let pki = TestPki::create();
+    let foreign = TestPki::create();
+    let server = RedisServer::start_tls(&pki.server(false), &[]);
+    let foreign_ca = LockClient::builder(&server.url())
+        .tls_root_certificate(foreign.ca_pem())
+        .command_timeout(REFUSAL_BOUND)
+        .build()
+        .await
+        .unwrap();
+    let system_roots = LockClient::builder(&server.url())
+        .command_timeout(REFUSAL_BOUND)
+        .build()
+        .await
+        .unwrap();
+    for (what, locks) in [("a foreign CA", foreign_ca), ("system roots", system_roots)] {
+        assert_refused(what, locks.lock("over-tls").unwrap().try_acquire()).await;
+    }
+    assert_eq!(db_size(&server), 0);
+}
+
+#[tokio::test]
+async fn mutual_tls_takes_the_client_certificate_and_refuses_a_client_without_one() {
+    let pki = TestPki::create();
+    let server = RedisServer::start_tls(&pki.server(true), &[]);
+    let with_certificate = LockClient::builder(&server.url())
+        .tls_root_certificate(pki.ca_pem())
+        .tls_client_certificate(pki.client_cert_pem(), pki.client_key_pem())
+        .build()
+        .await
+        .unwrap();
+    let guard = acquire_within(&with_certificate, "mtls", SLACK, "the certificate is valid").await;
+    guard.release().await.unwrap();
+
+    let without = LockClient::builder(&server.url())
+        .tls_root_certificate(pki.ca_pem())
+        .command_timeout(REFUSAL_BOUND)
+        .build()
+        .await
+        .unwrap();
+    assert_refused(
+        "no client certificate",
+        without.lock("mtls").unwrap().try_acquire(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn unusable_tls_settings_are_invalid_config() {
+    let pki = TestPki::create();
+    let cases = [
+        (
+            "PEM without a certificate",
+            LockClient::builder("rediss://127.0.0.1:1").tls_root_certificate("not a certificate"),
+        ),
+        (
+            "a certificate for a URL without TLS",
+            LockClient::builder("redis://127.0.0.1:1").tls_root_certificate(pki.ca_pem()),
+        ),
+        (
+            "certificate checks turned off",
+            LockClient::builder("rediss://127.0.0.1:1/#insecure"),
+        ),
+        (
+            "a client certificate without a key",
+            LockClient::builder("rediss://127.0.0.1:1")
+                .tls_client_certificate(pki.client_cert_pem(), "no key here"),
+        ),
+    ];
+    for (what, builder) in cases {
+        let err = builder.build().await.expect_err(what);
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{what}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn instance_ids_are_128_bit_hex_distinct_and_start_every_owner_id() {
+    let server = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(support::client(&server).await);
+    }
+    let ids: HashSet<&str> = clients.iter().map(LockClient::instance_id).collect();
+    assert_eq!(ids.len(), clients.len(), "instance ids are distinct");
+    for id in &ids {
+        assert_eq!(id.len(), 32, "{id}");
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    }
+    let guard = acquire_within(&clients[0], "owned", SLACK, "the lock is free").await;
+    let state = clients[1].lock("owned").unwrap().inspect().await.unwrap();
+    let owners: Vec<&str> = state
+        .holders
+        .iter()
+        .map(|(owner, _)| owner.as_str())
+        .collect();
+    assert_eq!(owners.len(), 1);
+    assert!(
+        owners[0].starts_with(&format!("{}:", clients[0].instance_id())),
+        "owner id {} starts with the holder's instance id",
+        owners[0]
+    );
+    guard.release().await.unwrap();
+}
