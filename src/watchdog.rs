@@ -2,11 +2,13 @@
 //! and fires the lost signal of any lease it can no longer vouch for.
 //!
 //! Renewals are batched: one multi-key script per tick for every lease that is due (in
-//! chunks), not one timer per lock. Each lease has a deadline, the moment Redis may let it
-//! go: the time the last successful renewal (or the acquisition) was sent plus the lease. A
-//! renewal that finds the lock gone or owned by another fires `Taken`; a deadline that passes
-//! without a successful renewal fires `Unreachable` (or `Expired` for a fixed lease, which is
-//! never renewed). Nothing is only logged.
+//! chunks), not one timer per lock. Each lease has a deadline, a tenth of the lease before
+//! Redis may let it go, counted from when the last successful renewal (or the acquisition)
+//! was sent. A renewal that finds the lock gone or owned by another fires `Taken`; a deadline
+//! that passes without a successful renewal fires `Unreachable` (or `Expired` for a fixed
+//! lease, which is never renewed), even while a renewal is still on its way. Every renewal,
+//! and a look of its own on ticks with nothing due, checks the server's epoch: a Redis that
+//! lost its data fires `DataLost` on every lease. Nothing is only logged.
 //!
 //! Leases are registered and unregistered in a table shared with the actor, so taking and
 //! releasing a lock never wakes it; only a deadline earlier than the one it sleeps towards
