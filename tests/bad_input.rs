@@ -43,6 +43,17 @@ fn lock_keys(server: &RedisServer) -> BTreeSet<String> {
         .collect()
 }
 
+/// Whether `name` is held by someone else: `client` cannot take it now.
+async fn is_taken(client: &LockClient, name: &str) -> bool {
+    client
+        .lock(name)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none()
+}
+
 fn set<const N: usize>(keys: [&str; N]) -> BTreeSet<String> {
     keys.into_iter().map(str::to_owned).collect()
 }
@@ -116,15 +127,7 @@ async fn each_tricky_name_locks_exactly_its_own_escaped_keys() {
         assert_eq!(lock_keys(&server), set([hash, &fence]), "holding {name:?}");
         let holders: Vec<String> = server.cmd(&["HKEYS", hash]);
         assert_eq!(holders, [guard.owner_id()]);
-        assert!(
-            rival
-                .lock(name)
-                .unwrap()
-                .try_acquire()
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert!(is_taken(&rival, name).await);
         guard.release().await.unwrap();
         assert_eq!(lock_keys(&server), set([&fence]), "released {name:?}");
         let () = server.cmd(&["DEL", &fence]);
@@ -155,15 +158,7 @@ async fn tricky_names_held_at_once_are_all_different_locks() {
     }
     assert_eq!(lock_keys(&server), expected);
     for (name, _) in TRICKY {
-        assert!(
-            rival
-                .lock(name)
-                .unwrap()
-                .try_acquire()
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert!(is_taken(&rival, name).await);
     }
     for guard in guards {
         guard.release().await.unwrap();
@@ -230,11 +225,11 @@ async fn names_shaped_like_internal_keys_are_locks_of_their_own() {
         guard.release().await.unwrap();
     }
     assert!(plain.is_held());
-    assert!(b.lock("x").unwrap().try_acquire().await.unwrap().is_none());
+    assert!(is_taken(&b, "x").await);
     plain.release().await.unwrap();
     for name in &crafted[3..] {
         assert!(
-            a.lock(name).unwrap().try_acquire().await.unwrap().is_none(),
+            is_taken(&a, name).await,
             "{name:?} is still held after x was released"
         );
     }
