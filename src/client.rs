@@ -12,6 +12,7 @@ use crate::conn::Connections;
 use crate::endpoint::Endpoint;
 use crate::epoch::Epoch;
 use crate::error::{ErrorKind, LockError, Result};
+use crate::kind::LockKind;
 use crate::keys::{DEFAULT_PREFIX, LockKeys, epoch_key, validate_prefix, wake_channel_prefix};
 use crate::local::LocalTable;
 use crate::lock::Lock;
@@ -161,7 +162,19 @@ impl LockClient {
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes.
     pub fn lock(&self, name: &str) -> Result<Lock> {
         let keys = LockKeys::new(&self.inner.config.prefix, name)?;
-        Ok(Lock::new(self.clone(), name, keys))
+        Ok(Lock::new(self.clone(), name, keys, LockKind::Exclusive))
+    }
+
+    /// The fair lock called `name`: every task, of every client, gets it in the order it
+    /// asked. It shares its Redis keys with [`LockClient::lock`] of the same name, so the two
+    /// exclude each other.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockClient::lock`].
+    pub fn fair_lock(&self, name: &str) -> Result<Lock> {
+        let keys = LockKeys::new(&self.inner.config.prefix, name)?;
+        Ok(Lock::new(self.clone(), name, keys, LockKind::Fair))
     }
 
     /// This client's random instance id, the first part of every owner id: 128 bits from a

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::client::Inner;
 use crate::error::LockError;
 use crate::keys::LockKeys;
+use crate::kind::LockKind;
 use crate::scripts::{self, ReleaseScope};
 
 /// How long a give-back waits before trying again on a fresh connection.
@@ -24,6 +25,7 @@ const RETRY: Duration = Duration::from_millis(200);
 pub(crate) fn give_back(
     inner: Arc<Inner>,
     keys: Arc<LockKeys>,
+    kind: LockKind,
     owner: Arc<str>,
     conn: Option<MultiplexedConnection>,
     within: Duration,
@@ -42,6 +44,7 @@ pub(crate) fn give_back(
                     scripts::release(
                         &mut conn,
                         &keys,
+                        kind,
                         &inner.wake_prefix,
                         &owner,
                         ReleaseScope::All,

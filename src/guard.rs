@@ -11,6 +11,7 @@ use crate::cohort::{self, Baton, Budget};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::giveback::give_back;
 use crate::keys::LockKeys;
+use crate::kind::LockKind;
 use crate::local::LocalTurn;
 use crate::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
 
@@ -162,6 +163,7 @@ pub(crate) struct Hold {
     pub(crate) watchdog_id: u64,
     /// Renewed by the watchdog; only such holds are handed over locally.
     pub(crate) renewed: bool,
+    pub(crate) kind: LockKind,
 }
 
 impl Hold {
@@ -174,6 +176,7 @@ impl Hold {
                 scripts::release(
                     &mut conn,
                     &self.keys,
+                    self.kind,
                     &self.inner.wake_prefix,
                     &self.owner,
                     scope,
@@ -304,6 +307,7 @@ impl LockGuard {
                         scripts::acquire(
                             &mut conn,
                             &hold.keys,
+                            hold.kind,
                             &hold.inner.wake_prefix,
                             &hold.owner,
                             &hold.terms,
@@ -406,6 +410,7 @@ async fn finish_release(holding: Arc<Holding>, last: bool) -> Result<()> {
                 give_back(
                     hold.inner.clone(),
                     hold.keys.clone(),
+                    hold.kind,
                     hold.owner.clone(),
                     None,
                     Duration::from_millis(hold.terms.lease_ms),

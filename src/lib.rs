@@ -29,6 +29,7 @@ mod error;
 mod giveback;
 mod guard;
 pub mod keys;
+mod kind;
 pub mod layer;
 mod local;
 mod lock;
@@ -45,6 +46,7 @@ pub use client::{
 };
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostReason, LostSignal};
+pub use kind::LockKind;
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
 pub use layer::{HeaderKey, KeyExtractor, LockContext, LockLayer, LockService};
 pub use lock::{Lease, Lock, LockState};

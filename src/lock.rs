@@ -10,6 +10,7 @@ use crate::cohort::{Baton, Budget};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{Hold, Holding, LeaseState, LockGuard};
 use crate::keys::LockKeys;
+use crate::kind::LockKind;
 use crate::local::LocalTurn;
 use crate::scripts::{self, AcquireMode, AcquireReply, Terms};
 use crate::waiter::QueuedWait;
@@ -46,15 +47,17 @@ pub struct Lock {
     name: Arc<str>,
     keys: Arc<LockKeys>,
     lease: Lease,
+    kind: LockKind,
 }
 
 impl Lock {
-    pub(crate) fn new(client: LockClient, name: &str, keys: LockKeys) -> Self {
+    pub(crate) fn new(client: LockClient, name: &str, keys: LockKeys, kind: LockKind) -> Self {
         Self {
             client,
             name: name.into(),
             keys: Arc::new(keys),
             lease: Lease::Watchdog,
+            kind,
         }
     }
 
@@ -73,6 +76,16 @@ impl Lock {
     /// The Redis keys behind this lock.
     pub fn keys(&self) -> &LockKeys {
         &self.keys
+    }
+
+    /// How this lock is shared and in which order waiters get it.
+    pub fn kind(&self) -> LockKind {
+        self.kind
+    }
+
+    /// The client this lock belongs to.
+    pub fn client(&self) -> &LockClient {
+        &self.client
     }
 
     /// Waits until the lock is acquired, however long that takes. Cancel by dropping the
@@ -118,10 +131,11 @@ impl Lock {
         let inner = &self.client.inner;
         inner.ensure_running()?;
         let started = Instant::now();
+        let local_key = self.local_key();
         let turn = if wait {
-            inner.local.turn(self.keys.hash()).await
+            inner.local.turn(&local_key).await
         } else {
-            match inner.local.try_turn(self.keys.hash()) {
+            match inner.local.try_turn(&local_key) {
                 Some(turn) => turn,
                 None => return Ok(None),
             }
@@ -129,6 +143,17 @@ impl Lock {
         // Boxed: most waiting tasks are parked above, in the local queue, and should not
         // carry the state of talking to Redis, which only the head of each queue needs.
         Box::pin(self.acquire_with_turn(turn, wait, started)).await
+    }
+
+    /// Where this acquisition queues among the tasks of this client: behind the others that
+    /// want the same exclusive lock, or on its own, so it waits in the Redis queue itself.
+    fn local_key(&self) -> std::borrow::Cow<'_, str> {
+        if self.kind.queues_locally() {
+            self.keys.hash().into()
+        } else {
+            // A lock's hash ends with its tag's '}', so this never names an exclusive lock.
+            format!("{}#{}", self.keys.hash(), self.client.inner.new_holder_id()).into()
+        }
     }
 
     /// The rest of an acquisition, once this task has the key's local turn.
@@ -161,7 +186,7 @@ impl Lock {
             }
             Baton::Free => None,
         };
-        let mut waiter = queued.unwrap_or_else(|| QueuedWait::new(inner, self.keys.clone()));
+        let mut waiter = queued.unwrap_or_else(|| QueuedWait::new(inner, self.keys.clone(), self.kind));
         let terms = self.terms();
         let mode = if wait {
             AcquireMode::Wait
@@ -270,6 +295,7 @@ impl Lock {
             keys: self.keys.clone(),
             owner: owner.clone(),
             lease: lease.clone(),
+            kind: self.kind,
             renew: renewed,
             expires_at,
         });
@@ -283,6 +309,7 @@ impl Lock {
             lease,
             watchdog_id,
             renewed,
+            kind: self.kind,
         };
         LockGuard::new(Holding::new(Arc::new(hold), token, budget))
     }

@@ -9,6 +9,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{Cmd, FromRedisValue, Script, ServerErrorKind};
 
 use crate::keys::LockKeys;
+use crate::kind::LockKind;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -159,16 +160,32 @@ async fn run<T: FromRedisValue>(
     }
 }
 
+/// The script that takes or waits for a lock of `kind`.
+fn acquire_script(kind: LockKind) -> &'static Script {
+    match kind {
+        LockKind::Exclusive | LockKind::Fair | LockKind::Read | LockKind::Write => &ACQUIRE,
+    }
+}
+
+/// The script that releases a lock of `kind`.
+fn release_script(kind: LockKind) -> &'static Script {
+    match kind {
+        LockKind::Exclusive | LockKind::Fair | LockKind::Read | LockKind::Write => &RELEASE,
+    }
+}
+
 pub(crate) async fn acquire(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
+    kind: LockKind,
     wake: &str,
     owner: &str,
     terms: &Terms,
     mode: AcquireMode,
     epoch: &EpochTerms<'_>,
 ) -> redis::RedisResult<AcquireReply> {
-    let mut cmd = evalsha(&ACQUIRE, keys, Some(epoch.key), wake);
+    let script = acquire_script(kind);
+    let mut cmd = evalsha(script, keys, Some(epoch.key), wake);
     cmd.arg(owner).arg(terms.lease_ms).arg(match mode {
         AcquireMode::Wait => "wait",
         AcquireMode::Try => "try",
@@ -176,7 +193,7 @@ pub(crate) async fn acquire(
     });
     with_terms(&mut cmd, terms);
     cmd.arg(epoch.known).arg(epoch.quarantine_ms);
-    let (status, first, second): (i64, i64, i64) = run(conn, &ACQUIRE, &cmd).await?;
+    let (status, first, second): (i64, i64, i64) = run(conn, script, &cmd).await?;
     Ok(match status {
         -2 => AcquireReply::EpochChanged {
             epoch: first.max(0) as u64,
@@ -197,16 +214,18 @@ pub(crate) async fn acquire(
 pub(crate) async fn release(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
+    kind: LockKind,
     wake: &str,
     owner: &str,
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
-    let mut cmd = evalsha(&RELEASE, keys, None, wake);
+    let script = release_script(kind);
+    let mut cmd = evalsha(script, keys, None, wake);
     cmd.arg(owner).arg(match scope {
         ReleaseScope::One => "one",
         ReleaseScope::All => "all",
     });
-    let (left, _, _): (i64, i64, i64) = run(conn, &RELEASE, &cmd).await?;
+    let (left, _, _): (i64, i64, i64) = run(conn, script, &cmd).await?;
     Ok(u64::try_from(left).ok())
 }
 

@@ -11,6 +11,7 @@ use crate::client::Inner;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::giveback::give_back;
 use crate::keys::LockKeys;
+use crate::kind::LockKind;
 use crate::pubsub::{Grant, WakeSlot};
 use crate::scripts::{self, AcquireMode, AcquireReply, Terms};
 use crate::watchdog::lost_deadline;
@@ -24,6 +25,7 @@ const MAX_EPOCHS_LEARNED: u32 = 3;
 pub(crate) struct QueuedWait {
     inner: Arc<Inner>,
     keys: Arc<LockKeys>,
+    kind: LockKind,
     owner: Arc<str>,
     slot: WakeSlot,
     /// When the last look that found the lock held was sent, and the server's clock when it
@@ -39,12 +41,13 @@ pub(crate) struct QueuedWait {
 
 impl QueuedWait {
     /// A fresh owner, registered for wake-ups before it ever reaches Redis.
-    pub(crate) fn new(inner: &Arc<Inner>, keys: Arc<LockKeys>) -> Self {
+    pub(crate) fn new(inner: &Arc<Inner>, keys: Arc<LockKeys>, kind: LockKind) -> Self {
         let owner = inner.new_owner();
         let slot = inner.pubsub.register(owner.clone());
         Self {
             inner: inner.clone(),
             keys,
+            kind,
             owner,
             slot,
             last_look: None,
@@ -67,6 +70,8 @@ impl QueuedWait {
         Self {
             inner: inner.clone(),
             keys,
+            // Only an exclusive lock's release queues the next task of its client.
+            kind: LockKind::Exclusive,
             owner,
             slot,
             last_look: Some((sent_at, server_ms)),
@@ -106,6 +111,7 @@ impl QueuedWait {
                     scripts::acquire(
                         &mut conn,
                         &self.keys,
+                        self.kind,
                         &inner.wake_prefix,
                         &self.owner,
                         terms,
@@ -181,6 +187,7 @@ impl Drop for QueuedWait {
             give_back(
                 self.inner.clone(),
                 self.keys.clone(),
+                self.kind,
                 self.owner.clone(),
                 self.conn.take(),
                 self.undo_within,

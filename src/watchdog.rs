@@ -27,6 +27,7 @@ use crate::conn::Connections;
 use crate::epoch::Epoch;
 use crate::guard::{LeaseState, LostReason};
 use crate::keys::LockKeys;
+use crate::kind::LockKind;
 use crate::scripts::{self, ReleaseScope, RenewReply};
 
 /// Locks renewed by one script call.
@@ -39,6 +40,7 @@ pub(crate) struct Registration {
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) owner: Arc<str>,
     pub(crate) lease: Arc<LeaseState>,
+    pub(crate) kind: LockKind,
     /// Renewed by the watchdog (true) or a fixed lease that runs out (false).
     pub(crate) renew: bool,
     /// When the holder must be told its lease is lost unless a renewal succeeds first
@@ -388,6 +390,7 @@ impl Actor {
                     scripts::release(
                         &mut conn,
                         &entry.keys,
+                        entry.kind,
                         wake_prefix,
                         &entry.owner,
                         ReleaseScope::All,
