@@ -199,7 +199,7 @@ impl Lock {
             inner.ensure_running()?;
             if !look {
                 if let Some(grant) = waiter.wait(nap).await {
-                    let expires_at = waiter.grant_deadline(grant, terms.claim_ms);
+                    let expires_at = waiter.grant_deadline(grant);
                     let guard = self.grant(turn, waiter.settle(), grant.token, expires_at, terms);
                     self.trace_acquired(&guard, started, "lock handed over by Redis");
                     return Ok(Some(guard));

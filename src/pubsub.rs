@@ -2,7 +2,7 @@
 //! instance's wake channel, whatever the number of locks it waits for.
 //!
 //! A release that hands a lock to a waiter of this instance publishes
-//! `<owner id> <fencing token> <server ms>` there, so only that instance hears of it, and the
+//! `<owner id> <fencing token> <server ms> <lease ms>` there, so only that instance hears of it, and the
 //! actor passes it to that waiter only. A waiter registers its owner id in a shared table (no
 //! await, no round trip) before it joins a queue in Redis, so no grant can arrive unheard.
 //! After a lost connection the actor reconnects with backoff and wakes every waiter: grants
@@ -31,6 +31,8 @@ pub(crate) struct Grant {
     pub(crate) token: u64,
     /// The server's clock when the lock was handed over.
     pub(crate) server_ms: u64,
+    /// The lease it was handed over with (the waiter's watchdog extends it).
+    pub(crate) lease_ms: u64,
 }
 
 /// What a waiter sees of its slot.
@@ -261,14 +263,22 @@ impl Actor {
     }
 }
 
-/// Reads `<owner id> <token> <server ms>`.
+/// Reads `<owner id> <token> <server ms> <lease ms>`.
 fn parse_grant(payload: &[u8]) -> Option<(&str, Grant)> {
     let text = std::str::from_utf8(payload).ok()?;
     let mut parts = text.split(' ');
     let owner = parts.next()?;
     let token = parts.next()?.parse().ok()?;
     let server_ms = parts.next()?.parse().ok()?;
-    Some((owner, Grant { token, server_ms }))
+    let lease_ms = parts.next()?.parse().ok()?;
+    Some((
+        owner,
+        Grant {
+            token,
+            server_ms,
+            lease_ms,
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -277,16 +287,19 @@ mod tests {
 
     #[test]
     fn grants_are_read_from_the_wake_message() {
-        let (owner, grant) = parse_grant(b"ab12:7 1763682600000001 1763682600000").unwrap();
+        let (owner, grant) =
+            parse_grant(b"ab12:7 1763682600000001 1763682600000 2500").unwrap();
         assert_eq!(owner, "ab12:7");
         assert_eq!(
             grant,
             Grant {
                 token: 1_763_682_600_000_001,
-                server_ms: 1_763_682_600_000
+                server_ms: 1_763_682_600_000,
+                lease_ms: 2500,
             }
         );
-        assert!(parse_grant(b"ab12:7 x 1").is_none());
+        assert!(parse_grant(b"ab12:7 x 1 1").is_none());
+        assert!(parse_grant(b"ab12:7 1 1").is_none());
         assert!(parse_grant(b"ab12:7").is_none());
     }
 }

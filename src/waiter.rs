@@ -165,13 +165,13 @@ impl QueuedWait {
         self.slot.wait(bound).await
     }
 
-    /// When the holder of a lock granted with a lease of `lease_ms` must be told it is lost
-    /// unless renewed: the grant came after the last look ran, so dating it from when that
-    /// look was sent never overstates the lease.
-    pub(crate) fn grant_deadline(&self, grant: Grant, lease_ms: u64) -> Instant {
+    /// When the holder of a granted lock must be told it is lost unless renewed: the grant
+    /// came after the last look ran, so dating it from when that look was sent never
+    /// overstates the lease.
+    pub(crate) fn grant_deadline(&self, grant: Grant) -> Instant {
         let (sent_at, server_ms) = self.last_look.unwrap_or((Instant::now(), grant.server_ms));
         let granted = sent_at + Duration::from_millis(grant.server_ms.saturating_sub(server_ms));
-        lost_deadline(granted, Duration::from_millis(lease_ms))
+        lost_deadline(granted, Duration::from_millis(grant.lease_ms))
     }
 
     /// The lock is held by this owner: nothing to undo. Returns the owner id.

@@ -1,7 +1,8 @@
 -- Shared by the scripts that hand a lock over (prepended to each of them).
 -- KEYS[1] the lock hash (owner id -> hold count), KEYS[2] the fencing counter,
 -- KEYS[3] the queue of waiting instances (sorted set: owner id -> arrival number),
--- KEYS[4] the waiters' terms (hash: owner id -> '<alive until ms> <claim lease ms> <token block>').
+-- KEYS[4] the waiters' terms (hash: owner id -> '<alive until ms> <claim lease ms> <token block>',
+-- and after a space whatever a kind of lock adds).
 -- ARGV[1] the wake channel prefix: a waiter's instance listens on that prefix and its instance id.
 
 -- Reserves `block` fencing tokens and returns the first: one for the acquisition, the rest
@@ -49,7 +50,9 @@ local function enqueue(owner, now, alive_ms, claim_ms, block)
   end
 end
 
--- The first waiter whose liveness has not run out; dead ones are dropped on the way.
+-- The first waiter whose liveness has not run out, with its claim lease, token block, when
+-- its liveness runs out, and the rest of its terms (a kind's own field); dead ones are
+-- dropped on the way.
 local function live_head(now)
   while true do
     local head = redis.call('zrange', KEYS[3], 0, 0)[1]
@@ -58,9 +61,9 @@ local function live_head(now)
     end
     local terms = redis.call('hget', KEYS[4], head)
     if terms then
-      local alive, claim, block = string.match(terms, '^(%d+) (%d+) (%d+)$')
+      local alive, claim, block, rest = string.match(terms, '^(%d+) (%d+) (%d+) ?(.*)$')
       if alive and tonumber(alive) >= now then
-        return head, tonumber(claim), tonumber(block)
+        return head, tonumber(claim), tonumber(block), tonumber(alive), rest
       end
     end
     dequeue(head)
@@ -73,21 +76,31 @@ local function anyone_queued()
   return redis.call('exists', KEYS[3]) == 1
 end
 
--- Hands a free lock to the first live waiter and tells that waiter's instance, and only it.
--- The claim lease is short, so a waiter that died since its last refresh holds the lock only
--- briefly; the live one's watchdog extends it to the full lease.
+-- The lease of a lock handed to a waiter: its claim lease, but no longer than its liveness
+-- has left, so a waiter that died since its last heartbeat holds up the queue no longer than
+-- its heartbeat timeout. The live one's watchdog extends it to the full lease.
+local function claim_lease(now, claim, alive_until)
+  return math.max(1, math.min(claim, alive_until - now))
+end
+
+-- Tells `owner`'s instance, and only it, that the lock is its owner's:
+-- '<owner> <first token> <server ms> <lease ms>'.
+local function announce_grant(owner, token, now, lease)
+  local instance = string.match(owner, '^([^:]+)')
+  redis.call('publish', ARGV[1] .. instance, string.format('%s %d %d %d', owner, token, now, lease))
+end
+
+-- Hands a free lock to the first live waiter and tells that waiter's instance.
 local function grant_head(now)
   if not anyone_queued() then
     return
   end
   now = now or now_ms()
-  local head, claim, block = live_head(now)
+  local head, claim, block, alive_until = live_head(now)
   if not head then
     return
   end
   dequeue(head)
-  local token = take(head, claim, block)
-  local instance = string.match(head, '^([^:]+)')
-  redis.call('publish', ARGV[1] .. instance, string.format('%s %d %d', head, token, now))
+  local lease = claim_lease(now, claim, alive_until)
+  announce_grant(head, take(head, lease, block), now, lease)
 end
-
