@@ -131,7 +131,7 @@ pub(crate) fn try_carry(holding: &Holding) -> bool {
 fn carriable(holding: &Holding) -> bool {
     let hold = &holding.hold;
     hold.renewed
-        && hold.kind.queues_locally()
+        && hold.terms.kind.queues_locally()
         && !hold.lease.is_lost()
         && holding.reentering.load(Ordering::SeqCst) == 0
 }

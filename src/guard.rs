@@ -11,7 +11,6 @@ use crate::cohort::{self, Baton, Budget};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::giveback::give_back;
 use crate::keys::LockKeys;
-use crate::kind::LockKind;
 use crate::local::LocalTurn;
 use crate::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
 
@@ -163,7 +162,6 @@ pub(crate) struct Hold {
     pub(crate) watchdog_id: u64,
     /// Renewed by the watchdog; only such holds are handed over locally.
     pub(crate) renewed: bool,
-    pub(crate) kind: LockKind,
 }
 
 impl Hold {
@@ -176,7 +174,7 @@ impl Hold {
                 scripts::release(
                     &mut conn,
                     &self.keys,
-                    self.kind,
+                    self.terms.kind,
                     &self.inner.wake_prefix,
                     &self.owner,
                     scope,
@@ -307,7 +305,6 @@ impl LockGuard {
                         scripts::acquire(
                             &mut conn,
                             &hold.keys,
-                            hold.kind,
                             &hold.inner.wake_prefix,
                             &hold.owner,
                             &hold.terms,
@@ -410,7 +407,7 @@ async fn finish_release(holding: Arc<Holding>, last: bool) -> Result<()> {
                 give_back(
                     hold.inner.clone(),
                     hold.keys.clone(),
-                    hold.kind,
+                    hold.terms.kind,
                     hold.owner.clone(),
                     None,
                     Duration::from_millis(hold.terms.lease_ms),

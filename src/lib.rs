@@ -46,7 +46,7 @@ pub use client::{
 };
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostReason, LostSignal};
-pub use kind::LockKind;
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
+pub use kind::LockKind;
 pub use layer::{HeaderKey, KeyExtractor, LockContext, LockLayer, LockService};
 pub use lock::{Lease, Lock, LockState};

@@ -186,7 +186,8 @@ impl Lock {
             }
             Baton::Free => None,
         };
-        let mut waiter = queued.unwrap_or_else(|| QueuedWait::new(inner, self.keys.clone(), self.kind));
+        let mut waiter =
+            queued.unwrap_or_else(|| QueuedWait::new(inner, self.keys.clone(), self.kind));
         let terms = self.terms();
         let mode = if wait {
             AcquireMode::Wait
@@ -265,7 +266,13 @@ impl Lock {
                     // A waiter that died since its last refresh holds the lock this long at
                     // most; a live one's watchdog extends it at its next tick.
                     claim_ms: lease_ms.min(alive_ms),
-                    block: u64::from(config.local_handoff_limit) + 1,
+                    // Tokens for the local hand-overs, which only an exclusive lock makes.
+                    block: if self.kind.queues_locally() {
+                        u64::from(config.local_handoff_limit) + 1
+                    } else {
+                        1
+                    },
+                    kind: self.kind,
                 }
             }
             Lease::Fixed(lease) => Terms {
@@ -273,6 +280,7 @@ impl Lock {
                 alive_ms,
                 claim_ms: millis(lease),
                 block: 1,
+                kind: self.kind,
             },
         }
     }
@@ -309,7 +317,6 @@ impl Lock {
             lease,
             watchdog_id,
             renewed,
-            kind: self.kind,
         };
         LockGuard::new(Holding::new(Arc::new(hold), token, budget))
     }

@@ -287,8 +287,7 @@ mod tests {
 
     #[test]
     fn grants_are_read_from_the_wake_message() {
-        let (owner, grant) =
-            parse_grant(b"ab12:7 1763682600000001 1763682600000 2500").unwrap();
+        let (owner, grant) = parse_grant(b"ab12:7 1763682600000001 1763682600000 2500").unwrap();
         assert_eq!(owner, "ab12:7");
         assert_eq!(
             grant,

@@ -52,6 +52,8 @@ pub(crate) struct Terms {
     pub(crate) claim_ms: u64,
     /// Fencing tokens reserved per acquisition: one, plus the local hand-overs allowed.
     pub(crate) block: u64,
+    /// Which scripts take the lock.
+    pub(crate) kind: LockKind,
 }
 
 /// How an acquire attempt may treat the lock.
@@ -177,14 +179,13 @@ fn release_script(kind: LockKind) -> &'static Script {
 pub(crate) async fn acquire(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
-    kind: LockKind,
     wake: &str,
     owner: &str,
     terms: &Terms,
     mode: AcquireMode,
     epoch: &EpochTerms<'_>,
 ) -> redis::RedisResult<AcquireReply> {
-    let script = acquire_script(kind);
+    let script = acquire_script(terms.kind);
     let mut cmd = evalsha(script, keys, Some(epoch.key), wake);
     cmd.arg(owner).arg(terms.lease_ms).arg(match mode {
         AcquireMode::Wait => "wait",

@@ -111,7 +111,6 @@ impl QueuedWait {
                     scripts::acquire(
                         &mut conn,
                         &self.keys,
-                        self.kind,
                         &inner.wake_prefix,
                         &self.owner,
                         terms,
