@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tower_redis_lock::{ErrorKind, Lease, LockClient, LockError};
+use tower_redis_lock::{ErrorKind, Lease, Lock, LockClient, LockError, LockKind};
 
 const USAGE: &str =
     "usage: lockctl [--url URL] hold NAME --for DURATION [--lease DURATION] [--wait DURATION]
@@ -27,6 +27,7 @@ enum Command {
         hold_for: Duration,
         lease: Option<Duration>,
         wait: Option<Duration>,
+        kind: LockKind,
     },
     Inspect(String),
     ForceUnlock(String),
@@ -60,7 +61,14 @@ async fn run(url: &str, command: Command) -> Result<ExitCode, LockError> {
             hold_for,
             lease,
             wait,
-        } => hold(&locks, &name, hold_for, lease, wait).await,
+            kind,
+        } => {
+            let lock = match kind {
+                LockKind::Fair => locks.fair_lock(&name)?,
+                _ => locks.lock(&name)?,
+            };
+            hold(lock, hold_for, lease, wait).await
+        }
         Command::Inspect(name) => {
             let lock = locks.lock(&name)?;
             let state = lock.inspect().await?;
@@ -90,15 +98,13 @@ async fn run(url: &str, command: Command) -> Result<ExitCode, LockError> {
 }
 
 async fn hold(
-    locks: &LockClient,
-    name: &str,
+    lock: Lock,
     hold_for: Duration,
     lease: Option<Duration>,
     wait: Option<Duration>,
 ) -> Result<ExitCode, LockError> {
-    let lock = locks
-        .lock(name)?
-        .with_lease(lease.map_or(Lease::Watchdog, Lease::Fixed));
+    let lock = lock.with_lease(lease.map_or(Lease::Watchdog, Lease::Fixed));
+    let name = lock.name().to_owned();
     let started = Instant::now();
     let acquired = match wait {
         Some(wait) => lock.acquire_timeout(wait).await,
@@ -140,6 +146,7 @@ fn parse(args: Vec<String>) -> Result<(String, Command), String> {
     let mut url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let mut positional = Vec::new();
     let (mut hold_for, mut lease, mut wait) = (None, None, None);
+    let mut kind = LockKind::Exclusive;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -148,6 +155,7 @@ fn parse(args: Vec<String>) -> Result<(String, Command), String> {
             "--for" => hold_for = Some(duration(&value()?)?),
             "--lease" => lease = Some(duration(&value()?)?),
             "--wait" => wait = Some(duration(&value()?)?),
+            "--kind" => kind = lock_kind(&value()?)?,
             "-h" | "--help" => return Err("help".into()),
             flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
             _ => positional.push(arg),
@@ -159,12 +167,21 @@ fn parse(args: Vec<String>) -> Result<(String, Command), String> {
             hold_for: hold_for.ok_or("hold needs --for")?,
             lease,
             wait,
+            kind,
         },
         [verb, name] if verb == "inspect" => Command::Inspect(name.clone()),
         [verb, name] if verb == "force-unlock" => Command::ForceUnlock(name.clone()),
         _ => return Err("expected a command and a lock name".into()),
     };
     Ok((url, command))
+}
+
+fn lock_kind(text: &str) -> Result<LockKind, String> {
+    match text {
+        "exclusive" => Ok(LockKind::Exclusive),
+        "fair" => Ok(LockKind::Fair),
+        _ => Err(format!("unknown lock kind {text:?}")),
+    }
 }
 
 fn duration(text: &str) -> Result<Duration, String> {

@@ -380,6 +380,7 @@ impl LockClientBuilder {
             config.renew_interval,
             // Often enough to extend a hand-over's short claim lease well before it runs out.
             config.renew_interval.min(config.waiter_alive() / 3),
+            config.waiter_alive(),
             Epoch::new(epoch_key(&config.prefix), config.restart_quarantine),
         );
         let pubsub = PubSub::start(

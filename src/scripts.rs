@@ -41,6 +41,13 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/clock.lua"),
+        include_str!("scripts/heartbeat.lua")
+    ))
+});
+
 /// What an owner asks of Redis when it takes a lock or waits for one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Terms {
@@ -280,6 +287,22 @@ pub(crate) async fn renew(
         },
         None => RenewReply::Renewed(Vec::new()),
     })
+}
+
+/// Extends the liveness of `(keys, owner)` places in their queues in one call; answers per
+/// place whether it is still queued.
+pub(crate) async fn heartbeat(
+    conn: &mut MultiplexedConnection,
+    places: &[(&LockKeys, &str)],
+    alive_ms: u64,
+) -> redis::RedisResult<Vec<bool>> {
+    let mut invocation = HEARTBEAT.prepare_invoke();
+    invocation.arg(alive_ms);
+    for (keys, owner) in places {
+        invocation.key(keys.queue()).key(keys.waiters()).arg(*owner);
+    }
+    let kept: Vec<i64> = invocation.invoke_async(conn).await?;
+    Ok(kept.into_iter().map(|kept| kept == 1).collect())
 }
 
 pub(crate) async fn force_unlock(

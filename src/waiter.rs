@@ -37,6 +37,8 @@ pub(crate) struct QueuedWait {
     armed: bool,
     /// How long the undo keeps trying: a grant nobody saw runs out after its lease anyway.
     undo_within: Duration,
+    /// The watchdog's heartbeat for this owner's place in the queue, once it has one.
+    place: Option<u64>,
 }
 
 impl QueuedWait {
@@ -54,6 +56,7 @@ impl QueuedWait {
             conn: None,
             armed: false,
             undo_within: Duration::ZERO,
+            place: None,
         }
     }
 
@@ -67,7 +70,7 @@ impl QueuedWait {
         server_ms: u64,
         claim_ms: u64,
     ) -> Self {
-        Self {
+        let mut queued = Self {
             inner: inner.clone(),
             keys,
             // Only an exclusive lock's release queues the next task of its client.
@@ -78,6 +81,20 @@ impl QueuedWait {
             conn: None,
             armed: true,
             undo_within: Duration::from_millis(claim_ms),
+            place: None,
+        };
+        queued.keep_place();
+        queued
+    }
+
+    /// Has the watchdog keep this owner's place in the queue alive while it waits.
+    fn keep_place(&mut self) {
+        if self.place.is_none() {
+            let id = self.inner.new_holder_id();
+            self.inner
+                .watchdog
+                .keep_place(id, self.keys.clone(), self.owner.clone());
+            self.place = Some(id);
         }
     }
 
@@ -151,6 +168,7 @@ impl QueuedWait {
         match reply {
             AcquireReply::Waiting { server_ms, .. } if mode == AcquireMode::Wait => {
                 self.last_look = Some((sent_at, server_ms));
+                self.keep_place();
             }
             // Held elsewhere and not queued, or refused: Redis keeps nothing of this owner.
             AcquireReply::Waiting { .. } | AcquireReply::NotOwner => self.armed = false,
@@ -182,6 +200,9 @@ impl QueuedWait {
 
 impl Drop for QueuedWait {
     fn drop(&mut self) {
+        if let Some(place) = self.place.take() {
+            self.inner.watchdog.forget_place(place);
+        }
         if self.armed {
             give_back(
                 self.inner.clone(),

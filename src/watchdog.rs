@@ -13,6 +13,11 @@
 //! Leases are registered and unregistered in a table shared with the actor, so taking and
 //! releasing a lock never wakes it; only a deadline earlier than the one it sleeps towards
 //! does.
+//!
+//! The actor is also the heartbeat of this client's waiters: every tick, one script extends
+//! the liveness of every place they hold in a Redis queue. A waiter whose process dies stops
+//! being extended, and leaves its queue when its liveness runs out; a live one is never
+//! evicted, however long it waits.
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -73,9 +78,18 @@ impl Leases {
     }
 }
 
+/// A place a waiter of this client holds in a lock's Redis queue.
+#[derive(Debug)]
+struct Place {
+    keys: Arc<LockKeys>,
+    owner: Arc<str>,
+}
+
 #[derive(Debug)]
 struct Shared {
     leases: Mutex<Leases>,
+    /// Places kept alive by the heartbeat, by waiter.
+    places: Mutex<HashMap<u64, Place>>,
     earlier_deadline: Notify,
     /// Whose data the leases live in: a new epoch ends them all.
     epoch: Epoch,
@@ -109,18 +123,20 @@ pub(crate) struct Watchdog {
 impl Watchdog {
     /// Spawns the actor on the current runtime: every `tick` it renews the leases that are
     /// `renew_interval` old, and any lease with less than a full lease left (a hand-over's
-    /// claim lease).
+    /// claim lease), and gives every waiting place `waiter_alive` more to live.
     pub(crate) fn start(
         connections: Arc<Connections>,
         wake_prefix: String,
         lease: Duration,
         renew_interval: Duration,
         tick: Duration,
+        waiter_alive: Duration,
         epoch: Epoch,
     ) -> Self {
         let (shutdown, receiver) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             leases: Mutex::default(),
+            places: Mutex::default(),
             earlier_deadline: Notify::new(),
             epoch,
         });
@@ -130,6 +146,7 @@ impl Watchdog {
             lease,
             renew_interval,
             tick,
+            waiter_alive,
             shared: shared.clone(),
             shutdown: receiver,
         };
@@ -158,6 +175,18 @@ impl Watchdog {
         } else if wake {
             self.shared.earlier_deadline.notify_one();
         }
+    }
+
+    /// Keeps waiter `id`'s place in the queue of `keys` alive until [`Watchdog::forget_place`].
+    pub(crate) fn keep_place(&self, id: u64, keys: Arc<LockKeys>, owner: Arc<str>) {
+        let place = Place { keys, owner };
+        self.shared.places.lock().expect("places").insert(id, place);
+    }
+
+    /// Stops the heartbeat of waiter `id`'s place (it got the lock, or left).
+    pub(crate) fn forget_place(&self, id: u64) {
+        let removed = self.shared.places.lock().expect("places").remove(&id);
+        drop(removed);
     }
 
     /// The epoch of the Redis data this client's leases live in.
@@ -192,6 +221,7 @@ struct Actor {
     lease: Duration,
     renew_interval: Duration,
     tick: Duration,
+    waiter_alive: Duration,
     shared: Arc<Shared>,
     shutdown: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
 }
@@ -215,7 +245,10 @@ impl Actor {
                     }
                     break;
                 }
-                _ = tick.tick() => self.renew().await,
+                _ = tick.tick() => {
+                    self.renew().await;
+                    self.heartbeat().await;
+                }
                 _ = sleep_until(next_deadline.unwrap_or_else(Instant::now)),
                     if next_deadline.is_some() => self.expire(Instant::now()),
                 () = self.shared.earlier_deadline.notified() => {}
@@ -309,6 +342,49 @@ impl Actor {
                     self.connections
                         .note_failure(shard, &crate::LockError::command_timeout());
                     tracing::warn!(locks = chunk.len(), "lease renewal timed out");
+                }
+            }
+        }
+    }
+
+    /// Extends the liveness of every place this client's waiters hold in a Redis queue. A
+    /// failure is only logged: a place that runs out is dropped from its queue, and its
+    /// waiter joins again at its next look.
+    async fn heartbeat(&self) {
+        let places: Vec<(Arc<LockKeys>, Arc<str>)> = {
+            let places = self.shared.places.lock().expect("places");
+            places
+                .values()
+                .map(|place| (place.keys.clone(), place.owner.clone()))
+                .collect()
+        };
+        let alive_ms = self.waiter_alive.as_millis() as u64;
+        let limit = self.connections.command_timeout().min(self.tick);
+        for chunk in places.chunks(BATCH) {
+            let pairs: Vec<(&LockKeys, &str)> = chunk
+                .iter()
+                .map(|(keys, owner)| (&**keys, &**owner))
+                .collect();
+            let shard = chunk[0].0.hash();
+            let outcome = self
+                .firing_deadlines(timeout(limit, async {
+                    let mut conn = self.connections.get(shard).await?;
+                    self.connections.note_sent();
+                    Ok::<_, crate::LockError>(
+                        scripts::heartbeat(&mut conn, &pairs, alive_ms).await?,
+                    )
+                }))
+                .await;
+            match outcome {
+                Ok(Ok(_)) => {}
+                Ok(Err(err)) => {
+                    self.connections.note_failure(shard, &err);
+                    tracing::warn!(error = %err, places = chunk.len(), "waiter heartbeat failed");
+                }
+                Err(_) => {
+                    self.connections
+                        .note_failure(shard, &crate::LockError::command_timeout());
+                    tracing::warn!(places = chunk.len(), "waiter heartbeat timed out");
                 }
             }
         }
