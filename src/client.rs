@@ -161,8 +161,13 @@ impl LockClient {
     /// [`ErrorKind::InvalidName`] when the name is empty or longer than
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes.
     pub fn lock(&self, name: &str) -> Result<Lock> {
+        self.lock_of_kind(name, LockKind::Exclusive)
+    }
+
+    /// The lock called `name`, taken as `kind`.
+    pub(crate) fn lock_of_kind(&self, name: &str, kind: LockKind) -> Result<Lock> {
         let keys = LockKeys::new(&self.inner.config.prefix, name)?;
-        Ok(Lock::new(self.clone(), name, keys, LockKind::Exclusive))
+        Ok(Lock::new(self.clone(), name, keys, kind))
     }
 
     /// The fair lock called `name`: every task, of every client, gets it in the order it
@@ -173,8 +178,7 @@ impl LockClient {
     ///
     /// As [`LockClient::lock`].
     pub fn fair_lock(&self, name: &str) -> Result<Lock> {
-        let keys = LockKeys::new(&self.inner.config.prefix, name)?;
-        Ok(Lock::new(self.clone(), name, keys, LockKind::Fair))
+        self.lock_of_kind(name, LockKind::Fair)
     }
 
     /// This client's random instance id, the first part of every owner id: 128 bits from a

@@ -417,9 +417,20 @@ impl LockClient {
         names: &[N],
         lease: Lease,
     ) -> Result<Vec<LockGuard>> {
+        self.acquire_all_of_kind(names, lease, LockKind::Exclusive)
+            .await
+    }
+
+    /// [`LockClient::acquire_all`] for locks of `kind` (the layer's sharing mode).
+    pub(crate) async fn acquire_all_of_kind<N: AsRef<str>>(
+        &self,
+        names: &[N],
+        lease: Lease,
+        kind: LockKind,
+    ) -> Result<Vec<LockGuard>> {
         let mut locks = names
             .iter()
-            .map(|name| Ok(self.lock(name.as_ref())?.with_lease(lease)))
+            .map(|name| Ok(self.lock_of_kind(name.as_ref(), kind)?.with_lease(lease)))
             .collect::<Result<Vec<_>>>()?;
         locks.sort_by(|a, b| a.keys.hash().cmp(b.keys.hash()));
         locks.dedup_by(|a, b| a.keys.hash() == b.keys.hash());

@@ -25,6 +25,7 @@ use super::reject::{Reject, Rejection, is_grpc};
 use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError};
 use crate::guard::{LockGuard, LostReason};
+use crate::kind::LockKind;
 
 /// The future of [`LockService`](super::LockService).
 #[pin_project]
@@ -87,6 +88,7 @@ where
     pub(crate) fn acquiring(
         client: &LockClient,
         names: Vec<String>,
+        kind: LockKind,
         service: S,
         request: Request<ReqB>,
         reject: R,
@@ -103,7 +105,7 @@ where
         let (wait, lease) = (policy.wait, policy.lease);
         let wanted = names.clone();
         let acquire = Box::pin(async move {
-            tokio::time::timeout(wait, client.acquire_all(&wanted, lease)).await
+            tokio::time::timeout(wait, client.acquire_all_of_kind(&wanted, lease, kind)).await
         });
         Self {
             grpc: is_grpc(&request),

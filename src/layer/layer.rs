@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tower::Layer;
 
-use super::policy::{MissingKey, OnLeaseLost, OnRedisUnavailable, Policy};
+use super::policy::{MissingKey, OnLeaseLost, OnRedisUnavailable, Policy, Sharing};
 use super::reject::DefaultRejection;
 use super::service::LockService;
 use crate::client::LockClient;
@@ -18,7 +18,7 @@ use crate::lock::Lease;
 /// `Retry-After: 1` (gRPC `UNAVAILABLE`); a request with no key runs unlocked; Redis
 /// unreachable fails closed (503 / `UNAVAILABLE`); a lease lost while the handler runs
 /// cancels it (503 / `ABORTED`); watchdog leases; at most 16 keys a request; no key prefix
-/// beyond the client's.
+/// beyond the client's; exclusive locks ([`Sharing::Exclusive`]).
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct LockLayer<K, R = DefaultRejection> {
@@ -84,6 +84,31 @@ impl<K, R> LockLayer<K, R> {
     /// `INVALID_ARGUMENT`) before any key reaches Redis.
     pub fn max_keys(self, max: usize) -> Self {
         self.with_policy(|policy| policy.max_keys = max)
+    }
+
+    /// How the requests for one key share its lock (default [`Sharing::Exclusive`]).
+    pub fn sharing(self, sharing: Sharing) -> Self {
+        self.with_policy(|policy| policy.sharing = sharing)
+    }
+
+    /// Requests for one key run one at a time in the order they arrived, across every
+    /// instance: [`Sharing::Fair`].
+    pub fn fair(self) -> Self {
+        self.sharing(Sharing::Fair)
+    }
+
+    /// `GET` and `HEAD` requests for one key run in parallel as readers; any other method
+    /// runs alone as a writer: [`Sharing::read_write`]. Waiting writers are not overtaken by
+    /// later readers.
+    pub fn read_write(self) -> Self {
+        self.sharing(Sharing::read_write())
+    }
+
+    /// Read-write sharing where the requests with one of `methods` read and the rest write.
+    pub fn read_methods(self, methods: impl IntoIterator<Item = http::Method>) -> Self {
+        self.sharing(Sharing::ReadWrite {
+            read_methods: methods.into_iter().collect(),
+        })
     }
 
     /// `Retry-After` of a 503 answer (default 1 s, rounded up to whole seconds).

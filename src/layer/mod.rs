@@ -47,7 +47,7 @@ pub use future::ResponseFuture;
 pub use layer::LockLayer;
 pub use policy::{
     DEFAULT_MAX_KEYS, DEFAULT_RETRY_AFTER, DEFAULT_WAIT, MissingKey, OnLeaseLost,
-    OnRedisUnavailable,
+    OnRedisUnavailable, Sharing,
 };
 pub use reject::{DefaultRejection, Reject, Rejection, RejectionKind};
 pub use service::LockService;

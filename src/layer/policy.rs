@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use http::Method;
+
+use crate::kind::LockKind;
 use crate::lock::Lease;
 
 /// Default bound on the wait for a request's locks.
@@ -44,6 +47,42 @@ pub enum OnLeaseLost {
     Finish,
 }
 
+/// How the requests for one key share its lock.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Sharing {
+    /// One request at a time; instances take turns in the order they asked (the default).
+    #[default]
+    Exclusive,
+    /// One request at a time, in the order the requests asked, across every instance.
+    Fair,
+    /// Requests whose method is in `read_methods` share the lock as readers; the others
+    /// run alone, as writers.
+    ReadWrite {
+        /// The methods that only read (default `GET` and `HEAD`).
+        read_methods: Vec<Method>,
+    },
+}
+
+impl Sharing {
+    /// Read-write sharing where `GET` and `HEAD` read and every other method writes.
+    pub fn read_write() -> Self {
+        Self::ReadWrite {
+            read_methods: vec![Method::GET, Method::HEAD],
+        }
+    }
+
+    /// The kind of lock a request with `method` takes.
+    pub(crate) fn kind_for(&self, method: &Method) -> LockKind {
+        match self {
+            Self::Exclusive => LockKind::Exclusive,
+            Self::Fair => LockKind::Fair,
+            Self::ReadWrite { read_methods } if read_methods.contains(method) => LockKind::Read,
+            Self::ReadWrite { .. } => LockKind::Write,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Policy {
     pub(crate) wait: Duration,
@@ -54,6 +93,7 @@ pub(crate) struct Policy {
     pub(crate) key_prefix: String,
     pub(crate) max_keys: usize,
     pub(crate) retry_after: Duration,
+    pub(crate) sharing: Sharing,
 }
 
 impl Default for Policy {
@@ -67,6 +107,7 @@ impl Default for Policy {
             key_prefix: String::new(),
             max_keys: DEFAULT_MAX_KEYS,
             retry_after: DEFAULT_RETRY_AFTER,
+            sharing: Sharing::Exclusive,
         }
     }
 }

@@ -113,9 +113,11 @@ where
             );
             return reject(RejectionKind::TooManyKeys, names, detail);
         }
+        let kind = policy.sharing.kind_for(request.method());
         ResponseFuture::acquiring(
             &self.client,
             names,
+            kind,
             inner,
             request,
             self.reject.clone(),
