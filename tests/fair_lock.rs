@@ -192,7 +192,10 @@ async fn a_live_waiter_is_never_evicted_however_long_it_waits() {
     let first_owner = queued(&server, "patient")[0].clone();
     // Twenty heartbeat timeouts: time passing is what this test is about.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(queued(&server, "patient"), std::slice::from_ref(&first_owner));
+    assert_eq!(
+        queued(&server, "patient"),
+        std::slice::from_ref(&first_owner)
+    );
     let second = queue_waiter(&server, &locks, "patient", 1, &acquired).await;
     assert_eq!(queued(&server, "patient")[0], first_owner, "still first");
     holder.release().await.unwrap();
