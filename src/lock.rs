@@ -402,3 +402,11 @@ fn millis(duration: Duration) -> u64 {
         .unwrap_or(u64::MAX)
         .max(1)
 }
+
+impl Lock {
+    /// The client this lock belongs to: the lock kinds of `crate::kinds` order and tell
+    /// apart locks of several clients by their server.
+    pub(crate) fn client(&self) -> &LockClient {
+        &self.client
+    }
+}
