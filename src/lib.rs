@@ -29,6 +29,7 @@ mod error;
 mod giveback;
 mod guard;
 pub mod keys;
+pub mod kinds;
 pub mod layer;
 mod local;
 mod lock;
@@ -46,5 +47,6 @@ pub use client::{
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostReason, LostSignal};
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
+pub use kinds::{MultiGuard, MultiLock, RedLock, RedLockGuard, SegmentGuard, SegmentedLock};
 pub use layer::{HeaderKey, KeyExtractor, LockContext, LockLayer, LockService};
 pub use lock::{Lease, Lock, LockState};
