@@ -82,6 +82,8 @@ pub(crate) struct Inner {
     pub(crate) runtime: tokio::runtime::Handle,
     /// Prefix of every instance's wake channel (see [`wake_channel_prefix`]).
     pub(crate) wake_prefix: String,
+    /// Which Redis this is, without credentials (see [`LockClient::server`]).
+    pub(crate) server: String,
     instance_id: String,
     next_holder: AtomicU64,
     shut_down: AtomicBool,
@@ -185,6 +187,14 @@ impl LockClient {
     /// CSPRNG (rand's `ThreadRng`, seeded by the operating system), as 32 hex digits.
     pub fn instance_id(&self) -> &str {
         &self.inner.instance_id
+    }
+
+    /// The Redis this client talks to, without credentials: `host:port/db` as the URL
+    /// spells it (or `socket path/db`). Multi-locks order locks of several clients by it and
+    /// quorum locks tell their servers apart by it, so every process should spell a server
+    /// the same way.
+    pub fn server(&self) -> &str {
+        &self.inner.server
     }
 
     /// How many lock names this client's tasks hold or await right now.
@@ -366,6 +376,8 @@ impl LockClientBuilder {
         }
         // One client for the pool and the pub/sub connection: the same credentials and TLS.
         let redis_client = self.endpoint.client()?;
+        let info = redis_client.get_connection_info();
+        let server = format!("{}/{}", info.addr(), info.redis_settings().db());
         // A pool of the caller's may serve others too: take one connection of it.
         let (pool, shards) = match self.pool {
             Some(pool) => (pool, 1),
@@ -400,6 +412,7 @@ impl LockClientBuilder {
                 pubsub,
                 runtime: tokio::runtime::Handle::current(),
                 wake_prefix,
+                server,
                 instance_id,
                 next_holder: AtomicU64::new(1),
                 shut_down: AtomicBool::new(false),

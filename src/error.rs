@@ -21,7 +21,8 @@ pub enum ErrorKind {
     NotOwner,
     /// The lock name is empty, too long, or the key prefix is unusable.
     InvalidName,
-    /// The client configuration (URL, durations) is unusable.
+    /// The client configuration (URL, durations), or the shape of a lock kind (a segment
+    /// count, a set of quorum servers), is unusable.
     InvalidConfig,
     /// The client was shut down.
     ShutDown,
@@ -31,6 +32,11 @@ pub enum ErrorKind {
     /// not trusted, or the client's was refused). Retrying does not help until the
     /// configuration changes, so the layer never fails open on it.
     AccessDenied,
+    /// A quorum lock ([`RedLock`](crate::RedLock)) could not reach a quorum because too many
+    /// of its servers were unreachable or did not answer within the attempt bound, so the
+    /// servers that did answer could never make a majority. Not a [`Self::Timeout`]: waiting
+    /// longer does not help until servers come back.
+    QuorumUnreachable,
 }
 
 impl fmt::Display for ErrorKind {
@@ -44,6 +50,7 @@ impl fmt::Display for ErrorKind {
             Self::InvalidConfig => "invalid configuration",
             Self::ShutDown => "lock client shut down",
             Self::AccessDenied => "access denied by redis",
+            Self::QuorumUnreachable => "quorum of redis servers unreachable",
         })
     }
 }

@@ -124,6 +124,12 @@ pub struct LostSignal {
 }
 
 impl LostSignal {
+    /// A signal fed by `lost`: the lock kinds that hold several guards as one
+    /// (`crate::kinds`) fire it from the signals of their parts.
+    pub(crate) fn from_receiver(lost: watch::Receiver<Option<LostReason>>) -> Self {
+        Self { lost }
+    }
+
     /// Whether the lease has been lost.
     pub fn is_lost(&self) -> bool {
         self.lost.borrow().is_some()
