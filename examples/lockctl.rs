@@ -1,25 +1,40 @@
 //! `lockctl`: hold, inspect and force-unlock locks from a shell; one JSON line per event.
 //!
 //! ```text
-//! lockctl [--url URL] hold NAME --for 2s [--lease 5s] [--wait 10s]
+//! lockctl [--url URL] hold NAME --for 2s [--lease 5s] [--wait 10s] [--kind KIND]
+//! lockctl --url URL1 --url URL2 --url URL3 hold NAME --for 2s --kind redlock
 //! lockctl [--url URL] inspect NAME
 //! lockctl [--url URL] force-unlock NAME
 //! ```
 //!
+//! KIND is `exclusive` (the default), `fair`, `read`, `write` or `redlock` (a quorum of the
+//! servers named by several `--url`).
 //! Exit codes: 0 done, 1 error, 2 usage, 3 wait timed out, 4 lease lost while holding.
 //! The URL defaults to `$REDIS_URL`, else `redis://127.0.0.1:6379`.
 
+use std::future::Future;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tower_redis_lock::{ErrorKind, Lease, Lock, LockClient, LockError, LockKind};
+use tower_redis_lock::{ErrorKind, Lease, Lock, LockClient, LockError, LostSignal, RedLock};
 
-const USAGE: &str =
-    "usage: lockctl [--url URL] hold NAME --for DURATION [--lease DURATION] [--wait DURATION]
+const USAGE: &str = "usage: lockctl [--url URL] hold NAME --for DURATION [--lease DURATION] [--wait DURATION]
+                      [--kind exclusive|fair|read|write|redlock]
+       lockctl --url URL --url URL ... hold NAME --for DURATION --kind redlock
        lockctl [--url URL] inspect NAME
        lockctl [--url URL] force-unlock NAME
 durations: 250ms, 2s, 1m (a bare number is seconds)";
+
+/// Which kind of lock `hold` takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Exclusive,
+    Fair,
+    Read,
+    Write,
+    RedLock,
+}
 
 enum Command {
     Hold {
@@ -27,7 +42,7 @@ enum Command {
         hold_for: Duration,
         lease: Option<Duration>,
         wait: Option<Duration>,
-        kind: LockKind,
+        kind: Kind,
     },
     Inspect(String),
     ForceUnlock(String),
@@ -35,14 +50,14 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let (url, command) = match parse(std::env::args().skip(1).collect()) {
+    let (urls, command) = match parse(std::env::args().skip(1).collect()) {
         Ok(parsed) => parsed,
         Err(problem) => {
             eprintln!("lockctl: {problem}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
-    match run(&url, command).await {
+    match run(&urls, command).await {
         Ok(code) => code,
         Err(err) => {
             emit(
@@ -53,8 +68,23 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(url: &str, command: Command) -> Result<ExitCode, LockError> {
-    let locks = LockClient::connect(url).await?;
+async fn run(urls: &[String], command: Command) -> Result<ExitCode, LockError> {
+    if let Command::Hold {
+        name,
+        hold_for,
+        lease,
+        wait,
+        kind: Kind::RedLock,
+    } = &command
+    {
+        let mut clients = Vec::with_capacity(urls.len());
+        for url in urls {
+            clients.push(LockClient::connect(url).await?);
+        }
+        let lock = RedLock::new(clients, name)?.with_lease(lease_of(*lease));
+        return hold_redlock(lock, *hold_for, *wait).await;
+    }
+    let locks = LockClient::connect(&urls[0]).await?;
     match command {
         Command::Hold {
             name,
@@ -64,10 +94,12 @@ async fn run(url: &str, command: Command) -> Result<ExitCode, LockError> {
             kind,
         } => {
             let lock = match kind {
-                LockKind::Fair => locks.fair_lock(&name)?,
-                _ => locks.lock(&name)?,
+                Kind::Fair => locks.fair_lock(&name)?,
+                Kind::Read => locks.read_write_lock(&name)?.read(),
+                Kind::Write => locks.read_write_lock(&name)?.write(),
+                Kind::Exclusive | Kind::RedLock => locks.lock(&name)?,
             };
-            hold(lock, hold_for, lease, wait).await
+            hold(lock.with_lease(lease_of(lease)), hold_for, wait).await
         }
         Command::Inspect(name) => {
             let lock = locks.lock(&name)?;
@@ -97,13 +129,17 @@ async fn run(url: &str, command: Command) -> Result<ExitCode, LockError> {
     }
 }
 
-async fn hold(
-    lock: Lock,
-    hold_for: Duration,
-    lease: Option<Duration>,
-    wait: Option<Duration>,
-) -> Result<ExitCode, LockError> {
-    let lock = lock.with_lease(lease.map_or(Lease::Watchdog, Lease::Fixed));
+fn lease_of(lease: Option<Duration>) -> Lease {
+    lease.map_or(Lease::Watchdog, Lease::Fixed)
+}
+
+/// What `hold` reports of a wait that timed out: exit code 3.
+fn timed_out(name: &str, started: Instant) -> ExitCode {
+    emit(json!({"event": "timeout", "name": name, "waited_ms": millis(started.elapsed())}));
+    ExitCode::from(3)
+}
+
+async fn hold(lock: Lock, hold_for: Duration, wait: Option<Duration>) -> Result<ExitCode, LockError> {
     let name = lock.name().to_owned();
     let started = Instant::now();
     let acquired = match wait {
@@ -112,26 +148,67 @@ async fn hold(
     };
     let guard = match acquired {
         Ok(guard) => guard,
-        Err(err) if err.kind() == ErrorKind::Timeout => {
-            emit(json!({"event": "timeout", "name": name, "waited_ms": millis(started.elapsed())}));
-            return Ok(ExitCode::from(3));
-        }
+        Err(err) if err.kind() == ErrorKind::Timeout => return Ok(timed_out(&name, started)),
         Err(err) => return Err(err),
     };
     let token = guard.fencing_token();
     emit(json!({
         "event": "acquired",
         "name": name,
+        "kind": format!("{:?}", lock.kind()),
         "token": token,
         "waited_ms": millis(started.elapsed()),
         "pid": std::process::id(),
         "owner": guard.owner_id(),
     }));
-    let held_since = Instant::now();
     let lost = guard.lost_signal();
+    keep_until(&name, json!(token), hold_for, lost, guard.release()).await
+}
+
+async fn hold_redlock(
+    lock: RedLock,
+    hold_for: Duration,
+    wait: Option<Duration>,
+) -> Result<ExitCode, LockError> {
+    let name = lock.name().to_owned();
+    let started = Instant::now();
+    let acquired = match wait {
+        Some(wait) => lock.acquire_timeout(wait).await,
+        None => lock.acquire().await,
+    };
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(err) if err.kind() == ErrorKind::Timeout => return Ok(timed_out(&name, started)),
+        Err(err) => return Err(err),
+    };
+    let tokens = json!(guard.fencing_tokens());
+    emit(json!({
+        "event": "acquired",
+        "name": name,
+        "kind": "RedLock",
+        "tokens": tokens,
+        "held_on": guard.held_on(),
+        "servers": lock.servers(),
+        "validity_ms": millis(guard.validity().saturating_duration_since(Instant::now())),
+        "waited_ms": millis(started.elapsed()),
+        "pid": std::process::id(),
+    }));
+    let lost = guard.lost_signal();
+    keep_until(&name, tokens, hold_for, lost, guard.release()).await
+}
+
+/// Holds for `hold_for` and then releases, unless the lease is lost first (exit code 4).
+async fn keep_until(
+    name: &str,
+    token: serde_json::Value,
+    hold_for: Duration,
+    lost: LostSignal,
+    release: impl Future<Output = Result<(), LockError>>,
+) -> Result<ExitCode, LockError> {
+    let held_since = Instant::now();
     tokio::select! {
         () = tokio::time::sleep(hold_for) => {
-            guard.release().await?;
+            release.await?;
             emit(json!({"event": "released", "name": name, "token": token, "held_ms": millis(held_since.elapsed()), "pid": std::process::id()}));
             Ok(ExitCode::SUCCESS)
         }
@@ -143,15 +220,15 @@ async fn hold(
 }
 
 fn parse(args: Vec<String>) -> Result<(String, Command), String> {
-    let mut url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let mut urls = Vec::new();
     let mut positional = Vec::new();
     let (mut hold_for, mut lease, mut wait) = (None, None, None);
-    let mut kind = LockKind::Exclusive;
+    let mut kind = Kind::Exclusive;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
-            "--url" => url = value()?,
+            "--url" => urls.push(value()?),
             "--for" => hold_for = Some(duration(&value()?)?),
             "--lease" => lease = Some(duration(&value()?)?),
             "--wait" => wait = Some(duration(&value()?)?),
@@ -173,13 +250,23 @@ fn parse(args: Vec<String>) -> Result<(String, Command), String> {
         [verb, name] if verb == "force-unlock" => Command::ForceUnlock(name.clone()),
         _ => return Err("expected a command and a lock name".into()),
     };
-    Ok((url, command))
+    let redlock = matches!(command, Command::Hold { kind: Kind::RedLock, .. });
+    if urls.len() > 1 && !redlock {
+        return Err("several --url are for --kind redlock".into());
+    }
+    if urls.is_empty() {
+        urls.push(std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()));
+    }
+    Ok((urls, command))
 }
 
-fn lock_kind(text: &str) -> Result<LockKind, String> {
+fn lock_kind(text: &str) -> Result<Kind, String> {
     match text {
-        "exclusive" => Ok(LockKind::Exclusive),
-        "fair" => Ok(LockKind::Fair),
+        "exclusive" => Ok(Kind::Exclusive),
+        "fair" => Ok(Kind::Fair),
+        "read" => Ok(Kind::Read),
+        "write" => Ok(Kind::Write),
+        "redlock" => Ok(Kind::RedLock),
         _ => Err(format!("unknown lock kind {text:?}")),
     }
 }
