@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tower_redis_lock::{ErrorKind, Lease, Lock, LockClient, LockError, LostSignal, RedLock};
 
-const USAGE: &str = "usage: lockctl [--url URL] hold NAME --for DURATION [--lease DURATION] [--wait DURATION]
+const USAGE: &str =
+    "usage: lockctl [--url URL] hold NAME --for DURATION [--lease DURATION] [--wait DURATION]
                       [--kind exclusive|fair|read|write|redlock]
        lockctl --url URL --url URL ... hold NAME --for DURATION --kind redlock
        lockctl [--url URL] inspect NAME
@@ -139,7 +140,11 @@ fn timed_out(name: &str, started: Instant) -> ExitCode {
     ExitCode::from(3)
 }
 
-async fn hold(lock: Lock, hold_for: Duration, wait: Option<Duration>) -> Result<ExitCode, LockError> {
+async fn hold(
+    lock: Lock,
+    hold_for: Duration,
+    wait: Option<Duration>,
+) -> Result<ExitCode, LockError> {
     let name = lock.name().to_owned();
     let started = Instant::now();
     let acquired = match wait {
@@ -219,7 +224,7 @@ async fn keep_until(
     }
 }
 
-fn parse(args: Vec<String>) -> Result<(String, Command), String> {
+fn parse(args: Vec<String>) -> Result<(Vec<String>, Command), String> {
     let mut urls = Vec::new();
     let mut positional = Vec::new();
     let (mut hold_for, mut lease, mut wait) = (None, None, None);
@@ -250,7 +255,13 @@ fn parse(args: Vec<String>) -> Result<(String, Command), String> {
         [verb, name] if verb == "force-unlock" => Command::ForceUnlock(name.clone()),
         _ => return Err("expected a command and a lock name".into()),
     };
-    let redlock = matches!(command, Command::Hold { kind: Kind::RedLock, .. });
+    let redlock = matches!(
+        command,
+        Command::Hold {
+            kind: Kind::RedLock,
+            ..
+        }
+    );
     if urls.len() > 1 && !redlock {
         return Err("several --url are for --kind redlock".into());
     }

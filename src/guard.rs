@@ -248,6 +248,11 @@ impl LockGuard {
         }
     }
 
+    /// The acquisition this guard holds, shared with its re-entries.
+    pub(crate) fn holding(&self) -> &Arc<Holding> {
+        &self.holding
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.holding.hold.name

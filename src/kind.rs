@@ -12,9 +12,11 @@ pub enum LockKind {
     /// One holder at a time, and every task, of every client, gets the lock in the order it
     /// asked for it: each waits in the Redis queue itself.
     Fair,
-    /// Shared with other readers; excludes writers.
+    /// Shared with other readers; excludes writers. The read side of a
+    /// [`ReadWriteLock`](crate::ReadWriteLock).
     Read,
-    /// One writer, excluding readers and other writers.
+    /// One writer, excluding readers and other writers. The write side of a
+    /// [`ReadWriteLock`](crate::ReadWriteLock).
     Write,
 }
 

@@ -49,6 +49,8 @@ pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostReason, LostSignal};
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
 pub use kind::LockKind;
-pub use kinds::{MultiGuard, MultiLock, RedLock, RedLockGuard, SegmentGuard, SegmentedLock};
+pub use kinds::{
+    MultiGuard, MultiLock, ReadWriteLock, RedLock, RedLockGuard, SegmentGuard, SegmentedLock,
+};
 pub use layer::{HeaderKey, KeyExtractor, LockContext, LockLayer, LockService};
 pub use lock::{Lease, Lock, LockState};

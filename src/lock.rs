@@ -32,7 +32,8 @@ pub enum Lease {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockState {
-    /// Owner ids and their hold counts (empty when the lock is free).
+    /// Owner ids and their hold counts (empty when the lock is free): one owner, or each
+    /// reader of a read-write lock.
     pub holders: Vec<(String, u64)>,
     /// Time left on the lease, when the lock is held.
     pub ttl: Option<Duration>,
@@ -154,6 +155,17 @@ impl Lock {
             // A lock's hash ends with its tag's '}', so this never names an exclusive lock.
             format!("{}#{}", self.keys.hash(), self.client.inner.new_holder_id()).into()
         }
+    }
+
+    /// A local turn no other task shares, for an acquisition that never queues locally (a
+    /// read hold taken inside a write lock).
+    pub(crate) fn own_turn(&self) -> LocalTurn<Baton> {
+        debug_assert!(!self.kind.queues_locally());
+        self.client
+            .inner
+            .local
+            .try_turn(&self.local_key())
+            .expect("a key of its own is never taken")
     }
 
     /// The rest of an acquisition, once this task has the key's local turn.
@@ -286,7 +298,7 @@ impl Lock {
     }
 
     /// Builds the guard of an acquisition Redis granted and hands its lease to the watchdog.
-    fn grant(
+    pub(crate) fn grant(
         &self,
         turn: LocalTurn<Baton>,
         owner: Arc<str>,
@@ -329,7 +341,7 @@ impl Lock {
     /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate).
     pub async fn inspect(&self) -> Result<LockState> {
         let keys = self.keys.clone();
-        let (holders, pttl, fence): (Vec<(String, u64)>, i64, Option<u64>) = self
+        let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<u64>) = self
             .client
             .inner
             .connections
@@ -346,7 +358,7 @@ impl Lock {
             })
             .await?;
         Ok(LockState {
-            holders,
+            holders: holders(fields),
             ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
             fence,
         })
@@ -370,7 +382,8 @@ impl Lock {
         Ok(self.inspect().await?.ttl)
     }
 
-    /// The holder's hold count (1 plus its re-entries); 0 when the lock is free.
+    /// The holder's hold count (1 plus its re-entries; of a read-write lock, every holder's
+    /// together); 0 when the lock is free.
     ///
     /// # Errors
     ///
@@ -379,10 +392,10 @@ impl Lock {
         Ok(self.inspect().await?.holders.iter().map(|(_, n)| n).sum())
     }
 
-    /// Removes the lock whoever holds it, and hands it to the first waiting instance; for
-    /// operators. The holder
-    /// learns of it at its next renewal (its lost signal fires). Returns whether a lock was
-    /// removed.
+    /// Removes the lock whoever holds it, and hands it to the first waiting instance (of a
+    /// read-write lock: one writer, or the readers first in line together); for operators.
+    /// The holder learns of it at its next renewal (its lost signal fires). Returns whether a
+    /// lock was removed.
     ///
     /// # Errors
     ///
@@ -394,7 +407,8 @@ impl Lock {
             .inner
             .connections
             .run(self.keys.hash(), |mut conn| async move {
-                scripts::force_unlock(&mut conn, &keys, &self.client.inner.wake_prefix).await
+                scripts::force_unlock(&mut conn, &keys, self.kind, &self.client.inner.wake_prefix)
+                    .await
             })
             .await
     }
@@ -442,8 +456,66 @@ impl LockClient {
     }
 }
 
+/// The owners and hold counts among a lock hash's fields. A read-write lock's hash also
+/// holds its mode, a reader's lease deadline after its count, and the read holds its writer
+/// took (`<owner>:r`, counted with the owner's); see `scripts/rw.lua`.
+fn holders(fields: Vec<(String, String)>) -> Vec<(String, u64)> {
+    let mut holders: Vec<(String, u64)> = Vec::with_capacity(fields.len());
+    for (field, value) in fields {
+        let Some(count) = value
+            .split(' ')
+            .next()
+            .and_then(|count| count.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let owner = field.strip_suffix(":r").unwrap_or(&field);
+        match holders.iter_mut().find(|(known, _)| known == owner) {
+            Some((_, holds)) => *holds += count,
+            None => holders.push((owner.to_owned(), count)),
+        }
+    }
+    holders
+}
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis())
         .unwrap_or(u64::MAX)
         .max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holders;
+
+    fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(field, value)| ((*field).to_owned(), (*value).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_plain_lock_hash_is_its_holders() {
+        assert_eq!(
+            holders(fields(&[("a:1", "3")])),
+            vec![("a:1".to_owned(), 3)]
+        );
+    }
+
+    #[test]
+    fn a_read_write_lock_hash_counts_holds_not_its_mode_or_deadlines() {
+        let read = fields(&[
+            ("mode", "read"),
+            ("a:1", "2 1700000000000"),
+            ("b:7", "1 1700000000500"),
+        ]);
+        assert_eq!(
+            holders(read),
+            vec![("a:1".to_owned(), 2), ("b:7".to_owned(), 1)]
+        );
+        // A writer's read holds count as its own.
+        let write = fields(&[("mode", "write"), ("a:1", "1"), ("a:1:r", "2")]);
+        assert_eq!(holders(write), vec![("a:1".to_owned(), 3)]);
+    }
 }

@@ -1,7 +1,8 @@
 //! The Lua scripts, run with EVALSHA (redis-rs reloads them on NOSCRIPT). They share the
 //! server clock of `scripts/clock.lua`; the scripts that hand a lock over share the queue
 //! functions of `scripts/queue.lua`, and those that take or renew one the epoch check of
-//! `scripts/epoch.lua`.
+//! `scripts/epoch.lua`. A read-write lock's scripts (`rw_*.lua`) also share the state
+//! functions of `scripts/rw.lua`.
 
 use std::sync::LazyLock;
 
@@ -31,6 +32,31 @@ static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
         include_str!("scripts/clock.lua"),
         include_str!("scripts/queue.lua"),
         include_str!("scripts/force_unlock.lua")
+    ))
+});
+static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/clock.lua"),
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/epoch.lua"),
+        include_str!("scripts/rw.lua"),
+        include_str!("scripts/rw_acquire.lua")
+    ))
+});
+static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/clock.lua"),
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/rw.lua"),
+        include_str!("scripts/rw_release.lua")
+    ))
+});
+static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/clock.lua"),
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/rw.lua"),
+        include_str!("scripts/rw_force_unlock.lua")
     ))
 });
 static RENEW: LazyLock<Script> = LazyLock::new(|| {
@@ -72,6 +98,8 @@ pub(crate) enum AcquireMode {
     Try,
     /// Add a hold for an owner that holds it; never take a free lock.
     Reenter,
+    /// A read hold for the owner of a read-write lock's write lock; never waits.
+    ReadWithin,
 }
 
 /// What the acquire script answered.
@@ -172,14 +200,33 @@ async fn run<T: FromRedisValue>(
 /// The script that takes or waits for a lock of `kind`.
 fn acquire_script(kind: LockKind) -> &'static Script {
     match kind {
-        LockKind::Exclusive | LockKind::Fair | LockKind::Read | LockKind::Write => &ACQUIRE,
+        LockKind::Exclusive | LockKind::Fair => &ACQUIRE,
+        LockKind::Read | LockKind::Write => &RW_ACQUIRE,
     }
 }
 
 /// The script that releases a lock of `kind`.
 fn release_script(kind: LockKind) -> &'static Script {
     match kind {
-        LockKind::Exclusive | LockKind::Fair | LockKind::Read | LockKind::Write => &RELEASE,
+        LockKind::Exclusive | LockKind::Fair => &RELEASE,
+        LockKind::Read | LockKind::Write => &RW_RELEASE,
+    }
+}
+
+/// The script that removes a lock of `kind` whoever holds it.
+fn force_unlock_script(kind: LockKind) -> &'static Script {
+    match kind {
+        LockKind::Exclusive | LockKind::Fair => &FORCE_UNLOCK,
+        LockKind::Read | LockKind::Write => &RW_FORCE_UNLOCK,
+    }
+}
+
+/// The role a read-write lock's scripts are told, after their other arguments.
+fn rw_role(kind: LockKind) -> Option<&'static str> {
+    match kind {
+        LockKind::Read => Some("read"),
+        LockKind::Write => Some("write"),
+        LockKind::Exclusive | LockKind::Fair => None,
     }
 }
 
@@ -198,9 +245,13 @@ pub(crate) async fn acquire(
         AcquireMode::Wait => "wait",
         AcquireMode::Try => "try",
         AcquireMode::Reenter => "reenter",
+        AcquireMode::ReadWithin => "within",
     });
     with_terms(&mut cmd, terms);
     cmd.arg(epoch.known).arg(epoch.quarantine_ms);
+    if let Some(role) = rw_role(terms.kind) {
+        cmd.arg(role);
+    }
     let (status, first, second): (i64, i64, i64) = run(conn, script, &cmd).await?;
     Ok(match status {
         -2 => AcquireReply::EpochChanged {
@@ -233,6 +284,9 @@ pub(crate) async fn release(
         ReleaseScope::One => "one",
         ReleaseScope::All => "all",
     });
+    if let Some(role) = rw_role(kind) {
+        cmd.arg(role);
+    }
     let (left, _, _): (i64, i64, i64) = run(conn, script, &cmd).await?;
     Ok(u64::try_from(left).ok())
 }
@@ -308,13 +362,10 @@ pub(crate) async fn heartbeat(
 pub(crate) async fn force_unlock(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
+    kind: LockKind,
     wake: &str,
 ) -> redis::RedisResult<bool> {
-    let removed: i64 = run(
-        conn,
-        &FORCE_UNLOCK,
-        &evalsha(&FORCE_UNLOCK, keys, None, wake),
-    )
-    .await?;
+    let script = force_unlock_script(kind);
+    let removed: i64 = run(conn, script, &evalsha(script, keys, None, wake)).await?;
     Ok(removed == 1)
 }

@@ -1,4 +1,9 @@
-//! Lock kinds built on plain [`Lock`](crate::Lock)s and their guards.
+//! Locks of other kinds than the plain exclusive one.
+//!
+//! - [`ReadWriteLock`]: many readers or one writer, in the engine's own scripts; its
+//!   `read()` and `write()` are ordinary [`Lock`](crate::Lock)s.
+//!
+//! The others are built on plain locks and their guards:
 //!
 //! - [`MultiLock`]: several locks, possibly on different Redis servers, taken all or nothing
 //!   in one canonical order, so callers naming them in any order never deadlock.
@@ -16,10 +21,12 @@
 mod multi;
 mod parts;
 mod redlock;
+mod rw;
 mod segmented;
 
 pub use multi::{MultiGuard, MultiLock};
 pub use redlock::{
     DEFAULT_REDLOCK_RETRY_DELAY, REDLOCK_MIN_ATTEMPT_TIMEOUT, RedLock, RedLockGuard,
 };
+pub use rw::ReadWriteLock;
 pub use segmented::{MAX_SEGMENTS, SegmentGuard, SegmentedLock};

@@ -3,19 +3,41 @@
 -- KEYS[1] the epoch key, KEYS[i] for i > 1 the lock hashes; ARGV[1] lease in ms, ARGV[2] the
 -- epoch this client knows, ARGV[3] the quarantine ms to start when Redis lost its data,
 -- ARGV[i + 2] the owner id of KEYS[i].
+-- An owner's field holds its hold count; a reader of a read-write lock's holds
+-- '<holds> <lease deadline ms>' (see rw.lua): its own deadline moves, and the hash's expiry
+-- only ever grows, as other readers may have longer leases.
 -- Returns {0, then per lock 1 when renewed and 0 when that owner no longer holds it}, or
 -- {epoch} when the epoch changed: every lock of an earlier epoch is gone.
 local changed = check_epoch(KEYS[1], ARGV[2], ARGV[3])
 if changed and changed[1] == -2 then
   return {changed[2]}
 end
-local renewed = {0}
+local lease = tonumber(ARGV[1])
+local renewed, now = {0}, nil
 for i = 2, #KEYS do
-  if redis.call('hexists', KEYS[i], ARGV[i + 2]) == 1 then
+  local owner = ARGV[i + 2]
+  local holds = redis.call('hget', KEYS[i], owner)
+  local count, deadline
+  if holds then
+    count, deadline = string.match(holds, '^(%d+) (%d+)$')
+  end
+  if not holds then
+    renewed[i] = 0
+  elseif not deadline then
     redis.call('pexpire', KEYS[i], ARGV[1])
     renewed[i] = 1
   else
-    renewed[i] = 0
+    now = now or now_ms()
+    if tonumber(deadline) > now then
+      redis.call('hset', KEYS[i], owner, string.format('%s %d', count, now + lease))
+      if redis.call('pttl', KEYS[i]) < lease then
+        redis.call('pexpire', KEYS[i], lease)
+      end
+      renewed[i] = 1
+    else
+      -- Its lease ran out: the next script that looks at the lock drops it.
+      renewed[i] = 0
+    end
   end
 end
 return renewed

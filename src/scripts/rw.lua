@@ -1,0 +1,113 @@
+-- The read-write lock's state (prepended, after clock.lua and queue.lua, to its scripts).
+-- KEYS[1], the lock hash, holds:
+--   'mode'          'read' or 'write'
+--   '<owner>'       a writer's hold count: '<holds>'; a reader's: '<holds> <lease deadline ms>'
+--                   (server time), so every reader's lease runs out on its own
+--   '<owner>:r'     the read holds a writer took inside its own write lock
+-- and expires with the last reader's lease (a writer's: its lease). A hash without 'mode' is
+-- held by a plain lock of the same name, or by a waiter a plain lock's release handed it to:
+-- one owner, as exclusive as a writer.
+-- Waiters queue with 'r' or 'w' after their terms; a plain lock's waiters with nothing.
+
+-- Reads the lock's state: nil (free), 'read', 'write' or 'plain'. In 'read' state it first
+-- drops the readers whose lease ran out, deletes the hash when none is left (then: nil), sets
+-- its expiry to the last live reader's deadline, and returns how long the first one has left.
+local function rw_state(now)
+  local mode = redis.call('hget', KEYS[1], 'mode')
+  if mode == 'write' then
+    return 'write'
+  end
+  if mode ~= 'read' then
+    if redis.call('exists', KEYS[1]) == 1 then
+      return 'plain'
+    end
+    return nil
+  end
+  local fields = redis.call('hgetall', KEYS[1])
+  local first, last
+  for i = 1, #fields, 2 do
+    local deadline = tonumber(string.match(fields[i + 1], '^%d+ (%d+)$'))
+    if deadline then
+      if deadline <= now then
+        redis.call('hdel', KEYS[1], fields[i])
+      else
+        first = math.min(first or deadline, deadline)
+        last = math.max(last or deadline, deadline)
+      end
+    end
+  end
+  if not last then
+    redis.call('del', KEYS[1])
+    return nil
+  end
+  redis.call('pexpire', KEYS[1], last - now)
+  return 'read', first - now
+end
+
+-- Adds `owner` as a reader with a lease of `lease_ms`; the hash lives at least that long.
+-- Returns its fencing token.
+local function rw_add_reader(owner, now, lease_ms, block)
+  redis.call('hset', KEYS[1], 'mode', 'read', owner, string.format('1 %d', now + lease_ms))
+  if redis.call('pttl', KEYS[1]) < lease_ms then
+    redis.call('pexpire', KEYS[1], lease_ms)
+  end
+  return reserve_tokens(block)
+end
+
+-- Makes `owner` the writer of a free lock. Returns its fencing token.
+local function rw_take_write(owner, lease_ms, block)
+  redis.call('hset', KEYS[1], 'mode', 'write', owner, 1)
+  redis.call('pexpire', KEYS[1], lease_ms)
+  return reserve_tokens(block)
+end
+
+-- Queues `owner` as a reader ('r') or a writer ('w'): the queue's own terms, and the role.
+local function rw_enqueue(owner, now, alive_ms, claim_ms, block, role)
+  enqueue(owner, now, alive_ms, claim_ms, block)
+  redis.call('hset', KEYS[4], owner,
+    string.format('%d %d %d %s', now + alive_ms, claim_ms, block, role))
+end
+
+-- Hands the lock to the queue as far as `state` allows: a free lock to the first live waiter
+-- (one writer, one plain waiter, or the run of readers at the head together), a read-held one
+-- to the run of readers at the head. Each grantee's instance is told, except `me`, the owner
+-- running this script, which gets `me_lease` and whose token comes back. Returns that token
+-- and lease (nil when `me` got nothing), the state after, and whether a live waiter is still
+-- queued.
+local function rw_grant(now, state, me, me_lease)
+  if not anyone_queued() then
+    return nil, nil, state, false
+  end
+  local my_token, my_lease
+  while true do
+    local head, claim, block, alive_until, role = live_head(now)
+    if not head then
+      return my_token, my_lease, state, false
+    end
+    local reader = role == 'r'
+    if state and not (state == 'read' and reader) then
+      return my_token, my_lease, state, true
+    end
+    dequeue(head)
+    local lease
+    if head == me then
+      lease = me_lease
+    else
+      lease = claim_lease(now, claim, alive_until)
+    end
+    local token
+    if reader then
+      token, state = rw_add_reader(head, now, lease, block), 'read'
+    elseif role == 'w' then
+      token, state = rw_take_write(head, lease, block), 'write'
+    else
+      token, state = take(head, lease, block), 'plain'
+    end
+    if head == me then
+      my_token, my_lease = token, lease
+    else
+      announce_grant(head, token, now, lease)
+    end
+  end
+end
+

@@ -1,0 +1,94 @@
+-- Acquire a read-write lock for reading or writing, wait in its queue, or re-enter it.
+-- The arguments and replies of acquire.lua, and ARGV[10] the role: 'read' or 'write'.
+-- ARGV[4] may also be 'within' (role 'read'): a read hold for the owner of the write lock,
+-- never waiting; {1, token, lease left} when it holds the write lock, {-1, 0, 0} otherwise.
+-- A reader's lease left is its own, not the longest reader's.
+local owner, mode, role = ARGV[2], ARGV[4], ARGV[10]
+local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
+local taking = mode == 'wait' or mode == 'try'
+-- A re-entry (or a read inside the write lock) adds to a hold of this epoch if it is still
+-- there; a lost one is simply gone.
+if taking then
+  local blocked = check_epoch(KEYS[5], ARGV[8], ARGV[9])
+  if blocked then
+    return blocked
+  end
+end
+-- The lock and its queue in one call: neither exists for most acquisitions.
+if taking and redis.call('exists', KEYS[1], KEYS[3]) == 0 then
+  if role == 'read' then
+    return {1, rw_add_reader(owner, now_ms(), lease, block), lease}
+  end
+  return {1, rw_take_write(owner, lease, block), lease}
+end
+local now = now_ms()
+local state, first_left = rw_state(now)
+local held = state and redis.call('hget', KEYS[1], owner)
+if held then
+  local holds, deadline = string.match(held, '^(%d+) ?(%d*)$')
+  local left
+  if deadline ~= '' then
+    left = tonumber(deadline) - now
+  else
+    left = redis.call('pttl', KEYS[1])
+  end
+  if mode == 'within' then
+    if state == 'read' then
+      return {-1, 0, 0}
+    end
+    -- A plain lock's release handed this writer the lock: mark it write-held, so its read
+    -- holds are told apart from its write holds.
+    redis.call('hset', KEYS[1], 'mode', 'write')
+    redis.call('hincrby', KEYS[1], owner .. ':r', 1)
+    return {1, reserve_tokens(block), left}
+  end
+  if mode == 'reenter' then
+    if role == 'read' and state == 'read' then
+      redis.call('hset', KEYS[1], owner, string.format('%d %s', tonumber(holds) + 1, deadline))
+    elseif role == 'read' and state == 'write' then
+      redis.call('hincrby', KEYS[1], owner .. ':r', 1)
+    elseif state == 'read' then
+      -- A write guard of an owner that downgraded: its write holds are gone.
+      return {-1, 0, 0}
+    else
+      redis.call('hincrby', KEYS[1], owner, 1)
+    end
+    return {1, 0, left}
+  end
+  -- Granted from the queue while this waiter was not listening: the counter's top is at
+  -- least its token and below every later one.
+  return {1, tonumber(redis.call('get', KEYS[2])), left}
+end
+if not taking then
+  return {-1, 0, 0}
+end
+if state == nil or state == 'read' then
+  local token, granted, waiting
+  token, granted, state, waiting = rw_grant(now, state, owner, lease)
+  if token then
+    return {1, token, granted}
+  end
+  -- Nobody queued ahead: a free lock is taken, a read-held one joined by a reader. A reader
+  -- never overtakes a queued writer.
+  if not waiting then
+    if state == nil and role == 'write' then
+      return {1, rw_take_write(owner, lease, block), lease}
+    end
+    if state == nil or (state == 'read' and role == 'read') then
+      return {1, rw_add_reader(owner, now, lease, block), lease}
+    end
+  end
+end
+if mode == 'wait' then
+  local queued_role = 'w'
+  if role == 'read' then
+    queued_role = 'r'
+  end
+  rw_enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block, queued_role)
+end
+local left = redis.call('pttl', KEYS[1])
+if first_left and first_left < left then
+  -- Readers hold it: the first of their leases to run out may free the lock.
+  left = first_left
+end
+return {0, left, now}
