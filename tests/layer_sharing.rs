@@ -88,7 +88,12 @@ fn read_write_stack(locks: &LockClient, seen: ReadersAndWriters) -> Http {
 async fn fair_requests_run_in_the_order_they_arrived_across_instances() {
     let server = RedisServer::start();
     let instances = [client(&server).await, client(&server).await];
-    let holder = instances[0].fair_lock("acme").unwrap().acquire().await.unwrap();
+    let holder = instances[0]
+        .fair_lock("acme")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
     let ran = Arc::new(Mutex::new(Vec::new()));
     let mut pending = Vec::new();
     for index in 0..8 {
@@ -118,7 +123,11 @@ async fn fair_requests_run_in_the_order_they_arrived_across_instances() {
         assert_eq!(response.unwrap().status(), StatusCode::OK);
     }
     let expected: Vec<String> = (0..8).map(|index| index.to_string()).collect();
-    assert_eq!(*ran.lock().unwrap(), expected, "handlers ran in arrival order");
+    assert_eq!(
+        *ran.lock().unwrap(),
+        expected,
+        "handlers ran in arrival order"
+    );
 }
 
 #[tokio::test]
@@ -179,15 +188,20 @@ async fn writes_run_alone_among_reads_across_instances() {
             _ => Method::GET,
         };
         let stack = stacks[index % 2].clone();
-        calls.push(tokio::spawn(
-            stack.oneshot(request(method, "acme", "")),
-        ));
+        calls.push(tokio::spawn(stack.oneshot(request(method, "acme", ""))));
     }
     for call in calls {
-        let response = tokio::time::timeout(SLACK * 3, call).await.unwrap().unwrap();
+        let response = tokio::time::timeout(SLACK * 3, call)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(response.unwrap().status(), StatusCode::OK);
     }
-    assert_eq!(seen.overlaps.load(Ordering::SeqCst), 0, "a writer never overlapped");
+    assert_eq!(
+        seen.overlaps.load(Ordering::SeqCst),
+        0,
+        "a writer never overlapped"
+    );
     assert!(
         seen.most_readers.load(Ordering::SeqCst) > 1,
         "readers did share the lock"
@@ -217,7 +231,13 @@ async fn the_read_methods_are_configurable() {
     let layer = LockLayer::new(locks.clone(), HeaderKey::new("x-tenant-id"))
         .read_methods([Method::GET, Method::OPTIONS]);
     let stack = layer.layer(handler);
-    let held = locks.read_write_lock("acme").unwrap().read().acquire().await.unwrap();
+    let held = locks
+        .read_write_lock("acme")
+        .unwrap()
+        .read()
+        .acquire()
+        .await
+        .unwrap();
     // A reader holds the tenant: OPTIONS (a read here) runs, HEAD (a write here) waits.
     let options = stack
         .clone()
@@ -232,9 +252,18 @@ async fn the_read_methods_are_configurable() {
     );
     assert!(!head.is_finished());
     held.release().await.unwrap();
-    let head = tokio::time::timeout(SLACK, head).await.unwrap().unwrap().unwrap();
+    let head = tokio::time::timeout(SLACK, head)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert_eq!(head.status(), StatusCode::OK);
-    let methods: Vec<Method> = kinds.lock().unwrap().iter().map(|(m, _)| m.clone()).collect();
+    let methods: Vec<Method> = kinds
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(m, _)| m.clone())
+        .collect();
     assert_eq!(methods, [Method::OPTIONS, Method::HEAD]);
     assert_eq!(
         Sharing::read_write(),

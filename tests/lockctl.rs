@@ -95,3 +95,133 @@ fn a_lost_lease_exits_4_and_force_unlock_frees_the_lock() {
     holder.kill().unwrap();
     holder.wait().unwrap();
 }
+
+/// Runs lockctl with its own `--url` arguments (for several servers); exit code and last event.
+fn run_with_urls(urls: &[String], args: &[&str]) -> (i32, Value) {
+    let mut command = Command::new(support::example_path("lockctl"));
+    for url in urls {
+        command.arg("--url").arg(url);
+    }
+    let output = command.args(args).output().expect("lockctl runs");
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8 output");
+    let last = stdout.lines().last().unwrap_or("{}");
+    let event = serde_json::from_str(last).unwrap_or_else(|err| panic!("bad JSON {last:?}: {err}"));
+    (output.status.code().expect("exit code"), event)
+}
+
+#[test]
+fn readers_share_a_lock_a_writer_waits_for_them_and_fair_waits_in_line() {
+    let server = RedisServer::start();
+    let mut reader = lockctl(
+        &server,
+        &["hold", "report", "--kind", "read", "--for", "1500ms"],
+    );
+    let mut reader_out = BufReader::new(reader.stdout.take().unwrap());
+    let first = next_event(&mut reader_out);
+    assert_eq!(
+        (first["event"].as_str(), first["kind"].as_str()),
+        (Some("acquired"), Some("Read"))
+    );
+
+    // Another reader gets in while the first holds; a writer does not.
+    let (code, second) = run(
+        &server,
+        &[
+            "hold", "report", "--kind", "read", "--for", "10ms", "--wait", "1s",
+        ],
+    );
+    assert_eq!(
+        (code, second["event"].as_str()),
+        (0, Some("released")),
+        "{second}"
+    );
+    let (code, writer) = run(
+        &server,
+        &[
+            "hold", "report", "--kind", "write", "--for", "10ms", "--wait", "200ms",
+        ],
+    );
+    assert_eq!(
+        (code, writer["event"].as_str()),
+        (3, Some("timeout")),
+        "{writer}"
+    );
+    assert!(reader.wait().unwrap().success());
+
+    let (code, fair) = run(
+        &server,
+        &["hold", "report", "--kind", "fair", "--for", "10ms"],
+    );
+    assert_eq!(
+        (code, fair["event"].as_str()),
+        (0, Some("released")),
+        "{fair}"
+    );
+    let (code, bad) = run_with_urls(
+        &[server.url()],
+        &["hold", "report", "--kind", "sideways", "--for", "1s"],
+    );
+    assert_eq!(code, 2, "{bad}");
+}
+
+#[test]
+fn a_redlock_over_three_servers_holds_with_one_down_and_fails_typed_with_two() {
+    let mut servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let mut holder = Command::new(support::example_path("lockctl"))
+        .args(urls.iter().flat_map(|url| ["--url", url.as_str()]))
+        .args(["hold", "ledger", "--kind", "redlock", "--for", "1500ms"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("lockctl starts");
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let acquired = next_event(&mut out);
+    assert_eq!(acquired["event"], "acquired", "{acquired}");
+    assert_eq!(
+        (acquired["held_on"].as_u64(), acquired["servers"].as_u64()),
+        (Some(3), Some(3))
+    );
+
+    // Excluded while held.
+    let (code, other) = run_with_urls(
+        &urls,
+        &[
+            "hold", "ledger", "--kind", "redlock", "--for", "10ms", "--wait", "300ms",
+        ],
+    );
+    assert_eq!(
+        (code, other["event"].as_str()),
+        (3, Some("timeout")),
+        "{other}"
+    );
+    assert_eq!(next_event(&mut out)["event"], "released");
+    assert!(holder.wait().unwrap().success());
+
+    servers[0].kill();
+    let (code, quorum) = run_with_urls(
+        &urls,
+        &["hold", "ledger", "--kind", "redlock", "--for", "10ms"],
+    );
+    assert_eq!(
+        (code, quorum["event"].as_str()),
+        (0, Some("released")),
+        "{quorum}"
+    );
+    servers[1].kill();
+    let (code, failed) = run_with_urls(
+        &urls,
+        &["hold", "ledger", "--kind", "redlock", "--for", "10ms"],
+    );
+    assert_eq!(
+        (code, failed["kind"].as_str()),
+        (1, Some("QuorumUnreachable")),
+        "{failed}"
+    );
+
+    let (code, _) = run_with_urls(&urls, &["hold", "ledger", "--for", "10ms"]);
+    assert_eq!(code, 2, "several --url need --kind redlock");
+}
