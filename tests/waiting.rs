@@ -310,11 +310,13 @@ async fn waiters_of_one_client_queue_locally_and_only_the_head_talks_to_redis() 
     }
     assert!(eventually(SLACK, || queued(&server, "queue").len() == 1).await);
     // Five tasks wait, but only the head of the local queue looks at the lock: over a
-    // window of ten re-polls Redis runs about ten acquire scripts, not fifty.
+    // window of ten re-polls Redis runs about ten acquire scripts, not fifty, and about ten
+    // heartbeats (one per watchdog tick, a third of the 300 ms liveness, for every place
+    // the client holds in a queue); the holder's watchdog adds an epoch check or two.
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
     tokio::time::sleep(repoll * 10).await;
     let scripts = support::command_calls(&server, "evalsha");
-    assert!(scripts <= 15, "{scripts} acquire scripts in ten re-polls");
+    assert!(scripts <= 35, "{scripts} scripts in ten re-polls");
     // A different key of the same client is not held up by the queue.
     let unrelated = waiter
         .lock("elsewhere")
