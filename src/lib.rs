@@ -15,6 +15,11 @@
 //! # }
 //! ```
 //!
+//! Besides the exclusive [`Lock`], a client gives fair locks ([`LockClient::fair_lock`]) and
+//! read-write locks ([`LockClient::read_write_lock`]); [`kinds`] adds multi-locks, RedLock
+//! over several servers and segmented locks. The Tower layer takes exclusive, fair or
+//! read-write locks ([`layer::Sharing`]).
+//!
 //! One client runs ONE watchdog task that renews every lease it holds in batches, and ONE
 //! pub/sub connection that wakes every waiter; the tasks of one client that wait for the
 //! same lock queue locally, and only the first talks to Redis.
