@@ -8,29 +8,15 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "shared/turns.rs"]
+mod turns;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use tower_redis_lock::{Lock, LockClient, MultiLock, RedLock};
-
-/// Two tasks, one per lock handle, each taking its lock and releasing it
-/// `iterations / 2` times (in turn when the kind excludes them); the time it took.
-async fn two_tasks(locks: [Lock; 2], iterations: u64) -> Duration {
-    let started = Instant::now();
-    let tasks = locks.map(|lock| {
-        tokio::spawn(async move {
-            for _ in 0..iterations.div_ceil(2) {
-                lock.acquire().await.unwrap().release().await.unwrap();
-            }
-        })
-    });
-    for task in tasks {
-        task.await.unwrap();
-    }
-    started.elapsed()
-}
+use tower_redis_lock::{LockClient, MultiLock, RedLock};
+use turns::take_turns;
 
 /// Times `iterations` runs of `round`, one after the other.
 async fn rounds<F: Future<Output = ()>>(iterations: u64, mut round: impl FnMut() -> F) -> Duration {
@@ -141,7 +127,7 @@ fn kind_benches(c: &mut Criterion) {
     for (kind, locks) in pairs {
         group.bench_function(format!("two_clients_{kind}"), |b| {
             b.to_async(&runtime)
-                .iter_custom(|iterations| two_tasks(locks.clone(), iterations));
+                .iter_custom(|iterations| take_turns(locks.clone(), iterations));
         });
     }
     // Two clients sharing four segments: they seldom wait for each other.

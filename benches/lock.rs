@@ -9,15 +9,18 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "shared/turns.rs"]
+mod turns;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{Request, Response};
 use tower::{Layer, ServiceExt, service_fn};
-use tower_redis_lock::{DEFAULT_PREFIX, Lock, LockClient, LockKeys, LockLayer};
+use tower_redis_lock::{DEFAULT_PREFIX, LockClient, LockKeys, LockLayer};
+use turns::take_turns;
 
 /// A two-thread runtime and the URL of the server to bench against: `LOCK_BENCH_REDIS_URL`,
 /// or a server of the bench's own (kept alive by the returned handle).
@@ -38,23 +41,6 @@ fn setup() -> (
             (runtime, server.url(), Some(server))
         }
     }
-}
-
-/// Two tasks, one per lock handle, acquiring and releasing in turn `iterations` times in
-/// all; the time it took.
-async fn take_turns(locks: [Lock; 2], iterations: u64) -> Duration {
-    let started = Instant::now();
-    let tasks = locks.map(|lock| {
-        tokio::spawn(async move {
-            for _ in 0..iterations.div_ceil(2) {
-                lock.acquire().await.unwrap().release().await.unwrap();
-            }
-        })
-    });
-    for task in tasks {
-        task.await.unwrap();
-    }
-    started.elapsed()
 }
 
 fn lock_benches(c: &mut Criterion) {

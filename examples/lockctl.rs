@@ -134,10 +134,20 @@ fn lease_of(lease: Option<Duration>) -> Lease {
     lease.map_or(Lease::Watchdog, Lease::Fixed)
 }
 
-/// What `hold` reports of a wait that timed out: exit code 3.
-fn timed_out(name: &str, started: Instant) -> ExitCode {
-    emit(json!({"event": "timeout", "name": name, "waited_ms": millis(started.elapsed())}));
-    ExitCode::from(3)
+/// The guard, or `None` once a wait that timed out is reported (exit code 3).
+fn unless_timed_out<G>(
+    acquired: Result<G, LockError>,
+    name: &str,
+    started: Instant,
+) -> Result<Option<G>, LockError> {
+    match acquired {
+        Ok(guard) => Ok(Some(guard)),
+        Err(err) if err.kind() == ErrorKind::Timeout => {
+            emit(json!({"event": "timeout", "name": name, "waited_ms": millis(started.elapsed())}));
+            Ok(None)
+        }
+        Err(err) => Err(err),
+    }
 }
 
 async fn hold(
@@ -151,10 +161,8 @@ async fn hold(
         Some(wait) => lock.acquire_timeout(wait).await,
         None => lock.acquire().await,
     };
-    let guard = match acquired {
-        Ok(guard) => guard,
-        Err(err) if err.kind() == ErrorKind::Timeout => return Ok(timed_out(&name, started)),
-        Err(err) => return Err(err),
+    let Some(guard) = unless_timed_out(acquired, &name, started)? else {
+        return Ok(ExitCode::from(3));
     };
     let token = guard.fencing_token();
     emit(json!({
@@ -181,10 +189,8 @@ async fn hold_redlock(
         Some(wait) => lock.acquire_timeout(wait).await,
         None => lock.acquire().await,
     };
-    let guard = match acquired {
-        Ok(guard) => guard,
-        Err(err) if err.kind() == ErrorKind::Timeout => return Ok(timed_out(&name, started)),
-        Err(err) => return Err(err),
+    let Some(guard) = unless_timed_out(acquired, &name, started)? else {
+        return Ok(ExitCode::from(3));
     };
     let tokens = json!(guard.fencing_tokens());
     emit(json!({
