@@ -171,6 +171,31 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
+    /// Runs the acquire script for this hold's owner on `terms`: a re-entry, or a read
+    /// within its write lock.
+    pub(crate) async fn acquire_in_redis(
+        &self,
+        terms: &Terms,
+        mode: AcquireMode,
+    ) -> Result<AcquireReply> {
+        self.inner
+            .connections
+            .run(self.keys.hash(), |mut conn| async move {
+                let epoch = self.inner.watchdog.epoch().terms();
+                scripts::acquire(
+                    &mut conn,
+                    &self.keys,
+                    &self.inner.wake_prefix,
+                    &self.owner,
+                    terms,
+                    mode,
+                    &epoch,
+                )
+                .await
+            })
+            .await
+    }
+
     /// Runs the release script for this hold's owner: one hold, or all of them. Returns the
     /// holds left, or `None` when the owner held nothing.
     pub(crate) async fn release_in_redis(&self, scope: ReleaseScope) -> Result<Option<u64>> {
@@ -307,24 +332,7 @@ impl LockGuard {
         inner.runtime.clone().spawn(async move {
             let hold = holding.hold.clone();
             let reply = hold
-                .inner
-                .connections
-                .run(hold.keys.hash(), |mut conn| {
-                    let hold = hold.clone();
-                    async move {
-                        let epoch = hold.inner.watchdog.epoch().terms();
-                        scripts::acquire(
-                            &mut conn,
-                            &hold.keys,
-                            &hold.inner.wake_prefix,
-                            &hold.owner,
-                            &hold.terms,
-                            AcquireMode::Reenter,
-                            &epoch,
-                        )
-                        .await
-                    }
-                })
+                .acquire_in_redis(&hold.terms, AcquireMode::Reenter)
                 .await;
             let outcome = match reply {
                 Ok(AcquireReply::Acquired { .. }) => {

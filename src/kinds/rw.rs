@@ -17,7 +17,7 @@ use crate::guard::{Hold, LockGuard};
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
 use crate::lock::{Lease, Lock};
-use crate::scripts::{self, AcquireMode, AcquireReply, Terms};
+use crate::scripts::{AcquireMode, AcquireReply, Terms};
 use crate::watchdog::lost_deadline;
 
 /// A read-write lock: any number of readers at once, or one writer.
@@ -122,26 +122,7 @@ impl LockGuard {
                 ..hold.terms
             };
             let sent_at = Instant::now();
-            let reply = hold
-                .inner
-                .connections
-                .run(hold.keys.hash(), |mut conn| {
-                    let hold = hold.clone();
-                    async move {
-                        let epoch = hold.inner.watchdog.epoch().terms();
-                        scripts::acquire(
-                            &mut conn,
-                            &hold.keys,
-                            &hold.inner.wake_prefix,
-                            &hold.owner,
-                            &terms,
-                            AcquireMode::ReadWithin,
-                            &epoch,
-                        )
-                        .await
-                    }
-                })
-                .await;
+            let reply = hold.acquire_in_redis(&terms, AcquireMode::ReadWithin).await;
             let outcome = match reply {
                 Ok(AcquireReply::Acquired {
                     token,
