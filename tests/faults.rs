@@ -17,16 +17,6 @@ use tower_redis_lock::{ErrorKind, LockClient, LockGuard, LostReason};
 /// and a debug build on two cores can stall for a while.
 const SLACK: Duration = Duration::from_secs(3);
 
-async fn client_of(url: &str, lease: Duration) -> LockClient {
-    LockClient::builder(url)
-        .watchdog_lease(lease)
-        .renew_interval(lease / 3)
-        .command_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .expect("client")
-}
-
 /// Spawns a task that records when `guard`'s lost signal fires, and why.
 fn watch_lost(guard: &LockGuard) -> tokio::task::JoinHandle<(Instant, LostReason)> {
     let lost = guard.lost_signal();
@@ -93,8 +83,8 @@ async fn a_holder_in_a_black_hole_is_told_before_another_instance_gets_its_lock(
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port()).await;
     let lease = Duration::from_millis(1500);
-    let cut_off = client_of(&proxy.url(), lease).await;
-    let other = client_of(&server.url(), lease).await;
+    let cut_off = support::client_with_lease(&proxy.url(), lease).await;
+    let other = support::client_with_lease(&server.url(), lease).await;
     let held = cut_off.lock("dark").unwrap().acquire().await.unwrap();
     let lost = watch_lost(&held);
 
@@ -127,8 +117,8 @@ async fn cut_connections_keep_the_lease_and_the_waiter_gets_the_lock_on_release(
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port()).await;
     let lease = Duration::from_millis(900);
-    let holder = client_of(&proxy.url(), lease).await;
-    let waiter = client_of(&proxy.url(), lease).await;
+    let holder = support::client_with_lease(&proxy.url(), lease).await;
+    let waiter = support::client_with_lease(&proxy.url(), lease).await;
     let held = holder.lock("cut").unwrap().acquire().await.unwrap();
     let lock = waiter.lock("cut").unwrap();
     let waiting = tokio::spawn(async move { lock.acquire_timeout(SLACK * 4).await });
@@ -195,8 +185,8 @@ async fn latency_slows_the_locks_but_keeps_them_exclusive() {
     let proxy = FaultProxy::start(server.port()).await;
     proxy.set_latency(Duration::from_millis(20));
     let clients = [
-        client_of(&proxy.url(), Duration::from_secs(3)).await,
-        client_of(&proxy.url(), Duration::from_secs(3)).await,
+        support::client_with_lease(&proxy.url(), Duration::from_secs(3)).await,
+        support::client_with_lease(&proxy.url(), Duration::from_secs(3)).await,
     ];
     let inside = Arc::new(AtomicBool::new(false));
     let overlaps = Arc::new(AtomicU64::new(0));
@@ -228,8 +218,8 @@ async fn latency_slows_the_locks_but_keeps_them_exclusive() {
 async fn killed_connections_during_load_lose_no_exclusion_and_leave_no_lock() {
     let server = RedisServer::start();
     let clients = [
-        client_of(&server.url(), Duration::from_secs(3)).await,
-        client_of(&server.url(), Duration::from_secs(3)).await,
+        support::client_with_lease(&server.url(), Duration::from_secs(3)).await,
+        support::client_with_lease(&server.url(), Duration::from_secs(3)).await,
     ];
     let inside = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
     let overlaps = Arc::new(AtomicU64::new(0));
@@ -332,7 +322,7 @@ async fn redis_down_longer_than_a_lease_tells_the_holder_and_leaks_nothing() {
     let mut server = RedisServer::start();
     let port = server.port();
     let lease = Duration::from_millis(900);
-    let holder = client_of(&server.url(), lease).await;
+    let holder = support::client_with_lease(&server.url(), lease).await;
     let held = holder.lock("outage").unwrap().acquire().await.unwrap();
     let lost = watch_lost(&held);
     server.kill();

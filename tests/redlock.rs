@@ -33,14 +33,7 @@ async fn clients(servers: &[RedisServer]) -> Vec<LockClient> {
 async fn short_lease_clients(servers: &[RedisServer], lease: Duration) -> Vec<LockClient> {
     let mut clients = Vec::new();
     for server in servers {
-        clients.push(
-            LockClient::builder(&server.url())
-                .watchdog_lease(lease)
-                .command_timeout(Duration::from_millis(500))
-                .build()
-                .await
-                .unwrap(),
-        );
+        clients.push(support::client_with_lease(&server.url(), lease).await);
     }
     clients
 }

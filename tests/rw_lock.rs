@@ -39,17 +39,6 @@ async fn client_never_polling(server: &RedisServer) -> LockClient {
         .unwrap()
 }
 
-/// A client whose watchdog lease is `lease` (renewed every third of it).
-async fn client_with_lease(url: &str, lease: Duration) -> LockClient {
-    LockClient::builder(url)
-        .watchdog_lease(lease)
-        .renew_interval(lease / 3)
-        .command_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap()
-}
-
 /// Starts waiting for `lock` in a task, and returns once the waiter is the `place`th in the
 /// Redis queue of `name`.
 async fn queue_for(
@@ -461,8 +450,8 @@ async fn a_cut_off_reader_frees_its_share_while_another_keeps_renewing() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port()).await;
     let lease = Duration::from_millis(1200);
-    let doomed = client_with_lease(&proxy.url(), lease).await;
-    let alive = client_with_lease(&server.url(), lease).await;
+    let doomed = support::client_with_lease(&proxy.url(), lease).await;
+    let alive = support::client_with_lease(&server.url(), lease).await;
     let writers = client(&server).await;
 
     let dead = read(&doomed, "cut-reader").acquire().await.unwrap();
@@ -501,7 +490,7 @@ async fn a_cut_off_reader_frees_its_share_while_another_keeps_renewing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_lives_as_long_as_the_longest_reader_and_renewals_never_shorten_it() {
     let server = RedisServer::start();
-    let short = client_with_lease(&server.url(), Duration::from_millis(900)).await;
+    let short = support::client_with_lease(&server.url(), Duration::from_millis(900)).await;
     let other = client(&server).await;
     let renewed = read(&short, "longest").acquire().await.unwrap();
     let long = read(&other, "longest")
@@ -541,8 +530,8 @@ async fn the_watchdog_keeps_readers_past_several_leases() {
     let server = RedisServer::start();
     let lease = Duration::from_millis(600);
     let (one, two) = (
-        client_with_lease(&server.url(), lease).await,
-        client_with_lease(&server.url(), lease).await,
+        support::client_with_lease(&server.url(), lease).await,
+        support::client_with_lease(&server.url(), lease).await,
     );
     let first = read(&one, "renewed").acquire().await.unwrap();
     let second = read(&two, "renewed").acquire().await.unwrap();

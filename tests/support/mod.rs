@@ -242,6 +242,17 @@ pub async fn acquire_within(
         .unwrap_or_else(|err| panic!("{name} not acquired within {bound:?} ({err}): {why}"))
 }
 
+/// A client of `url` whose watchdog lease is `lease` (renewed every third of it, the
+/// default), with 500 ms command timeouts so an unreachable Redis is noticed well within it.
+pub async fn client_with_lease(url: &str, lease: Duration) -> LockClient {
+    LockClient::builder(url)
+        .watchdog_lease(lease)
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .expect("client")
+}
+
 /// A client with the default settings.
 pub async fn client(server: &RedisServer) -> LockClient {
     LockClient::connect(&server.url()).await.expect("client")
