@@ -6,17 +6,17 @@
 
 #![allow(missing_docs)]
 
+#[path = "shared/common.rs"]
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
-#[path = "shared/turns.rs"]
-mod turns;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use common::{bench_ping, runtime, take_turns};
 use criterion::{Criterion, criterion_group, criterion_main};
 use tower_redis_lock::{LockClient, MultiLock, RedLock};
-use turns::take_turns;
 
 /// Times `iterations` runs of `round`, one after the other.
 async fn rounds<F: Future<Output = ()>>(iterations: u64, mut round: impl FnMut() -> F) -> Duration {
@@ -28,27 +28,18 @@ async fn rounds<F: Future<Output = ()>>(iterations: u64, mut round: impl FnMut()
 }
 
 fn kind_benches(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let server = support::RedisServer::start();
     let quorum_servers: Vec<support::RedisServer> =
         (0..5).map(|_| support::RedisServer::start()).collect();
-    let (first, second, quorum_clients, mut ping_conn) = runtime.block_on(async {
+    let (first, second, quorum_clients) = runtime.block_on(async {
         let first = LockClient::connect(&server.url()).await.unwrap();
         let second = LockClient::connect(&server.url()).await.unwrap();
         let mut quorum_clients = Vec::new();
         for quorum_server in &quorum_servers {
             quorum_clients.push(LockClient::connect(&quorum_server.url()).await.unwrap());
         }
-        let ping_conn = redis::Client::open(server.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        (first, second, quorum_clients, ping_conn)
+        (first, second, quorum_clients)
     });
 
     let mut group = c.benchmark_group("kinds");
@@ -56,15 +47,7 @@ fn kind_benches(c: &mut Criterion) {
     group.warm_up_time(Duration::from_secs(1));
     group.sample_size(20);
 
-    group.bench_function("ping_round_trip", |b| {
-        b.to_async(&runtime).iter(|| {
-            let mut conn = ping_conn.clone();
-            async move {
-                let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
-            }
-        });
-    });
-    let _ = &mut ping_conn;
+    bench_ping(&mut group, &runtime, &server.url());
 
     // One task taking and releasing a free lock of each kind.
     let rw = first.read_write_lock("bench:rw").unwrap();

@@ -7,20 +7,20 @@
 
 #![allow(missing_docs)]
 
+#[path = "shared/common.rs"]
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
-#[path = "shared/turns.rs"]
-mod turns;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use common::{bench_ping, runtime, take_turns};
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{Request, Response};
 use tower::{Layer, ServiceExt, service_fn};
 use tower_redis_lock::{DEFAULT_PREFIX, LockClient, LockKeys, LockLayer};
-use turns::take_turns;
 
 /// A two-thread runtime and the URL of the server to bench against: `LOCK_BENCH_REDIS_URL`,
 /// or a server of the bench's own (kept alive by the returned handle).
@@ -29,11 +29,7 @@ fn setup() -> (
     String,
     Option<support::RedisServer>,
 ) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     match std::env::var("LOCK_BENCH_REDIS_URL") {
         Ok(url) => (runtime, url, None),
         Err(_) => {
@@ -45,29 +41,16 @@ fn setup() -> (
 
 fn lock_benches(c: &mut Criterion) {
     let (runtime, url, _own_server) = setup();
-    let (first, second, mut ping_conn) = runtime.block_on(async {
+    let (first, second) = runtime.block_on(async {
         let first = LockClient::connect(&url).await.unwrap();
         let second = LockClient::connect(&url).await.unwrap();
-        let ping_conn = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        (first, second, ping_conn)
+        (first, second)
     });
 
     let mut group = c.benchmark_group("lock");
     group.measurement_time(Duration::from_secs(5));
 
-    group.bench_function("ping_round_trip", |b| {
-        b.to_async(&runtime).iter(|| {
-            let mut conn = ping_conn.clone();
-            async move {
-                let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
-            }
-        });
-    });
-    let _ = &mut ping_conn;
+    bench_ping(&mut group, &runtime, &url);
 
     let uncontended = first.lock("bench:uncontended").unwrap();
     group.bench_function("uncontended_acquire_release", |b| {
