@@ -46,11 +46,13 @@ pub(crate) struct LeaseState {
 }
 
 impl LeaseState {
-    pub(crate) fn new(turn: LocalTurn<Baton>) -> Self {
+    /// The state of a lease whose holder has `turn` on the key (none for the kinds that do
+    /// not queue locally).
+    pub(crate) fn new(turn: Option<LocalTurn<Baton>>) -> Self {
         Self {
             lost: watch::Sender::new(None),
             closing: AtomicBool::new(false),
-            turn: Mutex::new(Some(turn)),
+            turn: Mutex::new(turn),
         }
     }
 

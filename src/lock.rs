@@ -132,12 +132,14 @@ impl Lock {
         let inner = &self.client.inner;
         inner.ensure_running()?;
         let started = Instant::now();
-        let local_key = self.local_key();
-        let turn = if wait {
-            inner.local.turn(&local_key).await
+        // Only an exclusive lock's tasks queue locally; the others each wait in Redis.
+        let turn = if !self.kind.queues_locally() {
+            None
+        } else if wait {
+            Some(inner.local.turn(self.keys.hash()).await)
         } else {
-            match inner.local.try_turn(&local_key) {
-                Some(turn) => turn,
+            match inner.local.try_turn(self.keys.hash()) {
+                Some(turn) => Some(turn),
                 None => return Ok(None),
             }
         };
@@ -146,42 +148,26 @@ impl Lock {
         Box::pin(self.acquire_with_turn(turn, wait, started)).await
     }
 
-    /// Where this acquisition queues among the tasks of this client: behind the others that
-    /// want the same exclusive lock, or on its own, so it waits in the Redis queue itself.
-    fn local_key(&self) -> std::borrow::Cow<'_, str> {
-        if self.kind.queues_locally() {
-            self.keys.hash().into()
-        } else {
-            // A lock's hash ends with its tag's '}', so this never names an exclusive lock.
-            format!("{}#{}", self.keys.hash(), self.client.inner.new_holder_id()).into()
-        }
-    }
-
-    /// A local turn no other task shares, for an acquisition that never queues locally (a
-    /// read hold taken inside a write lock).
-    pub(crate) fn own_turn(&self) -> LocalTurn<Baton> {
-        debug_assert!(!self.kind.queues_locally());
-        self.client
-            .inner
-            .local
-            .try_turn(&self.local_key())
-            .expect("a key of its own is never taken")
-    }
-
-    /// The rest of an acquisition, once this task has the key's local turn.
+    /// The rest of an acquisition, once this task has the key's local turn (when its kind
+    /// queues locally).
     async fn acquire_with_turn(
         &self,
-        mut turn: LocalTurn<Baton>,
+        mut turn: Option<LocalTurn<Baton>>,
         wait: bool,
         started: Instant,
     ) -> Result<Option<LockGuard>> {
         let inner = &self.client.inner;
         inner.ensure_running()?;
         let watchdog = self.lease == Lease::Watchdog;
-        let queued = match std::mem::take(turn.baton()) {
+        let baton = turn
+            .as_mut()
+            .map_or(Baton::Free, |turn| std::mem::take(turn.baton()));
+        let queued = match baton {
             Baton::Held(carried) => match carried.pick_up(watchdog) {
                 Some((hold, token, budget)) => {
-                    hold.lease.put_turn(turn);
+                    if let Some(turn) = turn {
+                        hold.lease.put_turn(turn);
+                    }
                     tracing::debug!(lock = %self.name, token, "lock handed over locally");
                     return Ok(Some(LockGuard::new(Holding::new(hold, token, budget))));
                 }
@@ -193,7 +179,9 @@ impl Lock {
             Baton::Queued(queued) if wait => watchdog.then_some(queued),
             Baton::Queued(queued) => {
                 // Not ours to wait in: left to the next task, or given back with the entry.
-                *turn.baton() = Baton::Queued(queued);
+                if let Some(turn) = turn.as_mut() {
+                    *turn.baton() = Baton::Queued(queued);
+                }
                 return Ok(None);
             }
             Baton::Free => None,
@@ -300,7 +288,7 @@ impl Lock {
     /// Builds the guard of an acquisition Redis granted and hands its lease to the watchdog.
     pub(crate) fn grant(
         &self,
-        turn: LocalTurn<Baton>,
+        turn: Option<LocalTurn<Baton>>,
         owner: Arc<str>,
         token: u64,
         expires_at: Instant,

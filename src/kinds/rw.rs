@@ -163,11 +163,5 @@ fn read_guard(
         Lock::new(client, &hold.name, (*hold.keys).clone(), LockKind::Read).with_lease(lease);
     let left = u64::try_from(lease_left_ms).unwrap_or(terms.lease_ms);
     let expires_at = lost_deadline(sent_at, Duration::from_millis(left));
-    lock.grant(
-        lock.own_turn(),
-        hold.owner.clone(),
-        token,
-        expires_at,
-        terms,
-    )
+    lock.grant(None, hold.owner.clone(), token, expires_at, terms)
 }
