@@ -130,10 +130,7 @@ pub(crate) fn try_carry(holding: &Holding) -> bool {
 /// Whether this holding's lock may stay with this client for its next task.
 fn carriable(holding: &Holding) -> bool {
     let hold = &holding.hold;
-    hold.renewed
-        && hold.terms.kind.queues_locally()
-        && !hold.lease.is_lost()
-        && holding.reentering.load(Ordering::SeqCst) == 0
+    hold.renewed && !hold.lease.is_lost() && holding.reentering.load(Ordering::SeqCst) == 0
 }
 
 /// Whether the last release should hand over through Redis (keeping a place in the queue for
