@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! chaos_worker --url URL --log PATH --seconds N [--tasks 8] [--hot 3] [--cold 2000]
-//!              [--lease-ms 2000] [--wait-ms 4000] [--seed N]
+//!              [--lease-ms 2000] [--wait-ms 4000] [--quarantine-ms 2000] [--seed N]
 //! ```
 //!
 //! Each log line is one JSON record, times in nanoseconds of the system's monotonic clock
@@ -37,6 +37,9 @@ struct Settings {
     cold: usize,
     lease: Duration,
     wait: Duration,
+    /// The client's `restart_quarantine`: longer than a renew tick plus the command timeout,
+    /// as the setting asks.
+    quarantine: Duration,
     seed: u64,
 }
 
@@ -50,6 +53,7 @@ fn parse() -> Result<Settings, String> {
         cold: 2000,
         lease: Duration::from_millis(2000),
         wait: Duration::from_millis(4000),
+        quarantine: Duration::from_millis(2000),
         seed: 1,
     };
     let mut args = std::env::args().skip(1);
@@ -65,6 +69,7 @@ fn parse() -> Result<Settings, String> {
             "--cold" => settings.cold = number()?.max(1) as usize,
             "--lease-ms" => settings.lease = Duration::from_millis(number()?),
             "--wait-ms" => settings.wait = Duration::from_millis(number()?),
+            "--quarantine-ms" => settings.quarantine = Duration::from_millis(number()?),
             "--seed" => settings.seed = number()?,
             _ => return Err(format!("unknown flag {flag}")),
         }
@@ -172,8 +177,7 @@ async fn main() {
         .watchdog_lease(settings.lease)
         .renew_interval(settings.lease / 3)
         .command_timeout(Duration::from_millis(500))
-        // Longer than a renew tick plus the command timeout, as the setting asks.
-        .restart_quarantine(Duration::from_secs(2))
+        .restart_quarantine(settings.quarantine)
         .build()
         .await
         .expect("the client starts");
