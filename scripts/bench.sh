@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks on one throw-away redis-server: first the load benchmark comparing this library
-# with rslock and a naive SET NX lock (examples/lockbench.rs; arguments go to it, e.g.
+# with rslock and a naive SET NX lock (tools/lockbench, a package of its own; arguments go to it, e.g.
 # `--reps 1 --seconds 1 --only ours`), then the criterion benches of the lock engine next to
 # `redis-benchmark -t ping -c 1` on the same server, then the benches of each lock kind.
 #
@@ -15,7 +15,8 @@ start_redis
 
 # Release build: the figures are timings.
 status=0
-cargo run --release --locked --example lockbench -- --redis "$REDIS_URL" "$@" || status=$?
+cargo run --release --locked --manifest-path tools/lockbench/Cargo.toml --target-dir target \
+    -- --redis "$REDIS_URL" "$@" || status=$?
 
 ping() {
     redis-benchmark -p "$REDIS_PORT" -t ping -c 1 -n 20000 -q | tr '\r' '\n' | grep 'requests per second'

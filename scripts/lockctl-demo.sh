@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 source scripts/lib.sh
 
-cargo build --locked --quiet --example lockctl
-lockctl="target/debug/examples/lockctl"
+cargo build --locked --quiet --features cli --bin lockctl
+lockctl="target/debug/lockctl"
 start_redis
 echo "redis-server on port $REDIS_PORT"
 out=$(mktemp -d)

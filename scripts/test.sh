@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 # The benches share the test harness; make sure they still build.
-cargo build --locked --benches
-cargo test --locked
+cargo build --locked --all-features --benches
+cargo test --locked --all-features

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_redis::{Manager, Pool, Runtime};
-use redis::AsyncConnectionConfig;
 
 use crate::cohort::Baton;
 use crate::conn::Connections;
@@ -239,9 +238,9 @@ impl LockClientBuilder {
     /// connection, which never comes from a pool; a pool you bring authenticates and uses
     /// TLS as you set it up.
     ///
-    /// Give its connections no response timeout of their own (or one longer than the
-    /// command timeout): a reply cut off by the connection can no longer be undone when the
-    /// caller has gone, so a granted lock would then stay until its lease runs out.
+    /// The connection the client keeps answers within the client's command timeout only: a
+    /// response timeout of the pool's own is lifted on it, since a reply cut off by the
+    /// connection could no longer be undone once the caller has gone.
     pub fn pool(mut self, pool: Pool) -> Self {
         self.pool = Some(pool);
         self
@@ -422,16 +421,12 @@ impl LockClientBuilder {
     }
 }
 
-/// A pool whose connections leave response timeouts to the client's own command timeout:
-/// a reply that comes late must still reach the code that undoes an unseen grant.
+/// A pool of connections to the client's Redis. Their response timeout is lifted when the
+/// client checks one out (see `Connections::get`), so the command timeout alone bounds a reply.
 fn create_pool(client: &redis::Client, command_timeout: Duration) -> Result<Pool> {
-    let connection = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(command_timeout))
-        .set_response_timeout(None);
-    let manager = Manager::new_with_config(client.get_connection_info().clone(), connection)
-        .map_err(|err| {
-            LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err)
-        })?;
+    let manager = Manager::new(client.get_connection_info().clone()).map_err(|err| {
+        LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err)
+    })?;
     Pool::builder(manager)
         .max_size(DEFAULT_POOL_SIZE)
         .wait_timeout(Some(command_timeout))

@@ -104,7 +104,11 @@ impl Connections {
                 return Ok(shared);
             }
             let pooled = self.pool.get().await?;
-            let shared = (*pooled).clone();
+            let mut shared = (*pooled).clone();
+            // redis-rs cuts a reply off after its response timeout (500 ms by default), and a
+            // cut reply to a script that took a lock can no longer be undone once the caller
+            // has gone: only the command timeout, which the callers apply, bounds a reply.
+            shared.set_response_timeout(Duration::MAX);
             *shard.cached.lock().expect("connection shard") = Some(Checkout {
                 shared: shared.clone(),
                 _pooled: pooled,

@@ -137,7 +137,7 @@ async fn a_killed_fair_waiter_blocks_the_queue_no_longer_than_its_heartbeat_time
     let other = client(&server).await;
     let holder = locks.fair_lock("killed").unwrap().acquire().await.unwrap();
     let mut dead = ChildGuard(
-        Command::new(support::example_path("lockctl"))
+        Command::new(support::lockctl_path())
             .args(["--url", &server.url(), "hold", "killed", "--kind", "fair"])
             .args(["--for", "10s", "--wait", "60s"])
             .stdout(Stdio::null())

@@ -285,7 +285,7 @@ async fn a_killed_holder_process_frees_its_lock_after_its_lease() {
     let server = RedisServer::start();
     let lease = Duration::from_secs(2);
     let mut holder = ChildGuard(
-        Command::new(support::example_path("lockctl"))
+        Command::new(support::lockctl_path())
             .args(["--url", &server.url(), "hold", "orphan", "--for", "60s"])
             .args(["--lease", "2s"])
             .stdout(Stdio::piped())

@@ -83,7 +83,7 @@ async fn a_killed_waiting_instance_blocks_the_queue_for_a_claim_lease_not_a_full
     let held = holder.lock("orphan").unwrap().acquire().await.unwrap();
     // Another process queues first, then dies without a word.
     let mut doomed = ChildGuard(
-        Command::new(support::example_path("lockctl"))
+        Command::new(support::lockctl_path())
             .args(["--url", &server.url(), "hold", "orphan", "--for", "1s"])
             .stdout(Stdio::null())
             .spawn()

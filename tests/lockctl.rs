@@ -9,7 +9,7 @@ use serde_json::Value;
 use support::RedisServer;
 
 fn lockctl(server: &RedisServer, args: &[&str]) -> Child {
-    Command::new(support::example_path("lockctl"))
+    Command::new(support::lockctl_path())
         .arg("--url")
         .arg(server.url())
         .args(args)
@@ -98,7 +98,7 @@ fn a_lost_lease_exits_4_and_force_unlock_frees_the_lock() {
 
 /// Runs lockctl with its own `--url` arguments (for several servers); exit code and last event.
 fn run_with_urls(urls: &[String], args: &[&str]) -> (i32, Value) {
-    let mut command = Command::new(support::example_path("lockctl"));
+    let mut command = Command::new(support::lockctl_path());
     for url in urls {
         command.arg("--url").arg(url);
     }
@@ -172,7 +172,7 @@ fn a_redlock_over_three_servers_holds_with_one_down_and_fails_typed_with_two() {
         RedisServer::start(),
     ];
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let mut holder = Command::new(support::example_path("lockctl"))
+    let mut holder = Command::new(support::lockctl_path())
         .args(urls.iter().flat_map(|url| ["--url", url.as_str()]))
         .args(["hold", "ledger", "--kind", "redlock", "--for", "1500ms"])
         .stdout(Stdio::piped())

@@ -49,7 +49,7 @@ enum Command {
     ForceUnlock(String),
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let (urls, command) = match parse(std::env::args().skip(1).collect()) {
         Ok(parsed) => parsed,

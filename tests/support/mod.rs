@@ -206,6 +206,16 @@ pub fn example_path(name: &str) -> std::path::PathBuf {
     path
 }
 
+/// The `lockctl` binary, which `cargo test --features cli` builds for the tests.
+pub fn lockctl_path() -> std::path::PathBuf {
+    match option_env!("CARGO_BIN_EXE_lockctl") {
+        Some(path) => path.into(),
+        None => panic!(
+            "lockctl is not built: run the tests with `--features cli` (./scripts/test.sh does)"
+        ),
+    }
+}
+
 /// A child process killed (by its id) when dropped.
 #[derive(Debug)]
 pub struct ChildGuard(pub Child);

@@ -27,7 +27,7 @@
 //! Exit codes: 0 done, 1 a mutual-exclusion violation in some run, 2 usage, 3 the benchmark
 //! could not run (Redis or the child process failed).
 
-#[path = "support/commandstats.rs"]
+#[path = "../../../examples/support/commandstats.rs"]
 mod commandstats;
 
 use std::collections::BTreeMap;
