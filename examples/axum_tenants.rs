@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
@@ -35,7 +35,7 @@ struct App {
 async fn create_order(
     State(app): State<App>,
     Path(tenant): Path<String>,
-    Extension(lock): Extension<LockContext>,
+    lock: LockContext,
 ) -> Result<Json<Value>, (StatusCode, String)> {
     let started_us = now_us();
     let mut data = app.data.clone();

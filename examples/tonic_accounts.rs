@@ -29,6 +29,7 @@ use redis::aio::MultiplexedConnection;
 use serde_json::json;
 use tonic::body::Body;
 use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::{Code, Request, Response, Status};
 use tonic_prost::ProstCodec;
@@ -122,18 +123,18 @@ async fn start_instance(
     redis_url: &str,
     wait: Duration,
 ) -> Result<String, Box<dyn std::error::Error>> {
-    let locks = LockClient::connect(redis_url).await?;
     let data = redis::Client::open(redis_url)?
         .get_multiplexed_async_connection()
         .await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
+    let locks = LockClient::connect(redis_url).await?;
     let layer = LockLayer::new(locks, MetadataKey::new("account-id")).wait_timeout(wait);
     tokio::spawn(
         Server::builder()
             .layer(layer)
             .add_service(Accounts { data })
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+            .serve_with_incoming(TcpIncoming::from(listener)),
     );
     Ok(format!("http://{addr}"))
 }

@@ -214,6 +214,24 @@ impl LockClient {
         self.inner.connections.sent()
     }
 
+    /// How long the restart quarantine this client last heard of still runs, if one runs:
+    /// Redis lost its data, and no lock of it is granted until every holder of a lost lock has
+    /// been told (see [`LockClientBuilder::restart_quarantine`]). Learned from the replies of
+    /// this client's own acquisitions; a WARN log line marks its start and its end.
+    pub fn restart_quarantine_left(&self) -> Option<Duration> {
+        self.inner.watchdog.epoch().quarantine_left()
+    }
+
+    /// The error of a wait bound that passed: [`ErrorKind::RestartQuarantine`] while a
+    /// quarantine keeps every lock of this Redis from being granted, [`ErrorKind::Timeout`]
+    /// otherwise. `what` says what was not acquired in time.
+    pub(crate) fn wait_bound_passed(&self, what: &str) -> LockError {
+        match self.restart_quarantine_left() {
+            Some(left) => LockError::restart_quarantine(what, left),
+            None => LockError::timeout(what),
+        }
+    }
+
     /// Whether [`LockClient::shutdown`] was called.
     pub fn is_shut_down(&self) -> bool {
         self.inner.shut_down.load(Ordering::SeqCst)

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{Hold, Holding};
+use crate::keys::shown;
 use crate::scripts::{self, HandoffReply, ReleaseScope};
 use crate::waiter::QueuedWait;
 
@@ -107,7 +108,7 @@ impl Drop for CarriedHold {
         hold.inner.watchdog.unregister(hold.watchdog_id);
         hold.inner.runtime.clone().spawn(async move {
             let released = hold.release_in_redis(ReleaseScope::All).await;
-            tracing::debug!(lock = %hold.name, ?released, "released a hold nobody picked up");
+            tracing::debug!(lock = %shown(&hold.name), ?released, "released a hold nobody picked up");
         });
     }
 }

@@ -2,6 +2,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::time::Duration;
 
 use crate::access::access_denied;
 
@@ -37,6 +38,12 @@ pub enum ErrorKind {
     /// servers that did answer could never make a majority. Not a [`Self::Timeout`]: waiting
     /// longer does not help until servers come back.
     QuorumUnreachable,
+    /// The wait bound passed during a restart quarantine: Redis lost its data (a restart
+    /// without persistence, a failover to an empty replica, a flush) and grants no lock until
+    /// every holder of a lost lock has been told
+    /// ([`LockClientBuilder::restart_quarantine`](crate::LockClientBuilder::restart_quarantine)).
+    /// Retry once it ends ([`LockClient::restart_quarantine_left`](crate::LockClient::restart_quarantine_left)).
+    RestartQuarantine,
 }
 
 impl fmt::Display for ErrorKind {
@@ -51,6 +58,7 @@ impl fmt::Display for ErrorKind {
             Self::ShutDown => "lock client shut down",
             Self::AccessDenied => "access denied by redis",
             Self::QuorumUnreachable => "quorum of redis servers unreachable",
+            Self::RestartQuarantine => "no lock granted during the restart quarantine",
         })
     }
 }
@@ -99,6 +107,18 @@ impl LockError {
 
     pub(crate) fn timeout(what: &str) -> Self {
         Self::new(ErrorKind::Timeout, what)
+    }
+
+    /// A wait bound that passed while a restart quarantine (`left` more) kept every lock of
+    /// the Redis from being granted.
+    pub(crate) fn restart_quarantine(what: &str, left: Duration) -> Self {
+        Self::new(
+            ErrorKind::RestartQuarantine,
+            format!(
+                "{what}: Redis lost its data; the quarantine ends in {}ms",
+                left.as_millis()
+            ),
+        )
     }
 
     pub(crate) fn command_timeout() -> Self {

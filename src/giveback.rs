@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::client::Inner;
 use crate::error::LockError;
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, shown};
 use crate::kind::LockKind;
 use crate::scripts::{self, ReleaseScope};
 
@@ -56,7 +56,7 @@ pub(crate) fn give_back(
             .unwrap_or_else(|_| Err(LockError::command_timeout()));
             match outcome {
                 Ok(released) => {
-                    tracing::debug!(lock = keys.hash(), ?released, "gave a lock back");
+                    tracing::debug!(lock = %shown(keys.hash()), ?released, "gave a lock back");
                     return;
                 }
                 Err(err) if started.elapsed() < within && inner.ensure_running().is_ok() => {
@@ -64,7 +64,7 @@ pub(crate) fn give_back(
                     tokio::time::sleep(RETRY).await;
                 }
                 Err(err) => {
-                    tracing::warn!(lock = keys.hash(), error = %err, "could not give a lock back");
+                    tracing::warn!(lock = %shown(keys.hash()), error = %err, "could not give a lock back");
                     return;
                 }
             }

@@ -10,7 +10,7 @@ use crate::client::Inner;
 use crate::cohort::{self, Baton, Budget};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::giveback::give_back;
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, shown};
 use crate::local::LocalTurn;
 use crate::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
 
@@ -105,7 +105,7 @@ impl LeaseState {
             first
         });
         if fired {
-            tracing::warn!(lock, ?reason, "lock lease lost");
+            tracing::warn!(lock = %shown(lock), ?reason, "lock lease lost");
             self.give_up_turn();
         }
     }
@@ -129,6 +129,12 @@ impl LostSignal {
     /// A signal fed by `lost`: the lock kinds that hold several guards as one
     /// (`crate::kinds`) fire it from the signals of their parts.
     pub(crate) fn from_receiver(lost: watch::Receiver<Option<LostReason>>) -> Self {
+        Self { lost }
+    }
+
+    /// A signal that never fires: the lease of a lock held outside this client (a test's).
+    pub(crate) fn never() -> Self {
+        let (_, lost) = watch::channel(None);
         Self { lost }
     }
 
@@ -400,7 +406,7 @@ impl Drop for LockGuard {
         runtime.spawn(async move {
             let name = holding.hold.name.clone();
             if let Err(err) = finish_release(holding, last).await {
-                tracing::debug!(lock = %name, error = %err, "background release failed");
+                tracing::debug!(lock = %shown(&name), error = %err, "background release failed");
             }
         });
     }

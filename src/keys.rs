@@ -78,6 +78,62 @@ impl LockKeys {
     }
 }
 
+/// How many bytes of a lock name logs and messages show: a name comes from a request, and a
+/// 10 KB tenant must not make a 10 KB log line.
+const SHOWN_NAME_LEN: usize = 64;
+
+/// A lock name as logs, spans and error messages show it: whole up to 64 bytes, else its
+/// first 64 bytes (to a character boundary) and how many more there were.
+pub(crate) fn shown(name: &str) -> Shown<'_> {
+    Shown(name)
+}
+
+/// See [`shown`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shown<'a>(&'a str);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self.0;
+        if name.len() <= SHOWN_NAME_LEN {
+            return f.write_str(name);
+        }
+        let mut end = SHOWN_NAME_LEN;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{}…(+{} bytes)", &name[..end], name.len() - end)
+    }
+}
+
+/// Several lock names as logs show them: each [`shown`], at most four, then how many more.
+pub(crate) fn shown_all(names: &[String]) -> ShownAll<'_> {
+    ShownAll(names)
+}
+
+/// See [`shown_all`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShownAll<'a>(&'a [String]);
+
+/// How many names of a list logs show.
+const SHOWN_NAMES: usize = 4;
+
+impl std::fmt::Display for ShownAll<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[")?;
+        for (index, name) in self.0.iter().take(SHOWN_NAMES).enumerate() {
+            if index > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}", shown(name))?;
+        }
+        if self.0.len() > SHOWN_NAMES {
+            write!(f, ", …(+{} more)", self.0.len() - SHOWN_NAMES)?;
+        }
+        f.write_str("]")
+    }
+}
+
 /// The prefix of every wake channel under `prefix`: an instance listens on this followed by
 /// its instance id, and a release tells the one waiting instance it hands the lock to.
 pub(crate) fn wake_channel_prefix(prefix: &str) -> String {
@@ -154,6 +210,28 @@ mod tests {
         let oversize = LockKeys::new(DEFAULT_PREFIX, &long).unwrap_err();
         assert_eq!(oversize.kind(), ErrorKind::InvalidName);
         assert!(LockKeys::new(DEFAULT_PREFIX, &long[1..]).is_ok());
+    }
+
+    #[test]
+    fn long_names_are_shown_cut() {
+        assert_eq!(shown("acme").to_string(), "acme");
+        let long = "t".repeat(10_000);
+        assert_eq!(
+            shown(&long).to_string(),
+            format!("{}…(+9936 bytes)", "t".repeat(64))
+        );
+        // Cut on a character boundary: 63 ASCII bytes, then a 2-byte 'é' across byte 64.
+        let accented = format!("{}é{}", "a".repeat(63), "b".repeat(10));
+        assert_eq!(
+            shown(&accented).to_string(),
+            format!("{}…(+12 bytes)", "a".repeat(63))
+        );
+        let names: Vec<String> = (0..6).map(|i| format!("k{i}")).collect();
+        assert_eq!(
+            shown_all(&names).to_string(),
+            "[k0, k1, k2, k3, …(+2 more)]"
+        );
+        assert_eq!(shown_all(&names[..1]).to_string(), "[k0]");
     }
 
     #[test]

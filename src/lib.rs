@@ -23,6 +23,14 @@
 //! One client runs ONE watchdog task that renews every lease it holds in batches, and ONE
 //! pub/sub connection that wakes every waiter; the tasks of one client that wait for the
 //! same lock queue locally, and only the first talks to Redis.
+//!
+//! # Features
+//!
+//! - `axum` (default): the layer's answers in axum's body, [`layer::PathParamKey`] (the
+//!   route parameters axum matched), [`LockContext`] and `Option<LockContext>` as handler
+//!   arguments, and [`layer::Rejection`] as `IntoResponse`.
+//! - `tonic`: the layer's answers in tonic 0.14's body.
+//! - `cli`: the `lockctl` operator tool.
 
 mod access;
 mod client;

@@ -9,7 +9,7 @@ use crate::client::LockClient;
 use crate::cohort::{Baton, Budget};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{Hold, Holding, LeaseState, LockGuard};
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, shown, shown_all};
 use crate::kind::LockKind;
 use crate::local::LocalTurn;
 use crate::scripts::{self, AcquireMode, AcquireReply, Terms};
@@ -107,14 +107,15 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Timeout`] when `wait` passes first, and the errors of
-    /// [`Lock::acquire`].
+    /// [`ErrorKind::Timeout`] when `wait` passes first
+    /// ([`ErrorKind::RestartQuarantine`] when it passes while Redis recovers from a loss of
+    /// its data), and the errors of [`Lock::acquire`].
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LockGuard> {
         match tokio::time::timeout(wait, self.acquire()).await {
             Ok(acquired) => acquired,
-            Err(_) => Err(LockError::timeout(&format!(
+            Err(_) => Err(self.client.wait_bound_passed(&format!(
                 "lock '{}' not acquired within {wait:?}",
-                self.name
+                shown(&self.name)
             ))),
         }
     }
@@ -168,7 +169,7 @@ impl Lock {
                     if let Some(turn) = turn {
                         hold.lease.put_turn(turn);
                     }
-                    tracing::debug!(lock = %self.name, token, "lock handed over locally");
+                    tracing::debug!(lock = %shown(&self.name), token, "lock handed over locally");
                     return Ok(Some(LockGuard::new(Holding::new(hold, token, budget))));
                 }
                 // Lost, or not for this lease mode: released in the background.
@@ -232,7 +233,12 @@ impl Lock {
                         Err(_) => inner.config.repoll_interval,
                     };
                 }
-                AcquireReply::Waiting { .. } => return Ok(None),
+                AcquireReply::Quarantined { left_ms, .. } if wait => {
+                    nap = Duration::from_millis(left_ms.max(1)).min(inner.config.repoll_interval);
+                }
+                AcquireReply::Waiting { .. } | AcquireReply::Quarantined { .. } => {
+                    return Ok(None);
+                }
                 AcquireReply::NotOwner | AcquireReply::EpochChanged { .. } => {
                     return Err(LockError::new(
                         ErrorKind::Redis,
@@ -245,7 +251,7 @@ impl Lock {
 
     fn trace_acquired(&self, guard: &LockGuard, started: Instant, how: &'static str) {
         tracing::debug!(
-            lock = %self.name,
+            lock = %shown(&self.name),
             token = guard.fencing_token(),
             waited_ms = started.elapsed().as_millis() as u64,
             how
@@ -423,8 +429,49 @@ impl LockClient {
             .await
     }
 
-    /// [`LockClient::acquire_all`] for locks of `kind` (the layer's sharing mode).
-    pub(crate) async fn acquire_all_of_kind<N: AsRef<str>>(
+    /// [`LockClient::acquire_all`] with a bound on the wait: when `wait` passes first, the
+    /// locks already taken are released in the background, as dropped guards are. For locks
+    /// whose names a handler finds in the request body, which the layer never sees: take them
+    /// with the layer's `key_prefix`, and answer a failure as the layer would with
+    /// [`Rejection::from_lock_error`](crate::layer::Rejection::from_lock_error).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Timeout`] when `wait` passes first ([`ErrorKind::RestartQuarantine`] when
+    /// it passes while Redis recovers from a loss of its data), and the errors of
+    /// [`LockClient::acquire_all`].
+    pub async fn acquire_all_timeout<N: AsRef<str>>(
+        &self,
+        names: &[N],
+        lease: Lease,
+        wait: Duration,
+    ) -> Result<Vec<LockGuard>> {
+        self.acquire_all_of_kind_within(names, lease, LockKind::Exclusive, wait)
+            .await
+    }
+
+    /// [`LockClient::acquire_all_timeout`] for locks of `kind` (the layer's sharing mode).
+    pub(crate) async fn acquire_all_of_kind_within<N: AsRef<str>>(
+        &self,
+        names: &[N],
+        lease: Lease,
+        kind: LockKind,
+        wait: Duration,
+    ) -> Result<Vec<LockGuard>> {
+        match tokio::time::timeout(wait, self.acquire_all_of_kind(names, lease, kind)).await {
+            Ok(acquired) => acquired,
+            Err(_) => {
+                let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
+                Err(self.wait_bound_passed(&format!(
+                    "locks {} not acquired within {wait:?}",
+                    shown_all(&names)
+                )))
+            }
+        }
+    }
+
+    /// [`LockClient::acquire_all`] for locks of `kind`.
+    async fn acquire_all_of_kind<N: AsRef<str>>(
         &self,
         names: &[N],
         lease: Lease,

@@ -116,6 +116,9 @@ pub(crate) enum AcquireReply {
     /// The server is in another epoch than the client knows: the client must learn it (and,
     /// when it knew an earlier one, tell its holders that their locks are gone) first.
     EpochChanged { epoch: u64 },
+    /// Redis lost its data and grants no lock until its restart quarantine ends (this much
+    /// later); the server's clock when the script ran. Nothing was queued.
+    Quarantined { left_ms: u64, server_ms: u64 },
 }
 
 /// What the server's epoch is to a client: the one it knows, and the quarantine it starts
@@ -256,6 +259,10 @@ pub(crate) async fn acquire(
     Ok(match status {
         -2 => AcquireReply::EpochChanged {
             epoch: first.max(0) as u64,
+        },
+        -3 => AcquireReply::Quarantined {
+            left_ms: first.max(0) as u64,
+            server_ms: second.max(0) as u64,
         },
         1 => AcquireReply::Acquired {
             token: first.max(0) as u64,

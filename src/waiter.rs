@@ -155,6 +155,13 @@ impl QueuedWait {
                     inner.watchdog.learn_epoch(epoch);
                     epochs_learned += 1;
                 }
+                AcquireReply::Quarantined { left_ms, .. } => {
+                    inner
+                        .watchdog
+                        .epoch()
+                        .note_quarantine(Duration::from_millis(left_ms));
+                    break (sent_at, reply);
+                }
                 AcquireReply::EpochChanged { .. } => {
                     self.armed = false;
                     return Err(LockError::new(
@@ -170,8 +177,11 @@ impl QueuedWait {
                 self.last_look = Some((sent_at, server_ms));
                 self.keep_place();
             }
-            // Held elsewhere and not queued, or refused: Redis keeps nothing of this owner.
-            AcquireReply::Waiting { .. } | AcquireReply::NotOwner => self.armed = false,
+            // Held elsewhere and not queued, or refused, or Redis lost its data (with whatever
+            // an earlier look queued) and grants nothing yet: Redis keeps nothing of this owner.
+            AcquireReply::Waiting { .. }
+            | AcquireReply::NotOwner
+            | AcquireReply::Quarantined { .. } => self.armed = false,
             AcquireReply::Acquired { .. } | AcquireReply::EpochChanged { .. } => {}
         }
         Ok(reply)

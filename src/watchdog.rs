@@ -31,7 +31,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use crate::conn::Connections;
 use crate::epoch::Epoch;
 use crate::guard::{LeaseState, LostReason};
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, shown};
 use crate::kind::LockKind;
 use crate::scripts::{self, ReleaseScope, RenewReply};
 
@@ -107,7 +107,16 @@ impl Shared {
                 .map(|(_, entry)| entry)
                 .collect::<Vec<_>>()
         });
-        for entry in lost.into_iter().flatten() {
+        let Some(lost) = lost else {
+            return;
+        };
+        tracing::warn!(
+            epoch,
+            held = lost.len(),
+            "Redis lost its data (its epoch changed): every lock held there before is gone, \
+             and this client's holders are told (LostReason::DataLost)"
+        );
+        for entry in lost {
             entry.lease.fire(entry.keys.hash(), LostReason::DataLost);
         }
     }
@@ -475,7 +484,7 @@ impl Actor {
                 })
                 .await;
             if let Err(err) = released {
-                tracing::warn!(lock = entry.keys.hash(), error = %err, "release at shutdown failed");
+                tracing::warn!(lock = %shown(entry.keys.hash()), error = %err, "release at shutdown failed");
             }
             entry.lease.fire(entry.keys.hash(), LostReason::ShutDown);
         }))

@@ -14,7 +14,7 @@ use tokio::sync::{Barrier, oneshot};
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, Service, ServiceExt, service_fn};
 use tower_redis_lock::layer::{
-    MissingKey, OnLeaseLost, OnRedisUnavailable, Rejection, RejectionKind,
+    OnLeaseLost, OnMissingKey, OnRedisUnavailable, Rejection, RejectionKind,
 };
 use tower_redis_lock::{HeaderKey, Lease, LockClient, LockContext, LockLayer};
 
@@ -276,7 +276,7 @@ async fn requests_without_a_key_pass_through_or_are_rejected() {
         (StatusCode::OK, "unlocked")
     );
 
-    let strict = tenant_layer(&locks).on_missing_key(MissingKey::Reject);
+    let strict = tenant_layer(&locks).on_missing_key(OnMissingKey::Reject);
     let rejecting = BoxCloneSyncService::new(strict.layer(handler));
     assert_eq!(
         send(&rejecting, no_key()).await.status(),
@@ -333,7 +333,7 @@ async fn a_rejection_hook_builds_the_answer() {
             .unwrap()
     };
     let layer = tenant_layer(&locks)
-        .on_missing_key(MissingKey::Reject)
+        .on_missing_key(OnMissingKey::Reject)
         .rejection(too_busy);
     let service = BoxCloneSyncService::new(
         layer.layer(recording_handler(Overlap::default(), Duration::ZERO)),

@@ -80,7 +80,8 @@ fn read_write_stack(locks: &LockClient, seen: ReadersAndWriters) -> Http {
             Ok::<_, Infallible>(Response::new(String::new()))
         }
     });
-    let layer = LockLayer::new(locks.clone(), HeaderKey::new("x-tenant-id")).read_write();
+    let layer =
+        LockLayer::new(locks.clone(), HeaderKey::new("x-tenant-id")).sharing(Sharing::read_write());
     BoxCloneSyncService::new(layer.layer(handler))
 }
 
@@ -106,7 +107,7 @@ async fn fair_requests_run_in_the_order_they_arrived_across_instances() {
             }
         });
         let layer = LockLayer::new(instances[index % 2].clone(), HeaderKey::new("x-tenant-id"))
-            .fair()
+            .sharing(Sharing::Fair)
             .wait_timeout(Duration::from_secs(60));
         let call = layer
             .layer(handler)
@@ -159,7 +160,7 @@ async fn reads_of_one_tenant_run_together() {
             Method::HEAD
         };
         let layer = LockLayer::new(instances[index % 2].clone(), HeaderKey::new("x-tenant-id"))
-            .read_write();
+            .sharing(Sharing::read_write());
         calls.push(tokio::spawn(
             layer.layer(handler).oneshot(request(method, "acme", "")),
         ));
@@ -228,8 +229,10 @@ async fn the_read_methods_are_configurable() {
             }
         })
     };
-    let layer = LockLayer::new(locks.clone(), HeaderKey::new("x-tenant-id"))
-        .read_methods([Method::GET, Method::OPTIONS]);
+    let layer =
+        LockLayer::new(locks.clone(), HeaderKey::new("x-tenant-id")).sharing(Sharing::ReadWrite {
+            read_methods: vec![Method::GET, Method::OPTIONS],
+        });
     let stack = layer.layer(handler);
     let held = locks
         .read_write_lock("acme")

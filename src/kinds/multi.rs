@@ -6,8 +6,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::parts::{Parts, give_up};
-use crate::error::{LockError, Result};
+use crate::error::Result;
 use crate::guard::{LockGuard, LostSignal};
+use crate::keys::shown;
 use crate::lock::Lock;
 
 /// Several [`Lock`]s taken as one, all or nothing: a transfer between two accounts, or one
@@ -127,10 +128,10 @@ impl MultiLock {
                 Some((deadline, wait)) => {
                     match tokio::time::timeout_at(deadline, lock.acquire()).await {
                         Ok(acquired) => acquired,
-                        Err(_) => Err(LockError::timeout(&format!(
+                        Err(_) => Err(lock.client().wait_bound_passed(&format!(
                             "{} locks not all acquired within {wait:?} (stuck at '{}')",
                             self.locks.len(),
-                            lock.name()
+                            shown(lock.name())
                         ))),
                     }
                 }

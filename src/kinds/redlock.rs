@@ -11,6 +11,7 @@ use super::parts::{Parts, give_up};
 use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{LockGuard, LostSignal};
+use crate::keys::shown;
 use crate::lock::{Lease, Lock};
 
 /// The least per-server bound of one attempt (see [`RedLock::attempt_timeout`]): the
@@ -250,7 +251,7 @@ impl RedLock {
                 if left.is_zero() {
                     return Err(LockError::timeout(&format!(
                         "no quorum for '{}' within {wait:?}",
-                        self.name
+                        shown(&self.name)
                     )));
                 }
                 // One last attempt right at the deadline rather than none.
@@ -307,7 +308,7 @@ impl RedLock {
         }
         if guards.len() >= self.quorum() && Instant::now() < validity {
             tracing::debug!(
-                lock = %self.name,
+                lock = %shown(&self.name),
                 held_on = guards.len(),
                 servers = self.servers(),
                 "quorum lock acquired"
@@ -340,7 +341,7 @@ impl RedLock {
             return Err(refused.swap_remove(0));
         }
         for err in &refused {
-            tracing::warn!(lock = %self.name, error = %err, "a quorum server refused the lock");
+            tracing::warn!(lock = %shown(&self.name), error = %err, "a quorum server refused the lock");
         }
         Ok(None)
     }

@@ -10,7 +10,7 @@ use super::parts::{Parts, give_up};
 use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{LockGuard, LostSignal};
-use crate::keys::MAX_NAME_LEN;
+use crate::keys::{MAX_NAME_LEN, shown};
 use crate::lock::{Lease, Lock};
 
 /// The most segments one segmented lock may have: a holder that waits for any segment
@@ -190,16 +190,17 @@ impl SegmentedLock {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Timeout`] when `wait` passes first, and the errors of
-    /// [`SegmentedLock::acquire_many`].
+    /// [`ErrorKind::Timeout`] when `wait` passes first
+    /// ([`ErrorKind::RestartQuarantine`] when it passes while Redis recovers from a loss of
+    /// its data), and the errors of [`SegmentedLock::acquire_many`].
     pub async fn acquire_many_timeout(&self, count: usize, wait: Duration) -> Result<SegmentGuard> {
         self.check_count(count)?;
         match tokio::time::timeout(wait, self.acquire_many(count)).await {
             Ok(acquired) => acquired,
-            Err(_) => Err(LockError::timeout(&format!(
+            Err(_) => Err(self.segments[0].client().wait_bound_passed(&format!(
                 "{count} of the {} segments of '{}' not acquired within {wait:?}",
                 self.segments.len(),
-                self.name
+                shown(&self.name)
             ))),
         }
     }

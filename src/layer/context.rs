@@ -24,6 +24,30 @@ struct Held {
 }
 
 impl LockContext {
+    /// The locks `held` (each name with its fencing token), none of whose leases is ever
+    /// lost, taken after no wait: for unit tests of handlers, with no layer and no Redis.
+    ///
+    /// ```
+    /// use tower_redis_lock::LockContext;
+    ///
+    /// let context = LockContext::detached([("tenant:acme", 42)]);
+    /// assert_eq!(context.fencing_token(), 42);
+    /// assert!(!context.is_lost());
+    /// ```
+    pub fn detached<N: Into<String>>(held: impl IntoIterator<Item = (N, u64)>) -> Self {
+        Self {
+            waited: Duration::ZERO,
+            held: held
+                .into_iter()
+                .map(|(name, token)| Held {
+                    name: name.into(),
+                    token,
+                    lost: LostSignal::never(),
+                })
+                .collect(),
+        }
+    }
+
     pub(crate) fn new(guards: &[LockGuard], waited: Duration) -> Self {
         Self {
             waited,

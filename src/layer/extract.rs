@@ -84,6 +84,14 @@ impl std::error::Error for InvalidKey {}
 ///
 /// Closures `Fn(&Request<B>) -> K` where `K: Into<Keys>` (a `String`, an `Option<String>`,
 /// a `Vec<String>`) are extractors too.
+///
+/// So are tuples of two to four extractors, several as one: the keys of every part, taken
+/// all or nothing in one canonical order. `(HeaderKey::new("x-from-account"),
+/// HeaderKey::new("x-to-account"))` locks both accounts of a transfer, and each part keeps its
+/// own checks (a header sent twice is still refused). A request in which some parts find
+/// their keys and others none is answered 400, since the handler would touch more than a
+/// partial set locks; one in which no part finds a key has none (the layer's
+/// `on_missing_key` decides).
 pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     /// The request's keys; `Err` answers the request 400 (gRPC `INVALID_ARGUMENT`).
     ///
@@ -115,15 +123,17 @@ pub struct HeaderKey {
 pub type MetadataKey = HeaderKey;
 
 impl HeaderKey {
-    /// The header called `name` (lowercase).
+    /// The header called `name`, in any case: header names are case-insensitive, so
+    /// `"X-Tenant-Id"` and `"x-tenant-id"` name the same header.
     ///
     /// # Panics
     ///
-    /// When `name` is not a valid lowercase header name; it is meant to be a constant.
-    pub fn new(name: &'static str) -> Self {
-        Self {
-            name: HeaderName::from_static(name),
-        }
+    /// When `name` is not a valid header name (empty, or with a space or another character
+    /// header names cannot have); it is meant to be a constant.
+    pub fn new(name: &str) -> Self {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .unwrap_or_else(|_| panic!("{name:?} is not a valid header name"));
+        Self { name }
     }
 }
 
@@ -144,6 +154,42 @@ impl<B> KeyExtractor<B> for HeaderKey {
             .map(Keys::from)
             .map_err(|_| InvalidKey::new(format!("header {} is not visible ASCII", self.name)))
     }
+}
+
+/// Implements [`KeyExtractor`] for a tuple of extractors (see the trait's docs).
+macro_rules! tuple_extractor {
+    ($($part:ident),+) => {
+        impl<Body, $($part),+> KeyExtractor<Body> for ($($part,)+)
+        where
+            $($part: KeyExtractor<Body>,)+
+        {
+            #[allow(non_snake_case)]
+            fn extract(&self, request: &Request<Body>) -> Result<Keys, InvalidKey> {
+                let ($($part,)+) = self;
+                all_or_none(vec![$($part.extract(request)?),+])
+            }
+        }
+    };
+}
+
+tuple_extractor!(E1, E2);
+tuple_extractor!(E1, E2, E3);
+tuple_extractor!(E1, E2, E3, E4);
+
+/// The keys of every part, when each found some; none when none did.
+fn all_or_none(parts: Vec<Keys>) -> Result<Keys, InvalidKey> {
+    let found = parts.iter().filter(|keys| !keys.is_empty()).count();
+    if found == 0 {
+        return Ok(Keys::none());
+    }
+    if let Some(missing) = parts.iter().position(Keys::is_empty) {
+        return Err(InvalidKey::new(format!(
+            "lock key {} of {} is missing while the others are present",
+            missing + 1,
+            parts.len()
+        )));
+    }
+    Ok(Keys(parts.into_iter().flat_map(Keys::into_vec).collect()))
 }
 
 /// One segment of the path, counted from 0 after the leading `/`:
@@ -182,6 +228,11 @@ impl<B> KeyExtractor<B> for PathSegmentKey {
 /// router, where the matched route is not known yet. Like a router, it matches literal
 /// segments as sent and percent-decodes the parameter; a parameter that does not decode to
 /// UTF-8 is an invalid key.
+///
+/// The template is matched against the path this layer sees, from its first segment: under
+/// a prefix (axum's `nest("/api", …)` with the layer on the outer router sees
+/// `/api/tenants/acme`) it must include the prefix, or the request has no key. With axum,
+/// `PathParamKey` (feature `axum`) takes the parameter from the route axum matched instead.
 #[derive(Debug, Clone)]
 pub struct RouteParamKey {
     template: Vec<TemplateSegment>,
@@ -305,6 +356,48 @@ mod tests {
             .body(())
             .unwrap();
         assert!(HeaderKey::new("x-tenant-id").extract(&binary).is_err());
+    }
+
+    #[test]
+    fn header_names_are_case_insensitive() {
+        assert_eq!(keys(&HeaderKey::new("X-Tenant-Id"), "/"), ["acme"]);
+        assert_eq!(keys(&HeaderKey::new("X-TENANT-ID"), "/"), ["acme"]);
+    }
+
+    #[test]
+    #[should_panic(expected = "not a valid header name")]
+    fn an_invalid_header_name_panics_with_its_name() {
+        let _ = HeaderKey::new("x tenant");
+    }
+
+    #[test]
+    fn tuples_take_the_keys_of_every_part_all_or_none() {
+        let transfer = (HeaderKey::new("x-from"), HeaderKey::new("x-to"));
+        let both = Request::builder()
+            .header("x-from", "a")
+            .header("x-to", "b")
+            .body(())
+            .unwrap();
+        assert_eq!(transfer.extract(&both).unwrap().into_vec(), ["a", "b"]);
+        let neither = Request::new(());
+        assert!(transfer.extract(&neither).unwrap().is_empty());
+        let half = Request::builder().header("x-to", "b").body(()).unwrap();
+        let err = transfer.extract(&half).unwrap_err();
+        assert!(err.to_string().contains("key 1 of 2 is missing"), "{err}");
+        // Each part keeps its checks: a repeated header is refused inside a tuple too.
+        let repeated = Request::builder()
+            .header("x-from", "a")
+            .header("x-to", "b")
+            .header("x-to", "c")
+            .body(())
+            .unwrap();
+        assert!(transfer.extract(&repeated).is_err());
+        let three = (
+            HeaderKey::new("x-tenant-id"),
+            PathSegmentKey::new(1),
+            ConstantKey::new("audit"),
+        );
+        assert_eq!(keys(&three, "/tenants/globex"), ["acme", "globex", "audit"]);
     }
 
     #[test]

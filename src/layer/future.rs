@@ -20,12 +20,13 @@ use tokio::time::Instant;
 use tower::Service;
 
 use super::context::LockContext;
+use super::log::LayerLog;
 use super::policy::{OnLeaseLost, OnRedisUnavailable, Policy};
 use super::reject::{Reject, Rejection, is_grpc};
 use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError};
 use crate::guard::{LockGuard, LostReason};
-use crate::kind::LockKind;
+use crate::keys::shown_all;
 
 /// The future of [`LockService`](super::LockService).
 #[pin_project]
@@ -36,10 +37,7 @@ where
     #[pin]
     state: State<S, ReqB>,
     reject: R,
-    policy: Arc<Policy>,
-    /// The lock names asked for, and whether the request is gRPC: what a rejection says.
-    names: Vec<String>,
-    grpc: bool,
+    log: Arc<LayerLog>,
     span: tracing::Span,
 }
 
@@ -48,9 +46,7 @@ where
     S: Service<Request<ReqB>>,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseFuture")
-            .field("names", &self.names)
-            .finish_non_exhaustive()
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
 
@@ -60,18 +56,16 @@ where
     S: Service<Request<ReqB>>,
 {
     Acquiring {
-        acquire: BoxFuture<
-            'static,
-            Result<Result<Vec<LockGuard>, LockError>, tokio::time::error::Elapsed>,
-        >,
-        service: Option<S>,
-        request: Option<Request<ReqB>>,
-        started: Instant,
+        acquire: BoxFuture<'static, Result<Vec<LockGuard>, LockError>>,
+        /// Taken when the locks are acquired (or not). Boxed: the request is large, and
+        /// the other states should not carry its room.
+        waiting: Option<Box<Waiting<S, ReqB>>>,
     },
     Running {
         #[pin]
         future: S::Future,
-        lost: Option<BoxFuture<'static, LostReason>>,
+        /// Cancels the handler when a lease is lost (`OnLeaseLost::Cancel`).
+        lost: Option<LeaseWatch>,
         // Held, never read: dropping the state releases the locks.
         guards: Vec<LockGuard>,
     },
@@ -81,6 +75,25 @@ where
     Done,
 }
 
+/// What a request keeps while it waits for its locks.
+struct Waiting<S, ReqB> {
+    service: S,
+    request: Request<ReqB>,
+    started: Instant,
+    policy: Arc<Policy>,
+    /// The lock names asked for, and whether the request is gRPC: what a rejection says.
+    names: Vec<String>,
+    grpc: bool,
+}
+
+/// The lost signals of a running handler's locks, and what its rejection would say.
+struct LeaseWatch {
+    lost: BoxFuture<'static, LostReason>,
+    names: Vec<String>,
+    grpc: bool,
+    retry_after: Duration,
+}
+
 impl<S, ReqB, R> ResponseFuture<S, ReqB, R>
 where
     S: Service<Request<ReqB>>,
@@ -88,41 +101,48 @@ where
     pub(crate) fn acquiring(
         client: &LockClient,
         names: Vec<String>,
-        kind: LockKind,
         service: S,
         request: Request<ReqB>,
         reject: R,
         policy: Arc<Policy>,
+        log: Arc<LayerLog>,
     ) -> Self {
         let span = tracing::info_span!(
             "lock",
-            keys = ?names,
+            keys = %shown_all(&names),
             waited_ms = tracing::field::Empty,
             tokens = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
         let client = client.clone();
+        let kind = policy.sharing.kind_for(request.method());
         let (wait, lease) = (policy.wait, policy.lease);
         let wanted = names.clone();
         let acquire = Box::pin(async move {
-            tokio::time::timeout(wait, client.acquire_all_of_kind(&wanted, lease, kind)).await
+            client
+                .acquire_all_of_kind_within(&wanted, lease, kind, wait)
+                .await
         });
-        Self {
+        let waiting = Waiting {
             grpc: is_grpc(&request),
-            state: State::Acquiring {
-                acquire,
-                service: Some(service),
-                request: Some(request),
-                started: Instant::now(),
-            },
-            reject,
+            service,
+            request,
+            started: Instant::now(),
             policy,
             names,
+        };
+        Self {
+            state: State::Acquiring {
+                acquire,
+                waiting: Some(Box::new(waiting)),
+            },
+            reject,
+            log,
             span,
         }
     }
 
-    pub(crate) fn unlocked(future: S::Future, reject: R, policy: Arc<Policy>) -> Self {
+    pub(crate) fn unlocked(future: S::Future, reject: R, log: Arc<LayerLog>) -> Self {
         Self {
             state: State::Running {
                 future,
@@ -130,22 +150,18 @@ where
                 guards: Vec::new(),
             },
             reject,
-            policy,
-            names: Vec::new(),
-            grpc: false,
+            log,
             span: tracing::Span::none(),
         }
     }
 
-    pub(crate) fn rejected(rejection: Rejection, reject: R, policy: Arc<Policy>) -> Self {
+    pub(crate) fn rejected(rejection: Rejection, reject: R, log: Arc<LayerLog>) -> Self {
         Self {
-            grpc: rejection.is_grpc(),
-            names: Vec::new(),
             state: State::Rejected {
                 rejection: Some(rejection),
             },
             reject,
-            policy,
+            log,
             span: tracing::Span::none(),
         }
     }
@@ -163,69 +179,19 @@ where
         let _entered = this.span.enter();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Acquiring {
-                    acquire,
-                    service,
-                    request,
-                    started,
-                } => {
+                StateProj::Acquiring { acquire, waiting } => {
                     let outcome = ready!(acquire.as_mut().poll(cx));
-                    let waited = started.elapsed();
-                    this.span.record("waited_ms", waited.as_millis() as u64);
-                    let request = request.take().expect("polled after taking the request");
-                    let mut service = service.take().expect("polled after taking the service");
-                    let error = match outcome {
-                        Ok(Ok(guards)) => {
-                            let next = run_locked(
-                                service,
-                                request,
-                                guards,
-                                waited,
-                                this.policy.lease_lost,
-                                this.span,
-                            );
-                            this.state.set(next);
-                            continue;
-                        }
-                        Ok(Err(error)) => error,
-                        Err(_) => LockError::timeout("the wait bound passed"),
-                    };
-                    if error.kind() == ErrorKind::RedisUnavailable
-                        && this.policy.redis_unavailable == OnRedisUnavailable::FailOpen
-                    {
-                        this.span.record("outcome", "failed open");
-                        tracing::warn!(error = %error, "redis unavailable, running the request unlocked");
-                        let future = service.call(request);
-                        this.state.set(State::Running {
-                            future,
-                            lost: None,
-                            guards: Vec::new(),
-                        });
-                        continue;
-                    }
-                    let rejection = Rejection::from_error(
-                        &error,
-                        *this.grpc,
-                        this.names.clone(),
-                        this.policy.retry_after,
-                    );
-                    this.span
-                        .record("outcome", tracing::field::debug(rejection.kind()));
-                    this.state.set(State::Rejected {
-                        rejection: Some(rejection),
-                    });
+                    let waiting = waiting.take().expect("polled after the locks were taken");
+                    let next = waiting.acquired(outcome, this.span, this.log);
+                    this.state.set(next);
                 }
                 StateProj::Running { future, lost, .. } => {
-                    if let Some(lost) = lost
-                        && let Poll::Ready(reason) = lost.as_mut().poll(cx)
+                    if let Some(watch) = lost
+                        && let Poll::Ready(reason) = watch.lost.as_mut().poll(cx)
                     {
-                        tracing::warn!(?reason, "lease lost while the handler ran; cancelling it");
-                        let rejection = Rejection::lease_lost(
-                            reason,
-                            *this.grpc,
-                            this.names.clone(),
-                            this.policy.retry_after,
-                        );
+                        let names = std::mem::take(&mut watch.names);
+                        let rejection =
+                            Rejection::lease_lost(reason, watch.grpc, names, watch.retry_after);
                         // Drops the handler's future and its guards.
                         this.state.set(State::Rejected {
                             rejection: Some(rejection),
@@ -238,7 +204,8 @@ where
                 }
                 StateProj::Rejected { rejection } => {
                     let rejection = rejection.take().expect("polled after completion");
-                    tracing::info!(kind = ?rejection.kind(), detail = rejection.detail(), "request rejected");
+                    this.span.record("outcome", rejection.kind().as_str());
+                    this.log.rejected(&rejection);
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(this.reject.reject(&rejection)));
                 }
@@ -248,33 +215,85 @@ where
     }
 }
 
-/// Hands the request, with its `LockContext`, to the inner service, and keeps the guards.
-fn run_locked<S, ReqB>(
-    mut service: S,
-    mut request: Request<ReqB>,
-    guards: Vec<LockGuard>,
-    waited: Duration,
-    lease_lost: OnLeaseLost,
-    span: &tracing::Span,
-) -> State<S, ReqB>
+impl<S, ReqB> Waiting<S, ReqB>
 where
     S: Service<Request<ReqB>>,
 {
-    let tokens: Vec<u64> = guards.iter().map(LockGuard::fencing_token).collect();
-    span.record("tokens", tracing::field::debug(tokens));
-    span.record("outcome", "acquired");
-    let context = LockContext::new(&guards, waited);
-    let lost = match lease_lost {
-        OnLeaseLost::Cancel => {
-            let context = context.clone();
-            Some(Box::pin(async move { context.lost().await }) as BoxFuture<'static, _>)
+    /// What follows the wait: the handler runs with the locks, or unlocked when Redis is down
+    /// and the policy fails open, or the request is rejected.
+    fn acquired(
+        self,
+        outcome: Result<Vec<LockGuard>, LockError>,
+        span: &tracing::Span,
+        log: &LayerLog,
+    ) -> State<S, ReqB> {
+        let waited = self.started.elapsed();
+        span.record("waited_ms", waited.as_millis() as u64);
+        let error = match outcome {
+            Ok(guards) => return self.run_locked(guards, waited, span),
+            Err(error) => error,
+        };
+        let Self {
+            mut service,
+            request,
+            policy,
+            names,
+            grpc,
+            ..
+        } = self;
+        if error.kind() == ErrorKind::RedisUnavailable
+            && policy.redis_unavailable == OnRedisUnavailable::FailOpen
+        {
+            span.record("outcome", "failed open");
+            log.failed_open(&names, &error);
+            return State::Running {
+                future: service.call(request),
+                lost: None,
+                guards: Vec::new(),
+            };
         }
-        OnLeaseLost::Finish => None,
-    };
-    request.extensions_mut().insert(context);
-    State::Running {
-        future: service.call(request),
-        lost,
-        guards,
+        let rejection = Rejection::from_error(&error, grpc, names, policy.retry_after);
+        State::Rejected {
+            rejection: Some(rejection),
+        }
+    }
+
+    /// Hands the request, with its `LockContext`, to the inner service, and keeps the guards.
+    fn run_locked(
+        self,
+        guards: Vec<LockGuard>,
+        waited: Duration,
+        span: &tracing::Span,
+    ) -> State<S, ReqB> {
+        let Self {
+            mut service,
+            mut request,
+            policy,
+            names,
+            grpc,
+            ..
+        } = self;
+        let tokens: Vec<u64> = guards.iter().map(LockGuard::fencing_token).collect();
+        span.record("tokens", tracing::field::debug(tokens));
+        span.record("outcome", "acquired");
+        let context = LockContext::new(&guards, waited);
+        let lost = match policy.lease_lost {
+            OnLeaseLost::Cancel => {
+                let context = context.clone();
+                Some(LeaseWatch {
+                    lost: Box::pin(async move { context.lost().await }),
+                    names,
+                    grpc,
+                    retry_after: policy.retry_after,
+                })
+            }
+            OnLeaseLost::Finish => None,
+        };
+        request.extensions_mut().insert(context);
+        State::Running {
+            future: service.call(request),
+            lost,
+            guards,
+        }
     }
 }

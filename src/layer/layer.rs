@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use tower::Layer;
 
-use super::policy::{MissingKey, OnLeaseLost, OnRedisUnavailable, Policy, Sharing};
+use super::log::LayerLog;
+use super::policy::{OnLeaseLost, OnMissingKey, OnRedisUnavailable, Policy, Sharing};
 use super::reject::DefaultRejection;
 use super::service::LockService;
 use crate::client::LockClient;
@@ -26,6 +27,8 @@ pub struct LockLayer<K, R = DefaultRejection> {
     extractor: K,
     reject: R,
     policy: Arc<Policy>,
+    /// Shared by every service this layer makes (and by its clones).
+    log: Arc<LayerLog>,
 }
 
 impl<K> LockLayer<K> {
@@ -36,6 +39,7 @@ impl<K> LockLayer<K> {
             extractor,
             reject: DefaultRejection,
             policy: Arc::new(Policy::default()),
+            log: Arc::default(),
         }
     }
 }
@@ -52,9 +56,14 @@ impl<K, R> LockLayer<K, R> {
         self.with_policy(|policy| policy.wait = wait)
     }
 
-    /// What to do with a request without a key (default [`MissingKey::PassThrough`]).
-    pub fn on_missing_key(self, missing: MissingKey) -> Self {
-        self.with_policy(|policy| policy.missing_key = missing)
+    /// What to do with a request without a key (default [`OnMissingKey::PassThrough`]).
+    /// Choosing `PassThrough` here also silences the warning logged for the first keyless
+    /// request of each route.
+    pub fn on_missing_key(self, missing: OnMissingKey) -> Self {
+        self.with_policy(|policy| {
+            policy.missing_key = missing;
+            policy.missing_key_chosen = true;
+        })
     }
 
     /// What to do when Redis is unreachable (default [`OnRedisUnavailable::FailClosed`]).
@@ -86,29 +95,13 @@ impl<K, R> LockLayer<K, R> {
         self.with_policy(|policy| policy.max_keys = max)
     }
 
-    /// How the requests for one key share its lock (default [`Sharing::Exclusive`]).
+    /// How the requests for one key share its lock (default [`Sharing::Exclusive`]):
+    /// `.sharing(Sharing::Fair)` runs them one at a time in the order they arrived, across
+    /// every instance; `.sharing(Sharing::read_write())` lets `GET` and `HEAD` requests share
+    /// it as readers while any other method runs alone as a writer (a waiting writer is not
+    /// overtaken by later readers); [`Sharing::ReadWrite`] names the reading methods.
     pub fn sharing(self, sharing: Sharing) -> Self {
         self.with_policy(|policy| policy.sharing = sharing)
-    }
-
-    /// Requests for one key run one at a time in the order they arrived, across every
-    /// instance: [`Sharing::Fair`].
-    pub fn fair(self) -> Self {
-        self.sharing(Sharing::Fair)
-    }
-
-    /// `GET` and `HEAD` requests for one key run in parallel as readers; any other method
-    /// runs alone as a writer: [`Sharing::read_write`]. Waiting writers are not overtaken by
-    /// later readers.
-    pub fn read_write(self) -> Self {
-        self.sharing(Sharing::read_write())
-    }
-
-    /// Read-write sharing where the requests with one of `methods` read and the rest write.
-    pub fn read_methods(self, methods: impl IntoIterator<Item = http::Method>) -> Self {
-        self.sharing(Sharing::ReadWrite {
-            read_methods: methods.into_iter().collect(),
-        })
     }
 
     /// `Retry-After` of a 503 answer (default 1 s, rounded up to whole seconds).
@@ -124,6 +117,7 @@ impl<K, R> LockLayer<K, R> {
             extractor: self.extractor,
             reject,
             policy: self.policy,
+            log: self.log,
         }
     }
 }
@@ -138,6 +132,7 @@ impl<S, K: Clone, R: Clone> Layer<S> for LockLayer<K, R> {
             self.extractor.clone(),
             self.reject.clone(),
             self.policy.clone(),
+            self.log.clone(),
         )
     }
 }

@@ -7,10 +7,10 @@
 //! handler, not the streaming of the response body.
 //!
 //! ```no_run
-//! use axum::{Extension, Router, routing::post};
+//! use axum::{Router, routing::post};
 //! use tower_redis_lock::{HeaderKey, LockClient, LockContext, LockLayer};
 //!
-//! async fn create_invoice(Extension(lock): Extension<LockContext>) -> String {
+//! async fn create_invoice(lock: LockContext) -> String {
 //!     // Runs alone for this tenant across every instance. Hand the token to what you write.
 //!     format!("written with fencing token {}", lock.fencing_token())
 //! }
@@ -25,19 +25,29 @@
 //! # }
 //! ```
 //!
-//! With tonic, `Server::builder().layer(LockLayer::new(locks, MetadataKey::new("account-id")))`;
-//! see `examples/tonic_accounts.rs`.
+//! With tonic, `Server::builder().layer(LockLayer::new(locks, MetadataKey::new("account-id")))`
+//! (feature `tonic` for tonic 0.14's body); see `examples/tonic_accounts.rs`.
+//!
+//! The layer's own answers carry a one-line body saying why ([`Rejection::message`]), or
+//! `application/problem+json` with [`ProblemJson`]. Its logs stay readable under load:
+//! rejections log at most one line per kind and second, keys are cut to 64 bytes, and the
+//! first request without a key on each route logs a warning ([`OnMissingKey`]).
 
+#[cfg(feature = "axum")]
+mod axum_support;
 mod context;
 mod extract;
 #[allow(clippy::module_inception)]
 mod layer;
+mod log;
 mod policy;
 mod reject;
 mod service;
 
 pub mod future;
 
+#[cfg(feature = "axum")]
+pub use axum_support::{MissingLockContext, PathParamKey};
 pub use context::LockContext;
 pub use extract::{
     ConstantKey, GrpcMethodKey, HeaderKey, InvalidKey, KeyExtractor, Keys, MetadataKey,
@@ -46,8 +56,8 @@ pub use extract::{
 pub use future::ResponseFuture;
 pub use layer::LockLayer;
 pub use policy::{
-    DEFAULT_MAX_KEYS, DEFAULT_RETRY_AFTER, DEFAULT_WAIT, MissingKey, OnLeaseLost,
+    DEFAULT_MAX_KEYS, DEFAULT_RETRY_AFTER, DEFAULT_WAIT, OnLeaseLost, OnMissingKey,
     OnRedisUnavailable, Sharing,
 };
-pub use reject::{DefaultRejection, Reject, Rejection, RejectionKind};
+pub use reject::{DefaultRejection, ProblemJson, Reject, Rejection, RejectionBody, RejectionKind};
 pub use service::LockService;

@@ -1,13 +1,19 @@
 //! The layer's own answers: a typed [`Rejection`], turned into an HTTP or gRPC response by
 //! a [`Reject`] hook ([`DefaultRejection`] unless the user brings one).
 
+use std::convert::Infallible;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
+use http_body_util::{BodyExt, Empty, Full};
 
-use crate::error::LockError;
+use super::policy::DEFAULT_RETRY_AFTER;
+use crate::error::{ErrorKind, LockError};
 use crate::guard::LostReason;
+use crate::keys::shown_all;
 
 /// Why the layer answered a request itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -27,6 +33,27 @@ pub enum RejectionKind {
     TooManyKeys,
     /// The lock client was shut down.
     ShutDown,
+    /// The wait bound passed during a restart quarantine: Redis lost its data and grants no
+    /// lock until every holder of a lost lock has been told.
+    RestartQuarantine,
+}
+
+impl RejectionKind {
+    /// A short name, for logs, metrics and the `kind` member of a problem+json answer:
+    /// `timeout`, `redis_unavailable`, `lease_lost`, `missing_key`, `invalid_key`,
+    /// `too_many_keys`, `shut_down` or `restart_quarantine`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::RedisUnavailable => "redis_unavailable",
+            Self::LeaseLost => "lease_lost",
+            Self::MissingKey => "missing_key",
+            Self::InvalidKey => "invalid_key",
+            Self::TooManyKeys => "too_many_keys",
+            Self::ShutDown => "shut_down",
+            Self::RestartQuarantine => "restart_quarantine",
+        }
+    }
 }
 
 /// A request the layer answered itself, with what a response needs to say.
@@ -56,17 +83,25 @@ impl Rejection {
         }
     }
 
+    /// What the layer answers when taking locks fails with `error`, for an HTTP request with
+    /// the default `Retry-After`: for a handler that takes locks itself (keys found in the
+    /// request body, which the layer never sees) and answers a failure as the layer would,
+    /// `Rejection::from_lock_error(&err).default_response()`.
+    pub fn from_lock_error(error: &LockError) -> Self {
+        Self::from_error(error, false, Vec::new(), DEFAULT_RETRY_AFTER)
+    }
+
     pub(crate) fn from_error(
         error: &LockError,
         grpc: bool,
         keys: Vec<String>,
         retry_after: Duration,
     ) -> Self {
-        use crate::error::ErrorKind;
         let kind = match error.kind() {
             ErrorKind::InvalidName => RejectionKind::InvalidKey,
             ErrorKind::ShutDown => RejectionKind::ShutDown,
             ErrorKind::Timeout => RejectionKind::Timeout,
+            ErrorKind::RestartQuarantine => RejectionKind::RestartQuarantine,
             _ => RejectionKind::RedisUnavailable,
         };
         Self::new(kind, grpc, keys, error.to_string(), retry_after)
@@ -97,9 +132,35 @@ impl Rejection {
         &self.keys
     }
 
-    /// A human-readable explanation, for logs.
+    /// A full explanation, for logs: it may name the Redis failure behind a rejection, which
+    /// [`Rejection::message`] keeps from the client.
     pub fn detail(&self) -> &str {
         &self.detail
+    }
+
+    /// One sentence for the client, the body of the default answer: what went wrong, with
+    /// the keys (each cut to 64 bytes) and, for a bad request, what was wrong with it; never
+    /// the Redis failure behind a 503.
+    pub fn message(&self) -> String {
+        let keys = if self.keys.is_empty() {
+            String::new()
+        } else {
+            format!(" for {}", shown_all(&self.keys))
+        };
+        match self.kind {
+            RejectionKind::Timeout => format!("lock wait timed out{keys}; retry later"),
+            RejectionKind::RedisUnavailable => {
+                format!("lock service unavailable{keys}; retry later")
+            }
+            RejectionKind::LeaseLost => format!("lock lost while the request ran{keys}; retry"),
+            RejectionKind::MissingKey => format!("missing lock key: {}", self.detail),
+            RejectionKind::InvalidKey => format!("invalid lock key: {}", self.detail),
+            RejectionKind::TooManyKeys => format!("too many lock keys: {}", self.detail),
+            RejectionKind::ShutDown => format!("lock service shutting down{keys}; retry later"),
+            RejectionKind::RestartQuarantine => {
+                format!("lock service recovering from a loss of its data{keys}; retry later")
+            }
+        }
     }
 
     /// When a client may try again, for answers that invite a retry.
@@ -108,7 +169,8 @@ impl Rejection {
             RejectionKind::Timeout
             | RejectionKind::RedisUnavailable
             | RejectionKind::LeaseLost
-            | RejectionKind::ShutDown => Some(self.retry_after),
+            | RejectionKind::ShutDown
+            | RejectionKind::RestartQuarantine => Some(self.retry_after),
             _ => None,
         }
     }
@@ -131,22 +193,56 @@ impl Rejection {
         }
     }
 
-    /// The default answer: for HTTP the status with `Retry-After` where it applies, for gRPC
-    /// a trailers-only response (HTTP 200 with `grpc-status` and `grpc-message`). The body
-    /// is empty.
-    pub fn default_response<B: Default>(&self) -> Response<B> {
-        let mut response = Response::new(B::default());
-        if !self.grpc {
-            *response.status_mut() = self.http_status();
-        }
-        let headers = response.headers_mut();
+    /// The default answer. For HTTP: the status, `Retry-After` where it applies, and
+    /// [`Rejection::message`] as a `text/plain; charset=utf-8` body. For gRPC: a
+    /// trailers-only response (HTTP 200 with `grpc-status`, and the message as
+    /// `grpc-message`) with an empty body.
+    pub fn default_response<B: RejectionBody>(&self) -> Response<B> {
+        self.response("text/plain; charset=utf-8", || {
+            let mut text = self.message();
+            text.push('\n');
+            text
+        })
+    }
+
+    /// The answer of [`ProblemJson`]: as [`Rejection::default_response`], but an HTTP body
+    /// of `application/problem+json` (RFC 9457): `type` `about:blank`, `title` the status's
+    /// reason phrase, `status`, `detail` the [`Rejection::message`], and `kind` its
+    /// [`RejectionKind::as_str`].
+    pub fn problem_json_response<B: RejectionBody>(&self) -> Response<B> {
+        self.response("application/problem+json", || {
+            let status = self.http_status();
+            format!(
+                "{{\"type\":\"about:blank\",\"title\":{},\"status\":{},\"detail\":{},\"kind\":{}}}",
+                json_string(status.canonical_reason().unwrap_or_default()),
+                status.as_u16(),
+                json_string(&self.message()),
+                json_string(self.kind.as_str()),
+            )
+        })
+    }
+
+    /// An answer whose HTTP body is `body()` of `content_type`.
+    fn response<B: RejectionBody>(
+        &self,
+        content_type: &'static str,
+        body: impl FnOnce() -> String,
+    ) -> Response<B> {
         if self.grpc {
+            let mut response = Response::new(B::empty());
+            let headers = response.headers_mut();
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
             headers.insert("grpc-status", HeaderValue::from(self.grpc_code()));
-            if let Ok(message) = HeaderValue::from_str(&grpc_message(&self.detail)) {
+            if let Ok(message) = HeaderValue::from_str(&grpc_message(&self.message())) {
                 headers.insert("grpc-message", message);
             }
-        } else if let Some(retry_after) = self.retry_after() {
+            return response;
+        }
+        let mut response = Response::new(B::from_text(body()));
+        *response.status_mut() = self.http_status();
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        if let Some(retry_after) = self.retry_after() {
             let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
             headers.insert(RETRY_AFTER, HeaderValue::from(seconds.max(1)));
         }
@@ -154,10 +250,122 @@ impl Rejection {
     }
 }
 
+/// A response body the layer's answers can be written in: empty for gRPC, a short text for
+/// HTTP. Implemented for `String`, `Vec<u8>`, `Bytes`, http-body-util's `Full<Bytes>`,
+/// `BoxBody<Bytes, E>` and `UnsyncBoxBody<Bytes, E>` (the body type of tonic 0.12 and 0.13),
+/// axum's body (feature `axum`) and tonic 0.14's (feature `tonic`); and for `()` and
+/// `Empty<Bytes>`, which hold no text. For another body type, implement it, or give the
+/// layer a hook of your own ([`LockLayer::rejection`](super::LockLayer::rejection)).
+#[diagnostic::on_unimplemented(
+    message = "the layer cannot write its answers in a `{Self}` body",
+    note = "enable the `axum` or `tonic` feature of tower-redis-lock for their bodies, implement \
+            `RejectionBody` for yours, or answer rejections yourself with `LockLayer::rejection`"
+)]
+pub trait RejectionBody: Sized {
+    /// An empty body.
+    fn empty() -> Self;
+
+    /// A body holding `text`.
+    fn from_text(text: String) -> Self;
+}
+
+/// A body that holds nothing: the text is left out.
+impl RejectionBody for () {
+    fn empty() -> Self {}
+
+    fn from_text(_text: String) -> Self {}
+}
+
+/// A body that holds nothing: the text is left out.
+impl RejectionBody for Empty<Bytes> {
+    fn empty() -> Self {
+        Self::new()
+    }
+
+    fn from_text(_text: String) -> Self {
+        Self::new()
+    }
+}
+
+impl RejectionBody for String {
+    fn empty() -> Self {
+        Self::new()
+    }
+
+    fn from_text(text: String) -> Self {
+        text
+    }
+}
+
+impl RejectionBody for Vec<u8> {
+    fn empty() -> Self {
+        Self::new()
+    }
+
+    fn from_text(text: String) -> Self {
+        text.into_bytes()
+    }
+}
+
+impl RejectionBody for Bytes {
+    fn empty() -> Self {
+        Self::new()
+    }
+
+    fn from_text(text: String) -> Self {
+        text.into()
+    }
+}
+
+impl RejectionBody for Full<Bytes> {
+    fn empty() -> Self {
+        Self::default()
+    }
+
+    fn from_text(text: String) -> Self {
+        Self::new(text.into())
+    }
+}
+
+impl<E: 'static> RejectionBody for UnsyncBoxBody<Bytes, E> {
+    fn empty() -> Self {
+        Self::default()
+    }
+
+    fn from_text(text: String) -> Self {
+        Full::<Bytes>::from_text(text)
+            .map_err(|never: Infallible| match never {})
+            .boxed_unsync()
+    }
+}
+
+impl<E: 'static> RejectionBody for BoxBody<Bytes, E> {
+    fn empty() -> Self {
+        Self::default()
+    }
+
+    fn from_text(text: String) -> Self {
+        Full::<Bytes>::from_text(text)
+            .map_err(|never: Infallible| match never {})
+            .boxed()
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl RejectionBody for tonic::body::Body {
+    fn empty() -> Self {
+        Self::empty()
+    }
+
+    fn from_text(text: String) -> Self {
+        Self::new(text)
+    }
+}
+
 /// Builds the responses of the layer's own answers.
 ///
 /// Closures `Fn(&Rejection) -> Response<B>` are hooks too; [`Rejection::default_response`]
-/// is there to fall back on.
+/// and [`Rejection::problem_json_response`] are there to fall back on.
 pub trait Reject<B>: Clone + Send + Sync + 'static {
     /// The response for `rejection`.
     fn reject(&self, rejection: &Rejection) -> Response<B>;
@@ -172,13 +380,24 @@ where
     }
 }
 
-/// The default answers: see [`Rejection::default_response`].
+/// The default answers, with a plain-text body: see [`Rejection::default_response`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DefaultRejection;
 
-impl<B: Default> Reject<B> for DefaultRejection {
+impl<B: RejectionBody> Reject<B> for DefaultRejection {
     fn reject(&self, rejection: &Rejection) -> Response<B> {
         rejection.default_response()
+    }
+}
+
+/// The default answers with an `application/problem+json` body (RFC 9457):
+/// `.rejection(ProblemJson)`; see [`Rejection::problem_json_response`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProblemJson;
+
+impl<B: RejectionBody> Reject<B> for ProblemJson {
+    fn reject(&self, rejection: &Rejection) -> Response<B> {
+        rejection.problem_json_response()
     }
 }
 
@@ -187,6 +406,23 @@ pub(crate) fn is_grpc<B>(request: &Request<B>) -> bool {
         .headers()
         .get(CONTENT_TYPE)
         .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// `text` as a JSON string, quotes included.
+fn json_string(text: &str) -> String {
+    let mut json = String::with_capacity(text.len() + 2);
+    json.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => json.push_str("\\\""),
+            '\\' => json.push_str("\\\\"),
+            '\n' => json.push_str("\\n"),
+            c if u32::from(c) < 0x20 => json.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => json.push(c),
+        }
+    }
+    json.push('"');
+    json
 }
 
 /// Percent-encodes a `grpc-message` as the gRPC spec asks.
@@ -227,28 +463,113 @@ mod tests {
     }
 
     #[test]
-    fn http_answers_carry_status_and_retry_after() {
-        let timeout: Response<()> = rejection(RejectionKind::Timeout, false).default_response();
+    fn http_answers_carry_status_retry_after_and_a_sentence() {
+        let timeout: Response<String> = rejection(RejectionKind::Timeout, false).default_response();
         assert_eq!(timeout.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(timeout.headers()[RETRY_AFTER], "2");
-        let bad: Response<()> = rejection(RejectionKind::InvalidKey, false).default_response();
+        assert_eq!(timeout.headers()[CONTENT_TYPE], "text/plain; charset=utf-8");
+        assert_eq!(
+            timeout.body(),
+            "lock wait timed out for [acme]; retry later\n"
+        );
+        let bad: Response<String> = rejection(RejectionKind::InvalidKey, false).default_response();
         assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
         assert!(bad.headers().get(RETRY_AFTER).is_none());
+        assert_eq!(bad.body(), "invalid lock key: waited 10% too long ✓\n");
+    }
+
+    #[test]
+    fn a_503_body_never_names_the_redis_failure_behind_it() {
+        let error = LockError::new(ErrorKind::RedisUnavailable, "connect 10.0.0.7:6379 refused");
+        let rejection = Rejection::from_lock_error(&error);
+        assert_eq!(rejection.kind(), RejectionKind::RedisUnavailable);
+        assert!(rejection.detail().contains("10.0.0.7"));
+        let answer: Response<Vec<u8>> = rejection.default_response();
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(answer.body(), b"lock service unavailable; retry later\n");
+    }
+
+    #[test]
+    fn a_long_key_is_cut_in_the_body() {
+        let long = "t".repeat(10_000);
+        let rejection = Rejection::new(
+            RejectionKind::Timeout,
+            false,
+            vec![long],
+            "",
+            Duration::from_secs(1),
+        );
+        let answer: Response<String> = rejection.default_response();
+        assert!(answer.body().len() < 200, "{}", answer.body());
+        assert!(
+            answer.body().contains("…(+9936 bytes)"),
+            "{}",
+            answer.body()
+        );
+    }
+
+    #[test]
+    fn problem_json_answers_follow_rfc_9457() {
+        let quarantine = Rejection::new(
+            RejectionKind::RestartQuarantine,
+            false,
+            vec!["a\"b\\c".into()],
+            "",
+            Duration::from_secs(1),
+        );
+        let answer: Response<String> = quarantine.problem_json_response();
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(answer.headers()[CONTENT_TYPE], "application/problem+json");
+        assert_eq!(answer.headers()[RETRY_AFTER], "1");
+        assert_eq!(
+            answer.body(),
+            r#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"lock service recovering from a loss of its data for [a\"b\\c]; retry later","kind":"restart_quarantine"}"#
+        );
+        assert_eq!(json_string("tab\there\u{1}"), r#""tab\u0009here\u0001""#);
     }
 
     #[test]
     fn grpc_answers_are_trailers_only_with_a_status() {
-        let lost: Response<()> = rejection(RejectionKind::LeaseLost, true).default_response();
+        let lost: Response<String> = rejection(RejectionKind::LeaseLost, true).default_response();
         assert_eq!(lost.status(), StatusCode::OK);
+        assert!(lost.body().is_empty());
         assert_eq!(lost.headers()["grpc-status"], "10");
         assert_eq!(
             lost.headers()["grpc-message"],
-            "waited 10%25 too long %E2%9C%93"
+            "lock lost while the request ran for [acme]; retry"
         );
-        let down: Response<()> =
+        let bad: Response<String> = rejection(RejectionKind::InvalidKey, true).default_response();
+        assert_eq!(
+            bad.headers()["grpc-message"],
+            "invalid lock key: waited 10%25 too long %E2%9C%93"
+        );
+        let down: Response<String> =
             rejection(RejectionKind::RedisUnavailable, true).default_response();
         assert_eq!(down.headers()["grpc-status"], "14");
-        let bad: Response<()> = rejection(RejectionKind::TooManyKeys, true).default_response();
+        let bad: Response<String> = rejection(RejectionKind::TooManyKeys, true).default_response();
         assert_eq!(bad.headers()["grpc-status"], "3");
+    }
+
+    #[test]
+    fn every_body_type_holds_the_text() {
+        macro_rules! text {
+            ($body:expr) => {
+                futures_util::FutureExt::now_or_never($body.collect())
+                    .expect("a full body is ready")
+                    .expect("no error")
+                    .to_bytes()
+            };
+        }
+        assert_eq!(text!(Full::<Bytes>::from_text("hi".into())), "hi");
+        assert_eq!(
+            text!(UnsyncBoxBody::<Bytes, Infallible>::from_text("hi".into())),
+            "hi"
+        );
+        assert_eq!(
+            text!(BoxBody::<Bytes, Infallible>::from_text("hi".into())),
+            "hi"
+        );
+        assert_eq!(text!(UnsyncBoxBody::<Bytes, Infallible>::empty()), "");
+        assert_eq!(Bytes::from_text("hi".into()), "hi");
     }
 }

@@ -8,7 +8,8 @@ use tower::Service;
 
 use super::extract::KeyExtractor;
 use super::future::ResponseFuture;
-use super::policy::{MissingKey, Policy};
+use super::log::LayerLog;
+use super::policy::{OnMissingKey, Policy};
 use super::reject::{Reject, Rejection, RejectionKind, is_grpc};
 use crate::client::LockClient;
 
@@ -20,6 +21,7 @@ pub struct LockService<S, K, R> {
     extractor: K,
     reject: R,
     policy: Arc<Policy>,
+    log: Arc<LayerLog>,
 }
 
 impl<S, K, R> LockService<S, K, R> {
@@ -29,6 +31,7 @@ impl<S, K, R> LockService<S, K, R> {
         extractor: K,
         reject: R,
         policy: Arc<Policy>,
+        log: Arc<LayerLog>,
     ) -> Self {
         Self {
             inner,
@@ -36,6 +39,7 @@ impl<S, K, R> LockService<S, K, R> {
             extractor,
             reject,
             policy,
+            log,
         }
     }
 
@@ -69,7 +73,7 @@ where
         let reject = |kind, keys, detail: String| {
             let grpc = is_grpc(&request);
             let rejection = Rejection::new(kind, grpc, keys, detail, policy.retry_after);
-            ResponseFuture::rejected(rejection, self.reject.clone(), policy.clone())
+            ResponseFuture::rejected(rejection, self.reject.clone(), self.log.clone())
         };
         let keys = match self.extractor.extract(&request) {
             Ok(keys) => keys,
@@ -79,12 +83,17 @@ where
         };
         if keys.is_empty() {
             return match policy.missing_key {
-                MissingKey::PassThrough => ResponseFuture::unlocked(
-                    inner.call(request),
-                    self.reject.clone(),
-                    policy.clone(),
-                ),
-                MissingKey::Reject => reject(
+                OnMissingKey::PassThrough => {
+                    if !policy.missing_key_chosen {
+                        self.log.keyless(&request);
+                    }
+                    ResponseFuture::unlocked(
+                        inner.call(request),
+                        self.reject.clone(),
+                        self.log.clone(),
+                    )
+                }
+                OnMissingKey::Reject => reject(
                     RejectionKind::MissingKey,
                     Vec::new(),
                     "the request names no lock key".into(),
@@ -113,15 +122,14 @@ where
             );
             return reject(RejectionKind::TooManyKeys, names, detail);
         }
-        let kind = policy.sharing.kind_for(request.method());
         ResponseFuture::acquiring(
             &self.client,
             names,
-            kind,
             inner,
             request,
             self.reject.clone(),
             policy.clone(),
+            self.log.clone(),
         )
     }
 }

@@ -5,9 +5,9 @@
 -- ARGV[8] the epoch the client knows ('0' for none), ARGV[9] the quarantine ms it starts when
 -- Redis lost its data; KEYS[5] the epoch key.
 -- Returns {1, first token, lease left ms} when this owner holds the lock (token 0 on a
--- re-entry), {0, holder's lease left ms, server time ms} when it does not (during a
--- quarantine: the quarantine left), {-1, 0, 0} when a re-entry finds the lock no longer held
--- by this owner, and {-2, epoch, 0} when the client must learn the epoch first.
+-- re-entry), {0, holder's lease left ms, server time ms} when it does not, {-1, 0, 0} when a
+-- re-entry finds the lock no longer held by this owner, {-2, epoch, 0} when the client must
+-- learn the epoch first, and {-3, quarantine left ms, server time ms} during a quarantine.
 local owner, mode = ARGV[2], ARGV[4]
 local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
 -- A re-entry adds to a hold of this epoch if it is still there; a lost one is simply gone.

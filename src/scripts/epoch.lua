@@ -6,7 +6,7 @@
 -- granted until every holder of a lost lock has been told, each by its own client.
 
 -- Returns nil when `known` is the current epoch and no quarantine runs, {-2, epoch, 0} when
--- the caller must learn another epoch first, and {0, quarantine left ms, server ms} during a
+-- the caller must learn another epoch first, and {-3, quarantine left ms, server ms} during a
 -- quarantine. `quarantine_ms` is how long a quarantine this caller starts lasts.
 local function check_epoch(key, known, quarantine_ms)
   local current = redis.call('get', key)
@@ -21,7 +21,7 @@ local function check_epoch(key, known, quarantine_ms)
     local now = now_ms()
     local left = tonumber(quarantine_until) - now
     if left > 0 then
-      return {0, left, now}
+      return {-3, left, now}
     end
     redis.call('set', key, epoch)
     return nil

@@ -5,6 +5,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod checker;
+pub mod logs;
 pub mod proxy;
 pub mod tls;
 

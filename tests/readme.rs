@@ -1,0 +1,115 @@
+//! The README's code can never drift from the API: every block marked `<!-- from FILE -->` is
+//! a piece of that file (an example or a test), which `cargo test` compiles, and the axum
+//! quick start runs here against a real redis-server.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+
+use support::{ChildGuard, RedisServer, example_path};
+
+const MARKER: &str = "<!-- from ";
+
+/// The README's marked blocks: the example each comes from, and its lines.
+fn marked_blocks() -> Vec<(String, Vec<String>)> {
+    let readme = include_str!("../README.md");
+    let mut blocks = Vec::new();
+    let mut lines = readme.lines();
+    while let Some(line) = lines.next() {
+        let Some(source) = line
+            .strip_prefix(MARKER)
+            .and_then(|rest| rest.strip_suffix(" -->"))
+        else {
+            continue;
+        };
+        assert_eq!(lines.next(), Some("```rust"), "a code block follows {line}");
+        let block = lines
+            .by_ref()
+            .take_while(|line| *line != "```")
+            .map(str::to_owned)
+            .collect();
+        blocks.push((source.to_owned(), block));
+    }
+    blocks
+}
+
+#[test]
+fn every_marked_readme_block_is_a_piece_of_its_compiled_example() {
+    let blocks = marked_blocks();
+    assert!(
+        blocks.len() >= 2,
+        "the axum and tonic quick starts are marked"
+    );
+    for (source, block) in blocks {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(&source);
+        let file = std::fs::read_to_string(&path)
+            .unwrap_or_else(|err| panic!("{source} named in the README: {err}"));
+        // Indentation aside: an excerpt may come from inside a function.
+        let trimmed = |lines: &[String]| -> Vec<String> {
+            lines.iter().map(|line| line.trim().to_owned()).collect()
+        };
+        let wanted = trimmed(&block);
+        let lines: Vec<String> = file.lines().map(str::to_owned).collect();
+        let found = trimmed(&lines)
+            .windows(wanted.len())
+            .any(|window| window == wanted.as_slice());
+        assert!(
+            found,
+            "the README block from {source} is not in it:\n{block:#?}"
+        );
+    }
+}
+
+#[test]
+fn the_axum_quick_start_serves_locked_invoices() {
+    let server = RedisServer::start();
+    let mut child = ChildGuard(
+        Command::new(example_path("quickstart_axum"))
+            .env("REDIS_URL", server.url())
+            .env("ADDR", "127.0.0.1:0")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the quick start starts"),
+    );
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"));
+
+    let first = post(addr, "/tenants/acme/invoices");
+    let second = post(addr, "/tenants/acme/invoices");
+    let token = |response: &str| -> u64 {
+        response
+            .rsplit("fencing token ")
+            .next()
+            .and_then(|rest| rest.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no token in {response}"))
+    };
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(token(&second) > token(&first), "tokens grow per tenant");
+    let health = post_or_get(addr, "GET", "/health");
+    assert!(health.starts_with("HTTP/1.1 200") && health.ends_with("ok\n"));
+}
+
+fn post(addr: &str, path: &str) -> String {
+    post_or_get(addr, "POST", path)
+}
+
+/// One HTTP/1.1 request on a fresh connection; the whole response.
+fn post_or_get(addr: &str, method: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
