@@ -93,6 +93,7 @@ fn error_kind(kind: ErrorKind) -> &'static str {
         ErrorKind::Redis => "redis",
         ErrorKind::NotOwner => "not_owner",
         ErrorKind::ShutDown => "shut_down",
+        ErrorKind::RestartQuarantine => "restart_quarantine",
         _ => "other",
     }
 }

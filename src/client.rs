@@ -16,6 +16,7 @@ use crate::kind::LockKind;
 use crate::local::LocalTable;
 use crate::lock::Lock;
 use crate::pubsub::PubSub;
+use crate::scripts;
 use crate::watchdog::Watchdog;
 
 /// Default lease of a watchdog-mode lock: renewed while held, gone this long after the
@@ -36,8 +37,9 @@ pub const DEFAULT_LOCAL_HANDOFF_LIMIT: u32 = 16;
 /// acquisition the tasks of one client may keep handing the lock over among themselves.
 pub const DEFAULT_LOCAL_HANDOFF_WINDOW: Duration = Duration::from_millis(25);
 
-/// Default for [`LockClientBuilder::restart_quarantine`]: how long no lock is granted after
-/// a client finds that Redis lost its data.
+/// Default for [`LockClientBuilder::restart_quarantine`]: the shortest time no lock is
+/// granted after a client finds Redis without its epoch (a quarantine lasts at least the
+/// longest lease the client knows of).
 pub const DEFAULT_RESTART_QUARANTINE: Duration = Duration::from_secs(5);
 
 /// The client's settings; every field has a documented default.
@@ -222,6 +224,33 @@ impl LockClient {
         self.inner.watchdog.epoch().quarantine_left()
     }
 
+    /// Waives the restart quarantine of this client's Redis and key prefix, for operators: on
+    /// a server known to be new (which the library cannot tell from one that lost its data,
+    /// so its first lock would otherwise wait a quarantine), or once every holder of a lock
+    /// the server lost is known to have stopped. Gives a server without an epoch its first
+    /// one, with no quarantine; ends a quarantine that runs. Returns whether it waived one.
+    /// `lockctl waive-quarantine` does the same from a shell.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
+    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate).
+    pub async fn waive_restart_quarantine(&self) -> Result<bool> {
+        let key = epoch_key(&self.inner.config.prefix);
+        let waived = self
+            .inner
+            .connections
+            .run(&key, |mut conn| {
+                let key = key.clone();
+                async move { scripts::waive_quarantine(&mut conn, &key).await }
+            })
+            .await?;
+        if waived {
+            self.inner.watchdog.epoch().waived();
+        }
+        Ok(waived)
+    }
+
     /// The error of a wait bound that passed: [`ErrorKind::RestartQuarantine`] while a
     /// quarantine keeps every lock of this Redis from being granted, [`ErrorKind::Timeout`]
     /// otherwise. `what` says what was not acquired in time.
@@ -316,17 +345,26 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long no lock is granted after a client finds that Redis lost its data (a restart
-    /// without persistence, a failover to an empty replica, a flush) (default
-    /// [`DEFAULT_RESTART_QUARANTINE`], 5 s).
+    /// The shortest restart quarantine this client starts (default
+    /// [`DEFAULT_RESTART_QUARANTINE`], 5 s): how long no lock is granted after the client
+    /// finds Redis without its epoch, as after a loss of its data (a restart without
+    /// persistence, a failover to an empty replica, a flush) or on a new server.
     ///
-    /// Every client remembers the epoch of the Redis data it last saw, and each script that
-    /// takes or renews a lock checks it. The first client to find the data gone starts the
-    /// quarantine; meanwhile each client tells its own holders (their lost signals fire
-    /// with [`LostReason::DataLost`](crate::LostReason::DataLost)) at its next command or
-    /// watchdog tick. Make it longer than the renew tick (the re-poll interval, at most the
-    /// renew interval) plus the command timeout of every client of that Redis. A client that
-    /// never used this Redis before cannot tell a loss from a first start, and starts none.
+    /// The quarantine a client starts lasts the longest of this, its own watchdog lease, the
+    /// lease it asks for, and the longest lease granted in the lost epoch as far as it knows
+    /// (every epoch records its longest lease, and clients learn it): every lease granted
+    /// before could have run out by then, so a holder that cannot hear of the loss (cut off
+    /// from Redis) is told by its own lost signal before anyone else gets its lock. Holders
+    /// that can reach Redis hear of it sooner: every client remembers the epoch of the data
+    /// it last saw, each script that takes or renews a lock checks it, and a client that
+    /// finds it changed tells its holders at its next command or watchdog tick (their lost
+    /// signals fire with [`LostReason::DataLost`](crate::LostReason::DataLost)).
+    ///
+    /// A new server cannot be told from one that lost its data, so its first lock waits a
+    /// quarantine too, unless an operator waives it
+    /// ([`LockClient::waive_restart_quarantine`], `lockctl waive-quarantine`). A client that
+    /// never used the server before knows only its own leases: give every client of one
+    /// Redis a watchdog lease, or this setting, at least the longest lease any of them uses.
     pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
         self.config.restart_quarantine = quarantine;
         self
@@ -414,7 +452,11 @@ impl LockClientBuilder {
             // Often enough to extend a hand-over's short claim lease well before it runs out.
             config.renew_interval.min(config.waiter_alive() / 3),
             config.waiter_alive(),
-            Epoch::new(epoch_key(&config.prefix), config.restart_quarantine),
+            Epoch::new(
+                epoch_key(&config.prefix),
+                config.restart_quarantine,
+                config.watchdog_lease,
+            ),
         );
         let pubsub = PubSub::start(
             redis_client,

@@ -19,9 +19,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{ErrorKind, LockError, Result};
+use crate::giveback::give_back;
 use crate::guard::{Hold, Holding};
-use crate::keys::shown;
-use crate::scripts::{self, HandoffReply, ReleaseScope};
+use crate::scripts::{self, HandoffReply};
 use crate::waiter::QueuedWait;
 
 /// What one task of a client leaves for the next task waiting on the same key.
@@ -106,10 +106,16 @@ impl Drop for CarriedHold {
         };
         hold.lease.closing.store(true, Ordering::SeqCst);
         hold.inner.watchdog.unregister(hold.watchdog_id);
-        hold.inner.runtime.clone().spawn(async move {
-            let released = hold.release_in_redis(ReleaseScope::All).await;
-            tracing::debug!(lock = %shown(&hold.name), ?released, "released a hold nobody picked up");
-        });
+        // Released in the background, retried on fresh connections while the hold could
+        // still keep the lock, as any release nobody waits for.
+        give_back(
+            hold.inner.clone(),
+            hold.keys.clone(),
+            hold.terms.kind,
+            hold.owner.clone(),
+            None,
+            Duration::from_millis(hold.terms.lease_ms),
+        );
     }
 }
 
@@ -167,7 +173,30 @@ pub(crate) async fn hand_over_through_redis(holding: &Holding) -> Result<()> {
                 .await
             }
         })
-        .await?;
+        .await;
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(err) => {
+            if err.kind() == ErrorKind::RedisUnavailable {
+                // Unconfirmed, as a release can be: the script may not have run (the hold
+                // stays, renewed by nobody) or ran unseen (the next owner is queued, kept alive
+                // by nobody). Both are given back in the background rather than left to their
+                // leases; this client's next task then asks Redis anew.
+                let lease = Duration::from_millis(hold.terms.lease_ms);
+                for owner in [hold.owner.clone(), next_owner] {
+                    give_back(
+                        inner.clone(),
+                        hold.keys.clone(),
+                        hold.terms.kind,
+                        owner,
+                        None,
+                        lease,
+                    );
+                }
+            }
+            return Err(err);
+        }
+    };
     match reply {
         HandoffReply::Kept { token } => {
             hold.lease.closing.store(false, Ordering::SeqCst);

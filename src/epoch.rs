@@ -1,7 +1,8 @@
 //! What this client knows of the server's epoch (see `scripts/epoch.lua`): the life of the
-//! Redis data it has seen. A Redis that lost its data (a restart without persistence, a
-//! failover to an empty replica) is noticed by the first script that runs there, and the
-//! holders of the lost locks are told before the quarantine lets anyone else take them.
+//! Redis data it has seen, and the longest lease granted in it. A Redis without its epoch
+//! (it lost its data, or is new) is noticed by the first script that runs there: a
+//! quarantine then covers every lease the client knows of, and the holders of the lost locks
+//! are told before anyone else can take them.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,40 +14,72 @@ use crate::scripts::EpochTerms;
 #[derive(Debug)]
 pub(crate) struct Epoch {
     key: String,
-    quarantine_ms: u64,
-    /// 0 until a script told one. Learning a new epoch and collecting the leases it ends
-    /// happen under this mutex, so no lease taken in the new epoch is counted among them.
-    known: Mutex<u64>,
+    /// The shortest quarantine this client starts on a missing epoch (`restart_quarantine`).
+    quarantine_floor_ms: u64,
+    /// This client's watchdog lease: its own holders may believe they hold a lock this long.
+    own_lease_ms: u64,
+    /// What a script told last. Learning a new epoch and collecting the leases it ends happen
+    /// under this mutex, so no lease taken in the new epoch is counted among them.
+    known: Mutex<Known>,
     /// When the restart quarantine this client last heard of ends, on this client's clock;
     /// `None` once its end has been logged.
     quarantine_until: Arc<Mutex<Option<Instant>>>,
 }
 
+/// The epoch a client knows (0 until a script told one), and the longest lease granted in
+/// it as far as the client knows.
+#[derive(Debug, Default, Clone, Copy)]
+struct Known {
+    epoch: u64,
+    longest_lease_ms: u64,
+}
+
 impl Epoch {
-    pub(crate) fn new(key: String, quarantine: Duration) -> Self {
+    pub(crate) fn new(key: String, quarantine: Duration, watchdog_lease: Duration) -> Self {
         Self {
             key,
-            quarantine_ms: quarantine.as_millis() as u64,
-            known: Mutex::new(0),
+            quarantine_floor_ms: quarantine.as_millis() as u64,
+            own_lease_ms: watchdog_lease.as_millis() as u64,
+            known: Mutex::default(),
             quarantine_until: Arc::default(),
         }
     }
 
-    /// What the scripts need: the key, the epoch known now, and the quarantine to start.
-    pub(crate) fn terms(&self) -> EpochTerms<'_> {
+    /// What a script that asks for a lease of `lease_ms` needs: the key, the epoch known now
+    /// and its longest lease (at least this one: a client need not learn a lease it set), and
+    /// the quarantine to start on a missing epoch, long enough for every lease it knows of to
+    /// run out.
+    pub(crate) fn terms(&self, lease_ms: u64) -> EpochTerms<'_> {
+        let known = *self.known.lock().expect("epoch");
         EpochTerms {
             key: &self.key,
-            known: *self.known.lock().expect("epoch"),
-            quarantine_ms: self.quarantine_ms,
+            known: known.epoch,
+            known_lease_ms: known.longest_lease_ms.max(lease_ms),
+            quarantine_ms: self
+                .quarantine_floor_ms
+                .max(self.own_lease_ms)
+                .max(known.longest_lease_ms),
         }
     }
 
-    /// Records the epoch a script told; when it replaces an earlier one, Redis lost the data
-    /// of that one, and `lost` collects what went with it (while no new lease can start).
-    pub(crate) fn learn<T>(&self, epoch: u64, lost: impl FnOnce() -> T) -> Option<T> {
+    /// Records the epoch and longest lease a script told; when the epoch replaces an earlier
+    /// one, Redis lost the data of that one, and `lost` collects what went with it (while no
+    /// new lease can start).
+    pub(crate) fn learn<T>(
+        &self,
+        epoch: u64,
+        longest_lease_ms: u64,
+        lost: impl FnOnce() -> T,
+    ) -> Option<T> {
         let mut known = self.known.lock().expect("epoch");
-        let earlier = std::mem::replace(&mut *known, epoch);
-        (earlier != 0 && earlier != epoch).then(lost)
+        let earlier = std::mem::replace(
+            &mut *known,
+            Known {
+                epoch,
+                longest_lease_ms,
+            },
+        );
+        (earlier.epoch != 0 && earlier.epoch != epoch).then(lost)
     }
 
     /// Records a restart quarantine a script reported, `left` from now. Its start and its end
@@ -67,9 +100,11 @@ impl Epoch {
         }
         tracing::warn!(
             left_ms = left.as_millis() as u64,
-            "restart quarantine: Redis lost its data (a restart without persistence, a \
-             failover to an empty replica, a flush), so no lock is granted until every holder \
-             of a lost lock has been told"
+            "restart quarantine: this Redis has no lock epoch, as it lost its data (a restart \
+             without persistence, a failover to an empty replica, a flush) or is new; no lock \
+             is granted until every lease granted before could have run out. On a server known \
+             to be new, `lockctl waive-quarantine` (LockClient::waive_restart_quarantine) \
+             ends it"
         );
         let until = self.quarantine_until.clone();
         tokio::spawn(async move {
@@ -93,6 +128,14 @@ impl Epoch {
         });
     }
 
+    /// Forgets the quarantine this client heard of: an operator waived it.
+    pub(crate) fn waived(&self) {
+        let ended = self.quarantine_until.lock().expect("quarantine").take();
+        if ended.is_some() {
+            tracing::warn!("restart quarantine waived: locks are granted again");
+        }
+    }
+
     /// How long the restart quarantine this client heard of still runs, if it does.
     pub(crate) fn quarantine_left(&self) -> Option<Duration> {
         let until = *self.quarantine_until.lock().expect("quarantine");
@@ -106,9 +149,34 @@ impl Epoch {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_quarantine_covers_every_lease_the_client_knows_of() {
+        let epoch = Epoch::new(
+            "lock:epoch".into(),
+            Duration::from_secs(5),
+            Duration::from_secs(30),
+        );
+        let fresh = epoch.terms(30_000);
+        assert_eq!((fresh.known, fresh.known_lease_ms), (0, 30_000));
+        // Its own watchdog lease, over a shorter quarantine setting.
+        assert_eq!(fresh.quarantine_ms, 30_000);
+        // A longer lease another client recorded in this epoch.
+        assert_eq!(epoch.learn(7, 60_000, || ()), None);
+        let learned = epoch.terms(1_000);
+        assert_eq!((learned.known, learned.known_lease_ms), (7, 60_000));
+        assert_eq!(learned.quarantine_ms, 60_000);
+        // A new epoch: the data of the earlier one is lost.
+        assert_eq!(epoch.learn(8, 2_000, || "lost"), Some("lost"));
+        assert_eq!(epoch.terms(1_000).quarantine_ms, 30_000);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_quarantine_is_known_until_it_ends_and_a_later_report_extends_it() {
-        let epoch = Epoch::new("lock:epoch".into(), Duration::from_secs(5));
+        let epoch = Epoch::new(
+            "lock:epoch".into(),
+            Duration::from_secs(5),
+            Duration::from_secs(30),
+        );
         assert_eq!(epoch.quarantine_left(), None);
         epoch.note_quarantine(Duration::from_secs(3));
         assert_eq!(epoch.quarantine_left(), Some(Duration::from_secs(3)));

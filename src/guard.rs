@@ -189,7 +189,7 @@ impl Hold {
         self.inner
             .connections
             .run(self.keys.hash(), |mut conn| async move {
-                let epoch = self.inner.watchdog.epoch().terms();
+                let epoch = self.inner.watchdog.epoch().terms(terms.lease_ms);
                 scripts::acquire(
                     &mut conn,
                     &self.keys,

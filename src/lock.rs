@@ -37,7 +37,8 @@ pub struct LockState {
     pub holders: Vec<(String, u64)>,
     /// Time left on the lease, when the lock is held.
     pub ttl: Option<Duration>,
-    /// The last fencing token handed out for this name, if any.
+    /// The top of the fencing counter: the last token reserved for this name, while the
+    /// counter lives (it expires a lease after its last reservation).
     pub fence: Option<u64>,
 }
 

@@ -67,6 +67,13 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+static EPOCH_WAIVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/clock.lua"),
+        include_str!("scripts/epoch_waive.lua")
+    ))
+});
+
 static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/clock.lua"),
@@ -113,21 +120,23 @@ pub(crate) enum AcquireReply {
     Waiting { lease_left_ms: i64, server_ms: u64 },
     /// A re-entry found the lock no longer held by this owner.
     NotOwner,
-    /// The server is in another epoch than the client knows: the client must learn it (and,
-    /// when it knew an earlier one, tell its holders that their locks are gone) first.
-    EpochChanged { epoch: u64 },
+    /// The server is in another epoch than the client knows, or granted a longer lease in it:
+    /// the client must learn both (and, when it knew an earlier epoch, tell its holders that
+    /// their locks are gone) first.
+    EpochChanged { epoch: u64, longest_lease_ms: u64 },
     /// Redis lost its data and grants no lock until its restart quarantine ends (this much
     /// later); the server's clock when the script ran. Nothing was queued.
     Quarantined { left_ms: u64, server_ms: u64 },
 }
 
-/// What the server's epoch is to a client: the one it knows, and the quarantine it starts
-/// when it finds that Redis lost its data.
+/// What the server's epoch is to a client: the one it knows and the longest lease it knows
+/// was granted in it, and the quarantine it starts when it finds the epoch missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct EpochTerms<'a> {
     pub(crate) key: &'a str,
     /// 0 when the client has not seen one yet.
     pub(crate) known: u64,
+    pub(crate) known_lease_ms: u64,
     pub(crate) quarantine_ms: u64,
 }
 
@@ -136,8 +145,9 @@ pub(crate) struct EpochTerms<'a> {
 pub(crate) enum RenewReply {
     /// Per lock, whether it is still held (and was renewed).
     Renewed(Vec<bool>),
-    /// The server is in another epoch: every lock of the earlier one is gone.
-    EpochChanged { epoch: u64 },
+    /// The server is in another epoch (every lock of the earlier one is gone), or granted a
+    /// longer lease in it: the client must learn both.
+    EpochChanged { epoch: u64, longest_lease_ms: u64 },
 }
 
 /// How many holds a release drops.
@@ -251,7 +261,9 @@ pub(crate) async fn acquire(
         AcquireMode::ReadWithin => "within",
     });
     with_terms(&mut cmd, terms);
-    cmd.arg(epoch.known).arg(epoch.quarantine_ms);
+    cmd.arg(epoch.known)
+        .arg(epoch.quarantine_ms)
+        .arg(epoch.known_lease_ms);
     if let Some(role) = rw_role(terms.kind) {
         cmd.arg(role);
     }
@@ -259,6 +271,7 @@ pub(crate) async fn acquire(
     Ok(match status {
         -2 => AcquireReply::EpochChanged {
             epoch: first.max(0) as u64,
+            longest_lease_ms: second.max(0) as u64,
         },
         -3 => AcquireReply::Quarantined {
             left_ms: first.max(0) as u64,
@@ -336,15 +349,17 @@ pub(crate) async fn renew(
         .key(epoch.key)
         .arg(lease_ms)
         .arg(epoch.known)
-        .arg(epoch.quarantine_ms);
+        .arg(epoch.quarantine_ms)
+        .arg(epoch.known_lease_ms);
     for (hash, owner) in locks {
         invocation.key(*hash).arg(*owner);
     }
     let reply: Vec<i64> = invocation.invoke_async(conn).await?;
     Ok(match reply.split_first() {
         Some((0, renewed)) => RenewReply::Renewed(renewed.iter().map(|r| *r == 1).collect()),
-        Some((epoch, _)) => RenewReply::EpochChanged {
+        Some((epoch, rest)) => RenewReply::EpochChanged {
             epoch: (*epoch).max(0) as u64,
+            longest_lease_ms: rest.first().map_or(0, |lease| (*lease).max(0) as u64),
         },
         None => RenewReply::Renewed(Vec::new()),
     })
@@ -375,4 +390,14 @@ pub(crate) async fn force_unlock(
     let script = force_unlock_script(kind);
     let removed: i64 = run(conn, script, &evalsha(script, keys, None, wake)).await?;
     Ok(removed == 1)
+}
+
+/// Waives the restart quarantine of the epoch at `epoch_key` (or gives a server without an
+/// epoch its first one, without a quarantine); returns whether one was waived.
+pub(crate) async fn waive_quarantine(
+    conn: &mut MultiplexedConnection,
+    epoch_key: &str,
+) -> redis::RedisResult<bool> {
+    let waived: i64 = EPOCH_WAIVE.key(epoch_key).invoke_async(conn).await?;
+    Ok(waived == 1)
 }

@@ -120,7 +120,7 @@ impl QueuedWait {
         let mut reconnected = false;
         let (sent_at, reply) = loop {
             let sent_at = Instant::now();
-            let epoch = inner.watchdog.epoch().terms();
+            let epoch = inner.watchdog.epoch().terms(terms.lease_ms);
             let reply = inner
                 .connections
                 .bounded(
@@ -151,8 +151,11 @@ impl QueuedWait {
             match reply {
                 // Nothing was done: learn the epoch (telling this client's holders when
                 // Redis lost their locks) and look again.
-                AcquireReply::EpochChanged { epoch } if epochs_learned < MAX_EPOCHS_LEARNED => {
-                    inner.watchdog.learn_epoch(epoch);
+                AcquireReply::EpochChanged {
+                    epoch,
+                    longest_lease_ms,
+                } if epochs_learned < MAX_EPOCHS_LEARNED => {
+                    inner.watchdog.learn_epoch(epoch, longest_lease_ms);
                     epochs_learned += 1;
                 }
                 AcquireReply::Quarantined { left_ms, .. } => {

@@ -97,8 +97,8 @@ struct Shared {
 
 impl Shared {
     /// Learns the epoch a script told, and fires `DataLost` on every lease of an earlier one.
-    fn learn_epoch(&self, epoch: u64) {
-        let lost = self.epoch.learn(epoch, || {
+    fn learn_epoch(&self, epoch: u64, longest_lease_ms: u64) {
+        let lost = self.epoch.learn(epoch, longest_lease_ms, || {
             let mut leases = self.leases.lock().expect("leases");
             leases.deadlines.clear();
             leases
@@ -204,8 +204,8 @@ impl Watchdog {
     }
 
     /// Learns the epoch a script told; leases of an earlier epoch are lost (`DataLost`).
-    pub(crate) fn learn_epoch(&self, epoch: u64) {
-        self.shared.learn_epoch(epoch);
+    pub(crate) fn learn_epoch(&self, epoch: u64, longest_lease_ms: u64) {
+        self.shared.learn_epoch(epoch, longest_lease_ms);
     }
 
     pub(crate) fn unregister(&self, id: u64) {
@@ -311,15 +311,18 @@ impl Actor {
                 .firing_deadlines(timeout(limit, async {
                     let mut conn = self.connections.get(shard).await?;
                     self.connections.note_sent();
-                    let epoch = self.shared.epoch.terms();
+                    let epoch = self.shared.epoch.terms(lease_ms);
                     Ok::<_, crate::LockError>(
                         scripts::renew(&mut conn, &pairs, lease_ms, &epoch).await?,
                     )
                 }))
                 .await;
             match outcome {
-                Ok(Ok(RenewReply::EpochChanged { epoch })) => {
-                    self.shared.learn_epoch(epoch);
+                Ok(Ok(RenewReply::EpochChanged {
+                    epoch,
+                    longest_lease_ms,
+                })) => {
+                    self.shared.learn_epoch(epoch, longest_lease_ms);
                     return;
                 }
                 Ok(Ok(RenewReply::Renewed(renewed))) => {
@@ -425,12 +428,15 @@ impl Actor {
             .firing_deadlines(timeout(limit, async {
                 let mut conn = self.connections.get(keys.hash()).await?;
                 self.connections.note_sent();
-                let epoch = self.shared.epoch.terms();
+                let epoch = self.shared.epoch.terms(0);
                 Ok::<_, crate::LockError>(scripts::renew(&mut conn, &[], 0, &epoch).await?)
             }))
             .await;
         match outcome {
-            Ok(Ok(RenewReply::EpochChanged { epoch })) => self.shared.learn_epoch(epoch),
+            Ok(Ok(RenewReply::EpochChanged {
+                epoch,
+                longest_lease_ms,
+            })) => self.shared.learn_epoch(epoch, longest_lease_ms),
             Ok(Ok(RenewReply::Renewed(_))) => {}
             Ok(Err(err)) => self.connections.note_failure(keys.hash(), &err),
             Err(_) => self

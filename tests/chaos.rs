@@ -58,9 +58,13 @@ enum Fault {
     RestartRedis,
     /// Redis SIGKILLed, down for 0.5–3 s, started again without its data.
     RedisDown,
+    /// One process's traffic stalled while Redis restarts without its data, healed 0.5–3.5 s
+    /// later: its holders cannot hear of the loss and must be told by their own deadlines
+    /// before the quarantine ends.
+    CutHolderDuringRestart,
 }
 
-const FAULTS: [Fault; 8] = [
+const FAULTS: [Fault; 9] = [
     Fault::CutConnections,
     Fault::CutPubSub,
     Fault::BlackHole,
@@ -69,6 +73,7 @@ const FAULTS: [Fault; 8] = [
     Fault::KillPubSubClients,
     Fault::RestartRedis,
     Fault::RedisDown,
+    Fault::CutHolderDuringRestart,
 ];
 
 fn env_number(name: &str) -> Option<u64> {
@@ -94,6 +99,12 @@ fn spawn_worker(index: usize, url: &str, log: &str, seconds: u64, seed: u64) -> 
         .kill_on_drop(true)
         .spawn()
         .expect("a chaos worker starts")
+}
+
+/// How long no lock is granted after Redis lost its data: the quarantine covers the
+/// workers' lease too.
+fn no_grants_after_a_loss() -> Duration {
+    QUARANTINE.max(LEASE)
 }
 
 /// Injects one fault of `kind` and undoes it; Redis may be replaced (same port, no data).
@@ -139,14 +150,22 @@ async fn inject(
         Fault::RestartRedis => {
             server.kill();
             *server = RedisServer::start_on(port);
-            return QUARANTINE;
+            return no_grants_after_a_loss();
         }
         Fault::RedisDown => {
             server.kill();
             let down = Duration::from_millis(rng.random_range(500..3000));
             sleep(down).await;
             *server = RedisServer::start_on(port);
-            return down + QUARANTINE;
+            return down + no_grants_after_a_loss();
+        }
+        Fault::CutHolderDuringRestart => {
+            one.black_hole();
+            server.kill();
+            *server = RedisServer::start_on(port);
+            sleep(Duration::from_millis(rng.random_range(500..3500))).await;
+            one.heal();
+            return no_grants_after_a_loss();
         }
     }
     Duration::ZERO
@@ -234,6 +253,17 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
     assert!(verdict.examples.is_empty(), "{:#?}", verdict.examples);
     assert_eq!(verdict.overlaps, 0);
     assert_eq!(verdict.token_regressions, 0);
+    assert!(verdict.sections > 0, "the workers took locks");
+    // Faults make acquisitions time out, find Redis away or end in a restart quarantine; a
+    // script never fails.
+    assert!(
+        verdict.failures.keys().all(|kind| matches!(
+            kind.as_str(),
+            "timeout" | "redis_unavailable" | "restart_quarantine"
+        )),
+        "failed acquisitions: {:?}",
+        verdict.failures
+    );
     assert_eq!(verdict.stuck, 0, "no acquisition outlived its bound");
     assert!(keys_left.is_empty(), "locks left in Redis: {keys_left:?}");
     if seconds >= 60 {

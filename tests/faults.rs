@@ -30,13 +30,18 @@ fn watch_lost(guard: &LockGuard) -> tokio::task::JoinHandle<(Instant, LostReason
 async fn a_redis_that_lost_its_data_tells_holders_before_anyone_else_gets_their_locks() {
     let mut server = RedisServer::start();
     let port = server.port();
+    // The quarantine covers the longest lease any client may still believe it holds: here
+    // the quarantine setting, longer than the short leases of both clients.
     let quarantine = Duration::from_secs(3);
+    let lease = Duration::from_secs(2);
     let holders = LockClient::builder(&server.url())
+        .watchdog_lease(lease)
         .restart_quarantine(quarantine)
         .build()
         .await
         .unwrap();
     let others = LockClient::builder(&server.url())
+        .watchdog_lease(lease)
         .restart_quarantine(quarantine)
         .build()
         .await
@@ -315,6 +320,139 @@ async fn a_killed_holder_process_frees_its_lock_after_its_lease() {
         "freed within the lease plus the re-poll bound: {waited:?}"
     );
     drop(taken);
+}
+
+/// A holder cut off from Redis while Redis loses its data (FLUSHALL), and another client
+/// that asks for its lock with a wait bound longer than the lease; `quarantine` is the asking
+/// client's restart quarantine, shorter than the lease. Returns when the holder was told,
+/// why, and when the other client got the lock.
+async fn lose_data_while_a_holder_is_cut_off(
+    asking_knows_the_epoch: bool,
+) -> (Instant, LostReason, Instant) {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    // Short so the test is quick; the defaults (a 30 s lease, a 5 s quarantine) have the
+    // same shape: a quarantine shorter than the lease.
+    let lease = Duration::from_secs(5);
+    let quarantine = Duration::from_millis(500);
+    let cut_off = support::client_with_lease(&proxy.url(), lease).await;
+    let held = cut_off
+        .lock("partitioned")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let lost = watch_lost(&held);
+    let other = LockClient::builder(&server.url())
+        .watchdog_lease(lease)
+        .restart_quarantine(quarantine)
+        .build()
+        .await
+        .unwrap();
+    if asking_knows_the_epoch {
+        drop(other.lock("warm-up").unwrap().acquire().await.unwrap());
+    }
+
+    proxy.black_hole();
+    let _: () = server.cmd(&["FLUSHALL"]);
+    let taken = other
+        .lock("partitioned")
+        .unwrap()
+        .acquire_timeout(lease * 2 + SLACK)
+        .await
+        .expect("the lock is free once the lease could have run out");
+    let taken_at = Instant::now();
+    let (lost_at, reason) = lost.await.unwrap();
+    assert!(
+        taken.fencing_token() > held.fencing_token(),
+        "tokens keep growing"
+    );
+    proxy.heal();
+    (lost_at, reason, taken_at)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_while_redis_loses_its_data_is_told_before_its_lock_is_taken() {
+    let (lost_at, reason, taken_at) = lose_data_while_a_holder_is_cut_off(true).await;
+    assert_eq!(reason, LostReason::Unreachable);
+    assert!(
+        lost_at < taken_at,
+        "the cut-off holder was told {:?} after another client took its lock",
+        lost_at - taken_at
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_new_to_a_redis_that_lost_its_data_waits_for_the_cut_off_holder_too() {
+    // The first client to reach the empty Redis never saw its earlier epoch.
+    let (lost_at, reason, taken_at) = lose_data_while_a_holder_is_cut_off(false).await;
+    assert_eq!(reason, LostReason::Unreachable);
+    assert!(
+        lost_at < taken_at,
+        "the cut-off holder was told {:?} after another client took its lock",
+        lost_at - taken_at
+    );
+}
+
+#[tokio::test]
+async fn a_quarantine_covers_the_longest_lease_granted_before_the_loss() {
+    let server = RedisServer::start();
+    let short = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_secs(1))
+        .restart_quarantine(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let long = client(&server).await;
+    // Another client takes a fixed lease of 8 s: the epoch records it, and the short-lease
+    // client learns it at its next script.
+    let _held = long
+        .lock("long")
+        .unwrap()
+        .with_lease(tower_redis_lock::Lease::Fixed(Duration::from_secs(8)))
+        .acquire()
+        .await
+        .unwrap();
+    drop(short.lock("learn").unwrap().acquire().await.unwrap());
+
+    let _: () = server.cmd(&["FLUSHALL"]);
+    let lock = short.lock("after").unwrap();
+    assert!(lock.try_acquire().await.unwrap().is_none(), "quarantined");
+    let left = short.restart_quarantine_left().expect("a quarantine runs");
+    assert!(
+        left > Duration::from_secs(7),
+        "the quarantine covers the 8 s lease, not the client's own 1 s: {left:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_new_server_waits_a_quarantine_until_an_operator_waives_it() {
+    let server = RedisServer::start();
+    // The harness gives new servers their epoch; this one is left without, as a new server
+    // is (or one that lost its data: the library cannot tell them apart).
+    let _: i64 = server.cmd(&["DEL", "lock:epoch"]);
+    let locks = client(&server).await;
+    let lock = locks.lock("first").unwrap();
+    assert!(lock.try_acquire().await.unwrap().is_none(), "quarantined");
+    let left = locks.restart_quarantine_left().expect("a quarantine runs");
+    assert!(
+        left > Duration::from_secs(25),
+        "the default 30 s lease: {left:?}"
+    );
+
+    assert!(locks.waive_restart_quarantine().await.unwrap(), "waived");
+    assert_eq!(locks.restart_quarantine_left(), None);
+    let guard = lock.try_acquire().await.unwrap().expect("granted at once");
+    assert!(guard.is_held());
+    assert!(
+        !locks.waive_restart_quarantine().await.unwrap(),
+        "nothing left to waive"
+    );
+    // A server that has no epoch yet gets one without a quarantine.
+    let _: i64 = server.cmd(&["DEL", "lock:epoch"]);
+    assert!(locks.waive_restart_quarantine().await.unwrap());
+    let epoch: String = server.cmd(&["GET", "lock:epoch"]);
+    assert!(epoch.ends_with(" 0 0"), "{epoch}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -225,3 +225,18 @@ fn a_redlock_over_three_servers_holds_with_one_down_and_fails_typed_with_two() {
     let (code, _) = run_with_urls(&urls, &["hold", "ledger", "--for", "10ms"]);
     assert_eq!(code, 2, "several --url need --kind redlock");
 }
+
+#[test]
+fn an_operator_waives_the_quarantine_of_a_new_server() {
+    let server = RedisServer::start();
+    // A new server without the epoch the harness provisions: its first lock would wait.
+    let _: i64 = server.cmd(&["DEL", "lock:epoch"]);
+    let (code, waived) = run(&server, &["waive-quarantine"]);
+    assert_eq!(code, 0);
+    assert_eq!(waived["event"], "quarantine-waived");
+    assert_eq!(waived["waived"], true);
+    let (code, released) = run(&server, &["hold", "first", "--for", "10ms", "--wait", "1s"]);
+    assert_eq!((code, released["event"].as_str()), (0, Some("released")));
+    let (code, again) = run(&server, &["waive-quarantine"]);
+    assert_eq!((code, again["waived"].as_bool()), (0, Some(false)));
+}

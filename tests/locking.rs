@@ -249,7 +249,8 @@ async fn fencing_tokens_strictly_increase_across_clients() {
 async fn fencing_tokens_keep_growing_after_redis_loses_its_data() {
     let mut server = RedisServer::start();
     let port = server.port();
-    let locks = client(&server).await;
+    // A short lease, so the quarantine after the loss is the 5 s default, not a 30 s lease.
+    let locks = support::client_with_lease(&server.url(), Duration::from_secs(2)).await;
     let before = locks.lock("fenced").unwrap().acquire().await.unwrap();
     let token = before.fencing_token();
     drop(before);
@@ -340,7 +341,9 @@ async fn a_client_started_before_redis_recovers_once_redis_is_up() {
     let locks = support::client_on_silent_port(port).await;
     let down = locks.lock("late").unwrap().try_acquire().await.unwrap_err();
     assert_eq!(down.kind(), ErrorKind::RedisUnavailable);
-    let _server = RedisServer::start_on(port);
+    let server = RedisServer::start_on(port);
+    // A new server, as an operator provisions one (else its first lock waits a quarantine).
+    server.provision_epoch("lock:");
     // Operations fail fast while redis is down, so the caller retries; the client needs no
     // restart once redis answers.
     let started = std::time::Instant::now();

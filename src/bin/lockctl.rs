@@ -5,6 +5,7 @@
 //! lockctl --url URL1 --url URL2 --url URL3 hold NAME --for 2s --kind redlock
 //! lockctl [--url URL] inspect NAME
 //! lockctl [--url URL] force-unlock NAME
+//! lockctl [--url URL] waive-quarantine
 //! ```
 //!
 //! KIND is `exclusive` (the default), `fair`, `read`, `write` or `redlock` (a quorum of the
@@ -25,6 +26,7 @@ const USAGE: &str =
        lockctl --url URL --url URL ... hold NAME --for DURATION --kind redlock
        lockctl [--url URL] inspect NAME
        lockctl [--url URL] force-unlock NAME
+       lockctl [--url URL] waive-quarantine
 durations: 250ms, 2s, 1m (a bare number is seconds)";
 
 /// Which kind of lock `hold` takes.
@@ -47,6 +49,8 @@ enum Command {
     },
     Inspect(String),
     ForceUnlock(String),
+    /// The server is new, or every holder of a lock it lost has stopped: no quarantine.
+    WaiveQuarantine,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -125,6 +129,11 @@ async fn run(urls: &[String], command: Command) -> Result<ExitCode, LockError> {
         Command::ForceUnlock(name) => {
             let removed = locks.lock(&name)?.force_unlock().await?;
             emit(json!({"event": "force-unlocked", "name": name, "removed": removed}));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::WaiveQuarantine => {
+            let waived = locks.waive_restart_quarantine().await?;
+            emit(json!({"event": "quarantine-waived", "waived": waived}));
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -259,6 +268,7 @@ fn parse(args: Vec<String>) -> Result<(Vec<String>, Command), String> {
         },
         [verb, name] if verb == "inspect" => Command::Inspect(name.clone()),
         [verb, name] if verb == "force-unlock" => Command::ForceUnlock(name.clone()),
+        [verb] if verb == "waive-quarantine" => Command::WaiveQuarantine,
         _ => return Err("expected a command and a lock name".into()),
     };
     let redlock = matches!(

@@ -20,7 +20,7 @@ if scope == 'handoff' then
   local head = live_head(now)
   if not head then
     redis.call('pexpire', KEYS[1], ARGV[8])
-    return {1, 2, reserve_tokens(tonumber(ARGV[7]))}
+    return {1, 2, reserve_tokens(tonumber(ARGV[7]), ARGV[8])}
   end
   redis.call('hdel', KEYS[1], owner)
   grant_head(now)

@@ -51,14 +51,14 @@ local function rw_add_reader(owner, now, lease_ms, block)
   if redis.call('pttl', KEYS[1]) < lease_ms then
     redis.call('pexpire', KEYS[1], lease_ms)
   end
-  return reserve_tokens(block)
+  return reserve_tokens(block, lease_ms)
 end
 
 -- Makes `owner` the writer of a free lock. Returns its fencing token.
 local function rw_take_write(owner, lease_ms, block)
   redis.call('hset', KEYS[1], 'mode', 'write', owner, 1)
   redis.call('pexpire', KEYS[1], lease_ms)
-  return reserve_tokens(block)
+  return reserve_tokens(block, lease_ms)
 end
 
 -- Queues `owner` as a reader ('r') or a writer ('w'): the queue's own terms, and the role.

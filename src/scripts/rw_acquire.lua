@@ -1,15 +1,15 @@
 -- Acquire a read-write lock for reading or writing, wait in its queue, or re-enter it.
--- The arguments and replies of acquire.lua, and ARGV[10] the role: 'read' or 'write'.
+-- The arguments and replies of acquire.lua, and ARGV[11] the role: 'read' or 'write'.
 -- ARGV[4] may also be 'within' (role 'read'): a read hold for the owner of the write lock,
 -- never waiting; {1, token, lease left} when it holds the write lock, {-1, 0, 0} otherwise.
 -- A reader's lease left is its own, not the longest reader's.
-local owner, mode, role = ARGV[2], ARGV[4], ARGV[10]
+local owner, mode, role = ARGV[2], ARGV[4], ARGV[11]
 local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
 local taking = mode == 'wait' or mode == 'try'
 -- A re-entry (or a read inside the write lock) adds to a hold of this epoch if it is still
 -- there; a lost one is simply gone.
 if taking then
-  local blocked = check_epoch(KEYS[5], ARGV[8], ARGV[9])
+  local blocked = check_epoch(KEYS[5], ARGV[8], ARGV[10], ARGV[9], ARGV[3])
   if blocked then
     return blocked
   end
@@ -40,7 +40,7 @@ if held then
     -- holds are told apart from its write holds.
     redis.call('hset', KEYS[1], 'mode', 'write')
     redis.call('hincrby', KEYS[1], owner .. ':r', 1)
-    return {1, reserve_tokens(block), left}
+    return {1, reserve_tokens(block, lease), left}
   end
   if mode == 'reenter' then
     if role == 'read' and state == 'read' then
@@ -56,8 +56,13 @@ if held then
     return {1, 0, left}
   end
   -- Granted from the queue while this waiter was not listening: the counter's top is at
-  -- least its token and below every later one.
-  return {1, tonumber(redis.call('get', KEYS[2])), left}
+  -- least its token and below every later one (it expires with a lease; should it be gone,
+  -- a fresh token grows as well).
+  local top = redis.call('get', KEYS[2])
+  if not top then
+    return {1, reserve_tokens(1, math.max(1, left)), left}
+  end
+  return {1, tonumber(top), left}
 end
 if not taking then
   return {-1, 0, 0}
