@@ -23,6 +23,7 @@ use crate::giveback::give_back;
 use crate::guard::{Hold, Holding};
 use crate::scripts::{self, HandoffReply};
 use crate::waiter::QueuedWait;
+use crate::watchdog::{Registration, lost_deadline};
 
 /// What one task of a client leaves for the next task waiting on the same key.
 #[derive(Debug, Default)]
@@ -48,9 +49,15 @@ impl Budget {
     /// The budget of an acquisition whose token block starts at `first_token`; the first
     /// token is the acquirer's own.
     pub(crate) fn new(first_token: u64, block: u64, window: Duration) -> Self {
+        Self::reserved(first_token + 1, block.saturating_sub(1), window)
+    }
+
+    /// The budget of a block of `block` tokens from `first_token` that nobody holds yet: the
+    /// first is the next holder's (a lock a hand-over through Redis kept for this client).
+    pub(crate) fn reserved(first_token: u64, block: u64, window: Duration) -> Self {
         Self {
-            next_token: first_token + 1,
-            tokens_left: block.saturating_sub(1),
+            next_token: first_token,
+            tokens_left: block,
             until: Instant::now() + window,
         }
     }
@@ -59,11 +66,12 @@ impl Budget {
         self.tokens_left > 0 && Instant::now() < self.until
     }
 
-    fn take_token(&mut self) -> u64 {
+    /// The next token of the block; `None` once the block is spent.
+    fn take_token(&mut self) -> Option<u64> {
+        self.tokens_left = self.tokens_left.checked_sub(1)?;
         let token = self.next_token;
         self.next_token += 1;
-        self.tokens_left -= 1;
-        token
+        Some(token)
     }
 }
 
@@ -83,18 +91,19 @@ impl CarriedHold {
         }
     }
 
-    /// The hold and the successor's token, if the successor wants a watchdog lease and the
-    /// lease is intact; otherwise the hold is released in the background.
+    /// The hold and the successor's token, if the successor wants a watchdog lease, the
+    /// lease is intact and within its deadline, and a token is left; otherwise the hold is
+    /// released in the background.
     pub(crate) fn pick_up(mut self, wants_watchdog: bool) -> Option<(Arc<Hold>, u64, Budget)> {
         let usable = self
             .hold
             .as_ref()
-            .is_some_and(|hold| wants_watchdog && !hold.lease.is_lost());
+            .is_some_and(|hold| wants_watchdog && hold.lease.is_live());
         if !usable {
             return None;
         }
+        let token = self.budget.take_token()?;
         let hold = self.hold.take()?;
-        let token = self.budget.take_token();
         Some((hold, token, self.budget))
     }
 }
@@ -104,7 +113,6 @@ impl Drop for CarriedHold {
         let Some(hold) = self.hold.take() else {
             return;
         };
-        hold.lease.closing.store(true, Ordering::SeqCst);
         hold.inner.watchdog.unregister(hold.watchdog_id);
         // Released in the background, retried on fresh connections while the hold could
         // still keep the lock, as any release nobody waits for.
@@ -137,7 +145,7 @@ pub(crate) fn try_carry(holding: &Holding) -> bool {
 /// Whether this holding's lock may stay with this client for its next task.
 fn carriable(holding: &Holding) -> bool {
     let hold = &holding.hold;
-    hold.renewed && !hold.lease.is_lost() && holding.reentering.load(Ordering::SeqCst) == 0
+    hold.renewed && hold.lease.is_live() && holding.reentering.load(Ordering::SeqCst) == 0
 }
 
 /// Whether the last release should hand over through Redis (keeping a place in the queue for
@@ -152,7 +160,9 @@ pub(crate) fn wants_handoff(holding: &Holding) -> bool {
 pub(crate) async fn hand_over_through_redis(holding: &Holding) -> Result<()> {
     let hold = &holding.hold;
     let inner = &hold.inner;
-    hold.lease.closing.store(true, Ordering::SeqCst);
+    // Released on purpose: out of the watchdog first, so it is not reported lost; a lock
+    // Redis keeps for this client is registered again below.
+    inner.watchdog.unregister(hold.watchdog_id);
     let next_owner = inner.new_owner();
     // Registered before the script runs, so the grant to it cannot arrive unheard.
     let slot = inner.pubsub.register(next_owner.clone());
@@ -199,8 +209,35 @@ pub(crate) async fn hand_over_through_redis(holding: &Holding) -> Result<()> {
     };
     match reply {
         HandoffReply::Kept { token } => {
-            hold.lease.closing.store(false, Ordering::SeqCst);
-            let budget = Budget::new(token, hold.terms.block, inner.config.local_handoff_window);
+            // Redis renewed the lease when the script ran, after it was sent.
+            let lease = Duration::from_millis(hold.terms.lease_ms);
+            let expires_at = lost_deadline(sent_at, lease);
+            if Instant::now() >= expires_at {
+                // Answered too late to vouch for the lease: given back, and this client's
+                // next task asks Redis anew.
+                give_back(
+                    inner.clone(),
+                    hold.keys.clone(),
+                    hold.terms.kind,
+                    hold.owner.clone(),
+                    None,
+                    lease,
+                );
+                return Ok(());
+            }
+            inner.watchdog.register(Registration {
+                id: hold.watchdog_id,
+                keys: hold.keys.clone(),
+                owner: hold.owner.clone(),
+                lease: hold.lease.clone(),
+                kind: hold.terms.kind,
+                renew: hold.renewed,
+                expires_at,
+            });
+            // The block Redis reserved is the next holders': the first token is the next
+            // task's own.
+            let window = inner.config.local_handoff_window;
+            let budget = Budget::reserved(token, hold.terms.block, window);
             let carried = CarriedHold::new(hold.clone(), budget);
             holding.passed.store(true, Ordering::SeqCst);
             match hold.lease.take_turn_if(|_| true) {

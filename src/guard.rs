@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
 
 use crate::client::Inner;
 use crate::cohort::{self, Baton, Budget};
@@ -32,12 +33,14 @@ pub enum LostReason {
 }
 
 /// Shared by the local holders of one Redis acquisition and the watchdog: the lost signal,
-/// whether the holder is releasing (a lock released on purpose is not reported lost), and
-/// the current holder's turn on the key.
+/// the lease's deadline, and the current holder's turn on the key. A lock released on
+/// purpose is taken out of the watchdog first, so it is not reported lost.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: watch::Sender<Option<LostReason>>,
-    pub(crate) closing: AtomicBool,
+    /// When the holder must be told the lease is lost unless a renewal succeeds first; the
+    /// watchdog moves it on. Past it the lease is not used, even before the watchdog fires.
+    deadline: Mutex<Instant>,
     /// Kept until the lock is released in Redis or handed to the next local task, so no task
     /// of this client overtakes the release; given up as soon as the lease is lost, so this
     /// client's other tasks compete for the lock again instead of queueing behind a guard
@@ -48,16 +51,27 @@ pub(crate) struct LeaseState {
 impl LeaseState {
     /// The state of a lease whose holder has `turn` on the key (none for the kinds that do
     /// not queue locally).
-    pub(crate) fn new(turn: Option<LocalTurn<Baton>>) -> Self {
+    pub(crate) fn new(turn: Option<LocalTurn<Baton>>, deadline: Instant) -> Self {
         Self {
             lost: watch::Sender::new(None),
-            closing: AtomicBool::new(false),
+            deadline: Mutex::new(deadline),
             turn: Mutex::new(turn),
         }
     }
 
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.borrow().is_some()
+    }
+
+    /// Whether the lease can still be vouched for: not reported lost, and its deadline not
+    /// passed (a stalled runtime may not have run the watchdog yet).
+    pub(crate) fn is_live(&self) -> bool {
+        !self.is_lost() && Instant::now() < *self.deadline.lock().expect("lease deadline")
+    }
+
+    /// Moves the deadline to `deadline` (a renewal, or a registration with the watchdog).
+    pub(crate) fn extend_to(&self, deadline: Instant) {
+        *self.deadline.lock().expect("lease deadline") = deadline;
     }
 
     fn give_up_turn(&self) {
@@ -92,11 +106,8 @@ impl LeaseState {
         }
     }
 
-    /// Fires the lost signal once, unless the holder is already releasing.
+    /// Fires the lost signal once.
     pub(crate) fn fire(&self, lock: &str, reason: LostReason) {
-        if self.closing.load(Ordering::SeqCst) {
-            return;
-        }
         let fired = self.lost.send_if_modified(|lost| {
             let first = lost.is_none();
             if first {
@@ -176,6 +187,10 @@ pub(crate) struct Hold {
     pub(crate) watchdog_id: u64,
     /// Renewed by the watchdog; only such holds are handed over locally.
     pub(crate) renewed: bool,
+    /// Every hold of the owner belongs to this acquisition, so its last release releases
+    /// them all (a hold Redis counted whose reply was lost included). Not so for a read
+    /// within a write lock, whose owner's other read holds are other guards'.
+    pub(crate) owns_every_hold: bool,
 }
 
 impl Hold {
@@ -310,10 +325,10 @@ impl LockGuard {
         self.holding.hold.lease.signal()
     }
 
-    /// Whether this guard still holds the lock, as far as this process knows: not released
-    /// and no lost lease reported.
+    /// Whether this guard still holds the lock, as far as this process knows: not released,
+    /// no lost lease reported, and the lease not past the deadline its last renewal gave it.
     pub fn is_held(&self) -> bool {
-        !self.released && !self.holding.hold.lease.is_lost()
+        !self.released && self.holding.hold.lease.is_live()
     }
 
     /// Takes the lock once more for the same owner: the hold count in Redis goes up, and the
@@ -321,7 +336,7 @@ impl LockGuard {
     ///
     /// Cancelling the call is safe: a hold Redis granted after the caller left is released
     /// again. Only when the connection breaks mid-call is the outcome unknown; a hold counted
-    /// then keeps the lock until its lease runs out after the last guard is released.
+    /// then is released with the last guard, which releases every hold of its owner.
     ///
     /// # Errors
     ///
@@ -342,17 +357,21 @@ impl LockGuard {
             let reply = hold
                 .acquire_in_redis(&hold.terms, AcquireMode::Reenter)
                 .await;
-            let outcome = match reply {
-                Ok(AcquireReply::Acquired { .. }) => {
-                    if holding.holds.fetch_add(1, Ordering::SeqCst) == 0 {
-                        // A concurrent release of the other guards lost the race to this hold.
-                        hold.lease.closing.store(false, Ordering::SeqCst);
-                    }
-                    Ok(LockGuard {
-                        holding: holding.clone(),
-                        released: false,
+            // A hold counts only while a guard of the acquisition lives: once the last is
+            // released (or the lock passed to the next local task), the hold Redis counted is
+            // taken by that last release, which releases every hold of the owner.
+            let counted = matches!(reply, Ok(AcquireReply::Acquired { .. }))
+                && holding
+                    .holds
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |holds| {
+                        (holds > 0).then_some(holds + 1)
                     })
-                }
+                    .is_ok();
+            let outcome = match reply {
+                Ok(_) if counted => Ok(LockGuard {
+                    holding: holding.clone(),
+                    released: false,
+                }),
                 Ok(_) => Err(LockError::new(
                     ErrorKind::NotOwner,
                     "the lock is no longer held by this owner",
@@ -418,10 +437,18 @@ async fn finish_release(holding: Arc<Holding>, last: bool) -> Result<()> {
         return cohort::hand_over_through_redis(&holding).await;
     }
     let hold = &holding.hold;
-    if last {
-        hold.lease.closing.store(true, Ordering::SeqCst);
-    }
-    match hold.release_in_redis(ReleaseScope::One).await {
+    let scope = if last {
+        // Released on purpose: out of the watchdog first, so it is not reported lost.
+        hold.inner.watchdog.unregister(hold.watchdog_id);
+        if hold.owns_every_hold {
+            ReleaseScope::All
+        } else {
+            ReleaseScope::One
+        }
+    } else {
+        ReleaseScope::One
+    };
+    match hold.release_in_redis(scope).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(LockError::new(
             ErrorKind::NotOwner,

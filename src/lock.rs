@@ -202,10 +202,19 @@ impl Lock {
             inner.ensure_running()?;
             if !look {
                 if let Some(grant) = waiter.wait(nap).await {
-                    let expires_at = waiter.grant_deadline(grant);
-                    let guard = self.grant(turn, waiter.settle(), grant.token, expires_at, terms);
-                    self.trace_acquired(&guard, started, "lock handed over by Redis");
-                    return Ok(Some(guard));
+                    // A grant that cannot be vouched for any more (it lapsed while this task
+                    // or its runtime stalled) is never handed out: the lock is looked at again.
+                    let deadline = waiter.grant_deadline(grant);
+                    if let Some(expires_at) = deadline {
+                        let granted = Duration::from_millis(grant.lease_ms);
+                        let lease = self.full_lease(&mut waiter, expires_at, granted, &terms);
+                        if let Some(expires_at) = Box::pin(lease).await? {
+                            let guard =
+                                self.grant(turn, waiter.settle(), grant.token, expires_at, terms);
+                            self.trace_acquired(&guard, started, "lock handed over by Redis");
+                            return Ok(Some(guard));
+                        }
+                    }
                 }
                 inner.ensure_running()?;
             }
@@ -219,10 +228,18 @@ impl Lock {
                     lease_left_ms,
                 } => {
                     let left = u64::try_from(lease_left_ms).unwrap_or(terms.lease_ms);
-                    let expires_at = lost_deadline(sent_at, Duration::from_millis(left));
-                    let guard = self.grant(turn, waiter.settle(), token, expires_at, terms);
-                    self.trace_acquired(&guard, started, "lock acquired");
-                    return Ok(Some(guard));
+                    let granted = Duration::from_millis(left);
+                    let expires_at = lost_deadline(sent_at, granted);
+                    // A reply read back past its deadline (a stall) is not handed out either.
+                    if Instant::now() < expires_at {
+                        let lease = self.full_lease(&mut waiter, expires_at, granted, &terms);
+                        if let Some(expires_at) = Box::pin(lease).await? {
+                            let guard = self.grant(turn, waiter.settle(), token, expires_at, terms);
+                            self.trace_acquired(&guard, started, "lock acquired");
+                            return Ok(Some(guard));
+                        }
+                    }
+                    look = true;
                 }
                 AcquireReply::Waiting { lease_left_ms, .. } if wait => {
                     // Woken by the grant; the nap bounds what a missed message or a dead
@@ -248,6 +265,25 @@ impl Lock {
                 }
             }
         }
+    }
+
+    /// The deadline of a lock this waiter was granted with `granted` of lease left: a fixed
+    /// lease granted shorter than asked (from the queue, on its claim lease) is extended to
+    /// its full length first, as nothing renews it later. `None` when the grant turned out
+    /// to be no longer this owner's.
+    async fn full_lease(
+        &self,
+        waiter: &mut QueuedWait,
+        expires_at: Instant,
+        granted: Duration,
+        terms: &Terms,
+    ) -> Result<Option<Instant>> {
+        let asked = Duration::from_millis(terms.lease_ms);
+        if self.lease == Lease::Watchdog || granted >= asked {
+            return Ok(Some(expires_at));
+        }
+        let sent_at = waiter.extend_to(terms.lease_ms).await?;
+        Ok(sent_at.map(|sent_at| lost_deadline(sent_at, asked)))
     }
 
     fn trace_acquired(&self, guard: &LockGuard, started: Instant, how: &'static str) {
@@ -301,8 +337,22 @@ impl Lock {
         expires_at: Instant,
         terms: Terms,
     ) -> LockGuard {
+        self.grant_of(turn, owner, token, expires_at, terms, true)
+    }
+
+    /// [`Lock::grant`], for an owner that may hold other guards' holds too
+    /// (`owns_every_hold` false: a read within its write lock).
+    pub(crate) fn grant_of(
+        &self,
+        turn: Option<LocalTurn<Baton>>,
+        owner: Arc<str>,
+        token: u64,
+        expires_at: Instant,
+        terms: Terms,
+        owns_every_hold: bool,
+    ) -> LockGuard {
         let inner = &self.client.inner;
-        let lease = Arc::new(LeaseState::new(turn));
+        let lease = Arc::new(LeaseState::new(turn, expires_at));
         let watchdog_id = inner.new_holder_id();
         let renewed = self.lease == Lease::Watchdog;
         inner.watchdog.register(Registration {
@@ -324,6 +374,7 @@ impl Lock {
             lease,
             watchdog_id,
             renewed,
+            owns_every_hold,
         };
         LockGuard::new(Holding::new(Arc::new(hold), token, budget))
     }

@@ -64,6 +64,9 @@ pub(crate) struct WakeSlot {
     slots: Slots,
     owner: Arc<str>,
     wake: watch::Receiver<Wake>,
+    /// The grant already returned: it is returned once, so a waiter that found it stale and
+    /// looked again is never handed it a second time.
+    delivered: Option<Grant>,
 }
 
 impl PubSub {
@@ -98,6 +101,7 @@ impl PubSub {
             slots: self.slots.clone(),
             owner,
             wake,
+            delivered: None,
         }
     }
 
@@ -121,15 +125,19 @@ impl WakeSlot {
         self.wake.borrow_and_update();
     }
 
-    /// Sleeps until the lock is granted to this owner (the grant), or a wake-up not yet
-    /// seen, or `bound` (`None`).
+    /// Sleeps until the lock is granted to this owner (a grant not returned before), or a
+    /// wake-up not yet seen, or `bound` (`None`).
     pub(crate) async fn wait(&mut self, bound: Duration) -> Option<Grant> {
-        if let Some(grant) = self.wake.borrow().grant {
+        let pending = self.wake.borrow().grant;
+        if let Some(grant) = self.fresh(pending) {
             return Some(grant);
         }
         let deadline = Instant::now() + bound;
         match timeout(bound, self.wake.changed()).await {
-            Ok(Ok(())) => self.wake.borrow_and_update().grant,
+            Ok(Ok(())) => {
+                let granted = self.wake.borrow_and_update().grant;
+                self.fresh(granted)
+            }
             Ok(Err(_)) => {
                 // The sender is gone (only if the table was torn down): poll instead.
                 sleep_until(deadline).await;
@@ -137,6 +145,15 @@ impl WakeSlot {
             }
             Err(_) => None,
         }
+    }
+
+    /// `grant`, unless it was returned before.
+    fn fresh(&mut self, grant: Option<Grant>) -> Option<Grant> {
+        if grant.is_none() || grant == self.delivered {
+            return None;
+        }
+        self.delivered = grant;
+        grant
     }
 }
 

@@ -13,7 +13,7 @@ use crate::giveback::give_back;
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
 use crate::pubsub::{Grant, WakeSlot};
-use crate::scripts::{self, AcquireMode, AcquireReply, Terms};
+use crate::scripts::{self, AcquireMode, AcquireReply, RenewReply, Terms};
 use crate::watchdog::lost_deadline;
 
 /// New epochs one attempt learns before it gives up (a Redis losing its data in a loop).
@@ -197,11 +197,46 @@ impl QueuedWait {
 
     /// When the holder of a granted lock must be told it is lost unless renewed: the grant
     /// came after the last look ran, so dating it from when that look was sent never
-    /// overstates the lease.
-    pub(crate) fn grant_deadline(&self, grant: Grant) -> Instant {
-        let (sent_at, server_ms) = self.last_look.unwrap_or((Instant::now(), grant.server_ms));
-        let granted = sent_at + Duration::from_millis(grant.server_ms.saturating_sub(server_ms));
-        lost_deadline(granted, Duration::from_millis(grant.lease_ms))
+    /// overstates the lease. `None` when the grant cannot be vouched for: older than the last
+    /// look (it lapsed, and this owner queued again), or already past that deadline (this
+    /// task or its runtime stalled); the lock must then be looked at again.
+    pub(crate) fn grant_deadline(&self, grant: Grant) -> Option<Instant> {
+        let (sent_at, server_ms) = self.last_look?;
+        let since_look = grant.server_ms.checked_sub(server_ms)?;
+        let granted = sent_at + Duration::from_millis(since_look);
+        let deadline = lost_deadline(granted, Duration::from_millis(grant.lease_ms));
+        (Instant::now() < deadline).then_some(deadline)
+    }
+
+    /// Extends the lease of the lock this owner was granted to `lease_ms`: a fixed lease
+    /// handed over from the queue starts on the short claim lease and is never renewed.
+    /// Returns when the extension was sent, or `None` when the lock is no longer this
+    /// owner's (the grant lapsed) or Redis lost its data meanwhile: look again.
+    pub(crate) async fn extend_to(&mut self, lease_ms: u64) -> Result<Option<Instant>> {
+        let inner = &self.inner;
+        let mut conn = inner.connections.get(self.keys.hash()).await?;
+        self.conn = Some(conn.clone());
+        let sent_at = Instant::now();
+        let epoch = inner.watchdog.epoch().terms(lease_ms);
+        let locks = [(self.keys.hash(), &*self.owner)];
+        let reply = inner
+            .connections
+            .bounded(
+                self.keys.hash(),
+                scripts::renew(&mut conn, &locks, lease_ms, &epoch),
+            )
+            .await?;
+        Ok(match reply {
+            RenewReply::Renewed(renewed) if renewed.first() == Some(&true) => Some(sent_at),
+            RenewReply::Renewed(_) => None,
+            RenewReply::EpochChanged {
+                epoch,
+                longest_lease_ms,
+            } => {
+                inner.watchdog.learn_epoch(epoch, longest_lease_ms);
+                None
+            }
+        })
     }
 
     /// The lock is held by this owner: nothing to undo. Returns the owner id.

@@ -73,6 +73,7 @@ impl Leases {
         if let Some(entry) = self.entries.get_mut(&id) {
             self.deadlines.remove(&(entry.expires_at, id));
             entry.expires_at = expires_at;
+            entry.lease.extend_to(expires_at);
             self.deadlines.insert((expires_at, id));
         }
     }
@@ -163,7 +164,9 @@ impl Watchdog {
         Self { shared, shutdown }
     }
 
+    /// Watches `registration`'s lease from now on; its deadline becomes the lease's.
     pub(crate) fn register(&self, registration: Registration) {
+        registration.lease.extend_to(registration.expires_at);
         let (stopped, wake) = {
             let mut leases = self.shared.leases.lock().expect("leases");
             if leases.stopped {

@@ -299,3 +299,106 @@ async fn a_hand_over_whose_script_fails_gives_the_lock_back_instead_of_leaving_i
         task.await.unwrap();
     }
 }
+
+// One thread, so that the local task joins the queue before the release.
+#[tokio::test(flavor = "current_thread")]
+async fn a_hand_over_through_redis_that_keeps_the_lock_gives_the_next_task_its_fresh_token() {
+    let server = RedisServer::start();
+    // Limit 0: a release while another task of this client waits goes through Redis, which
+    // keeps the lock for this client when no other instance waits.
+    let here = client_with(&server, 0, NEVER_POLL).await;
+    let lock = here.lock("kept").unwrap();
+    let first = lock.acquire().await.unwrap();
+    let (successor_tx, successor_rx) = tokio::sync::oneshot::channel();
+    let waiting = lock.clone();
+    tokio::spawn(async move { successor_tx.send(waiting.acquire().await.unwrap()) });
+    tokio::task::yield_now().await;
+    let first_token = first.fencing_token();
+    first.release().await.unwrap();
+    let second = tokio::time::timeout(SLACK, successor_rx)
+        .await
+        .expect("the next task holds the lock")
+        .unwrap();
+    assert!(second.is_held());
+    assert_ne!(second.fencing_token(), 0);
+    let fence = lock
+        .inspect()
+        .await
+        .unwrap()
+        .fence
+        .expect("a fencing counter");
+    assert!(
+        second.fencing_token() > first_token && second.fencing_token() <= fence,
+        "token {} after {first_token}, within the block Redis reserved (up to {fence})",
+        second.fencing_token(),
+    );
+    let next = second.fencing_token();
+    second.release().await.unwrap();
+    let elsewhere = client(&server).await;
+    let third = elsewhere.lock("kept").unwrap().acquire().await.unwrap();
+    assert!(third.fencing_token() > next);
+}
+
+/// The lease of the lock the hand-over test below holds: long enough that the hand-over's
+/// reply can be held back past nine tenths of it and still reach Redis before it runs out.
+const HANDED_LEASE: Duration = Duration::from_secs(5);
+
+// One thread, so that the local task joins the queue before the release.
+#[tokio::test(flavor = "current_thread")]
+async fn a_hand_over_answered_past_the_lease_deadline_leaves_no_unrenewed_holder() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    // Limit 0: the release goes through Redis; the command timeout outlasts the black hole.
+    let here = LockClient::builder(&proxy.url())
+        .watchdog_lease(HANDED_LEASE)
+        .local_handoff_limit(0)
+        .command_timeout(HANDED_LEASE * 2)
+        .build()
+        .await
+        .unwrap();
+    let there = client(&server).await;
+    let lock = here.lock("late").unwrap();
+    let first = lock.acquire().await.unwrap();
+    let acquired_at = Instant::now();
+    let (successor_tx, mut successor_rx) = tokio::sync::oneshot::channel();
+    let waiting = lock.clone();
+    tokio::spawn(async move { successor_tx.send(waiting.acquire().await.unwrap()) });
+    tokio::task::yield_now().await;
+
+    // The hand-over reaches Redis, and its reply this client, only once nine tenths of the
+    // lease have passed: the lease is past its deadline when the reply says it was kept.
+    proxy.black_hole();
+    let releasing = tokio::spawn(first.release());
+    tokio::time::sleep_until((acquired_at + HANDED_LEASE.mul_f64(0.94)).into()).await;
+    proxy.heal();
+    let other = there.lock("late").unwrap();
+    let mut elsewhere = tokio::spawn(async move { other.acquire_timeout(HANDED_LEASE * 3).await });
+    tokio::select! {
+        successor = &mut successor_rx => {
+            let successor: LockGuard = successor.unwrap();
+            match (&mut elsewhere).await.unwrap() {
+                Ok(taken) => assert!(
+                    !successor.is_held(),
+                    "another client took the lock (token {}) while the next task of this \
+                     client still holds it (token {})",
+                    taken.fencing_token(),
+                    successor.fencing_token()
+                ),
+                // Renewed all along: nobody else could take it.
+                Err(_) => assert!(successor.is_held()),
+            }
+        }
+        taken = &mut elsewhere => {
+            let taken = taken.unwrap().expect("the other client holds the lock");
+            let taken_token = taken.fencing_token();
+            taken.release().await.unwrap();
+            let successor = tokio::time::timeout(SLACK * 2, successor_rx)
+                .await
+                .expect("the next task gets the lock after the other client")
+                .unwrap();
+            assert!(successor.is_held());
+            assert!(successor.fencing_token() > taken_token);
+        }
+    }
+    let _ = releasing.await;
+}

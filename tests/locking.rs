@@ -426,3 +426,21 @@ async fn a_client_runs_its_commands_on_a_pool_the_caller_brings() {
     );
     guard.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_release_frees_every_hold_of_its_owner() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let guard = locks.lock("leftover").unwrap().acquire().await.unwrap();
+    let again = guard.reenter().await.unwrap();
+    // A re-entry Redis counted whose reply was lost (a cut connection): one hold more in Redis
+    // than this owner has guards.
+    let _: i64 = server.cmd(&["HINCRBY", "lock:{leftover}", guard.owner_id(), "1"]);
+    again.release().await.unwrap();
+    guard.release().await.unwrap();
+    let left: i64 = server.cmd(&["EXISTS", "lock:{leftover}"]);
+    assert_eq!(
+        left, 0,
+        "the last guard's release leaves the lock held by nobody"
+    );
+}

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use support::{RedisServer, client, eventually, queued, subscribers, wake_channel};
 use tokio::task::JoinHandle;
-use tower_redis_lock::{LockClient, LockGuard};
+use tower_redis_lock::{Lease, LockClient, LockGuard};
 
 /// Bound for waits that normally take milliseconds; generous because CI machines are shared
 /// and a debug build on two cores can stall for a while.
@@ -338,4 +338,106 @@ async fn waiters_of_one_client_queue_locally_and_only_the_head_talks_to_redis() 
         order.push(i);
     }
     assert_eq!(order, vec![0, 1, 2, 3, 4]);
+}
+
+/// How long the stalled waiter's runtime is blocked: past its claim lease (3 s, three re-polls
+/// of the default 1 s) with room for another client to take the lock meanwhile.
+const STALL: Duration = Duration::from_secs(6);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_waiter_never_reports_a_lapsed_grant_as_held() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    // Polls often, so it takes the lock soon after the stalled waiter's grant lapses.
+    let taker = client_with_repoll(&server, Duration::from_millis(100)).await;
+    let first = holder.lock("stalled").unwrap().acquire().await.unwrap();
+    let (stall_tx, stall_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stalling_tx, stalling_rx) = tokio::sync::oneshot::channel::<()>();
+    let (result_tx, result_rx) = tokio::sync::oneshot::channel::<(u64, bool)>();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let url = server.url();
+    // The waiter runs on a runtime of one thread, which the stall blocks: neither its task
+    // nor its client's watchdog or pub/sub actor runs meanwhile, as with a blocked worker.
+    let stalled = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let locks = LockClient::connect(&url).await.unwrap();
+            tokio::spawn(async move {
+                let _ = stall_rx.await;
+                stalling_tx.send(()).unwrap();
+                std::thread::sleep(STALL);
+            });
+            let guard = locks
+                .lock("stalled")
+                .unwrap()
+                .acquire_timeout(Duration::from_secs(60))
+                .await
+                .unwrap();
+            result_tx
+                .send((guard.fencing_token(), guard.is_held()))
+                .unwrap();
+            let _ = done_rx.await;
+            guard.release().await.unwrap();
+        });
+    });
+    assert!(eventually(SLACK, || queued(&server, "stalled").len() == 1).await);
+    stall_tx.send(()).unwrap();
+    stalling_rx.await.unwrap();
+    let stall_started = Instant::now();
+    // Grants the lock to the stalled waiter, on a claim lease that runs out during the stall.
+    first.release().await.unwrap();
+    let taken = taker
+        .lock("stalled")
+        .unwrap()
+        .acquire_timeout(STALL)
+        .await
+        .expect("the lapsed grant frees the lock for another client within the stall");
+    let taken_token = taken.fencing_token();
+    // The stall ends; the waiter must not come back holding the lock the taker now holds.
+    let until = STALL.saturating_sub(stall_started.elapsed()) + SLACK;
+    let mut result_rx = result_rx;
+    if let Ok(result) = tokio::time::timeout(until, &mut result_rx).await {
+        let (token, held) = result.unwrap();
+        assert!(
+            !held,
+            "the stalled waiter reports held with token {token} while another holds {taken_token}"
+        );
+    }
+    taken.release().await.unwrap();
+    let (token, held) = tokio::time::timeout(SLACK * 3, result_rx)
+        .await
+        .expect("the stalled waiter gets the lock once it is free")
+        .unwrap();
+    assert!(held);
+    assert!(token > taken_token, "{token} after {taken_token}");
+    done_tx.send(()).unwrap();
+    tokio::task::spawn_blocking(move || stalled.join().unwrap())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_granted_after_a_wait_keeps_its_length() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let first = holder.lock("fixed").unwrap().acquire().await.unwrap();
+    let lock = waiter
+        .lock("fixed")
+        .unwrap()
+        .with_lease(Lease::Fixed(Duration::from_secs(60)));
+    let waiting = tokio::spawn(async move { lock.acquire().await.unwrap() });
+    assert!(eventually(SLACK, || queued(&server, "fixed").len() == 1).await);
+    // Hands the lock to the waiter from the queue, on the queue's short claim lease.
+    first.release().await.unwrap();
+    let guard = tokio::time::timeout(SLACK, waiting).await.unwrap().unwrap();
+    let left = waiter.lock("fixed").unwrap().remaining_ttl().await.unwrap();
+    assert!(
+        left.is_some_and(|left| left > Duration::from_secs(50)),
+        "a 60 s lease granted from the queue has {left:?} left"
+    );
+    guard.release().await.unwrap();
 }

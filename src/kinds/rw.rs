@@ -163,5 +163,6 @@ fn read_guard(
         Lock::new(client, &hold.name, (*hold.keys).clone(), LockKind::Read).with_lease(lease);
     let left = u64::try_from(lease_left_ms).unwrap_or(terms.lease_ms);
     let expires_at = lost_deadline(sent_at, Duration::from_millis(left));
-    lock.grant(None, hold.owner.clone(), token, expires_at, terms)
+    // The owner's read holds may be other read guards': each releases only its own.
+    lock.grant_of(None, hold.owner.clone(), token, expires_at, terms, false)
 }
