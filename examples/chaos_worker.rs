@@ -5,7 +5,13 @@
 //! ```text
 //! chaos_worker --url URL --log PATH --seconds N [--tasks 8] [--hot 3] [--cold 2000]
 //!              [--lease-ms 2000] [--wait-ms 4000] [--quarantine-ms 2000] [--seed N]
+//!              [--stall-ms 0]
 //! ```
+//!
+//! With `--stall-ms`, one more task runs with a client of its own on a runtime of one thread;
+//! on SIGUSR1 that thread is blocked for the given time while the task waits for a lock (never
+//! while it holds one), as a blocked worker thread would: a grant that lapses meanwhile must
+//! not come back as a held lock. Its records carry how long the acquisition was stalled.
 //!
 //! Each log line is one JSON record, times in nanoseconds of the system's monotonic clock
 //! (shared by every process on the machine): an acquisition with its key, fencing token,
@@ -15,12 +21,14 @@
 
 use std::io::Write;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use nix::time::{ClockId, clock_gettime};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
+use tokio::signal::unix::SignalKind;
 use tokio::sync::Mutex;
 use tower_redis_lock::{ErrorKind, LockClient};
 
@@ -41,6 +49,8 @@ struct Settings {
     /// as the setting asks.
     quarantine: Duration,
     seed: u64,
+    /// How long a SIGUSR1 blocks the stalling task's runtime; zero for no such task.
+    stall: Duration,
 }
 
 fn parse() -> Result<Settings, String> {
@@ -55,6 +65,7 @@ fn parse() -> Result<Settings, String> {
         wait: Duration::from_millis(4000),
         quarantine: Duration::from_millis(2000),
         seed: 1,
+        stall: Duration::ZERO,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -71,6 +82,7 @@ fn parse() -> Result<Settings, String> {
             "--wait-ms" => settings.wait = Duration::from_millis(number()?),
             "--quarantine-ms" => settings.quarantine = Duration::from_millis(number()?),
             "--seed" => settings.seed = number()?,
+            "--stall-ms" => settings.stall = Duration::from_millis(number()?),
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -98,6 +110,14 @@ fn error_kind(kind: ErrorKind) -> &'static str {
     }
 }
 
+/// What the stalling task and the stall share: whether the task is waiting for a lock, and
+/// how long its runtime was blocked during the current wait.
+#[derive(Debug, Default)]
+struct Stall {
+    waiting: AtomicBool,
+    stalled_ns: AtomicI64,
+}
+
 /// One task: acquire, work while watching the lost signal, release; until the deadline.
 async fn run_task(
     locks: LockClient,
@@ -105,6 +125,7 @@ async fn run_task(
     index: usize,
     deadline: tokio::time::Instant,
     records: Arc<Mutex<Vec<serde_json::Value>>>,
+    stall: Option<Arc<Stall>>,
 ) {
     let mut rng = StdRng::seed_from_u64(settings.seed * 1000 + index as u64);
     let mut mine = Vec::new();
@@ -130,12 +151,20 @@ async fn run_task(
         };
         let lock = locks.lock(&key).expect("a valid name");
         let asked = now_ns();
-        let guard = match lock.acquire_timeout(settings.wait).await {
+        if let Some(stall) = &stall {
+            stall.waiting.store(true, Ordering::SeqCst);
+        }
+        let acquired = lock.acquire_timeout(settings.wait).await;
+        let stalled = stall.as_ref().map_or(0, |stall| {
+            stall.waiting.store(false, Ordering::SeqCst);
+            stall.stalled_ns.swap(0, Ordering::SeqCst)
+        });
+        let guard = match acquired {
             Ok(guard) => guard,
             Err(err) => {
                 mine.push(json!({
                     "key": key, "error": error_kind(err.kind()), "asked": asked,
-                    "failed": now_ns(),
+                    "failed": now_ns(), "stalled": stalled,
                 }));
                 // As a service would: a moment before the next try when Redis is away.
                 if err.kind() == ErrorKind::RedisUnavailable {
@@ -159,10 +188,69 @@ async fn run_task(
         };
         mine.push(json!({
             "key": key, "token": token, "asked": asked, "start": start, "end": end,
-            "lost": lost_at, "reason": reason, "release": release,
+            "lost": lost_at, "reason": reason, "release": release, "stalled": stalled,
         }));
     }
     records.lock().await.extend(mine);
+}
+
+/// Runs one more task on a runtime of one thread with a client of its own; each SIGUSR1
+/// blocks that thread for `settings.stall` once the task waits for a lock.
+fn spawn_stalling_task(
+    settings: Arc<Settings>,
+    deadline: tokio::time::Instant,
+    records: Arc<Mutex<Vec<serde_json::Value>>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let locks = client(&settings).await;
+            let stall = Arc::new(Stall::default());
+            let mut signals = tokio::signal::unix::signal(SignalKind::user_defined1())
+                .expect("a SIGUSR1 handler");
+            let stalls = stall.clone();
+            let length = settings.stall;
+            tokio::spawn(async move {
+                while signals.recv().await.is_some() {
+                    // Only while the task waits: a holder blocked this long could not be told
+                    // its lease ran out, which no lock can prevent (fencing tokens are for that).
+                    while !stalls.waiting.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    std::thread::sleep(length);
+                    stalls
+                        .stalled_ns
+                        .fetch_add(length.as_nanos() as i64, Ordering::SeqCst);
+                }
+            });
+            let index = settings.tasks;
+            run_task(
+                locks.clone(),
+                settings,
+                index,
+                deadline,
+                records,
+                Some(stall),
+            )
+            .await;
+            locks.shutdown().await;
+        });
+    })
+}
+
+/// A client with the run's lease, timeouts and quarantine.
+async fn client(settings: &Settings) -> LockClient {
+    LockClient::builder(&settings.url)
+        .watchdog_lease(settings.lease)
+        .renew_interval(settings.lease / 3)
+        .command_timeout(Duration::from_millis(500))
+        .restart_quarantine(settings.quarantine)
+        .build()
+        .await
+        .expect("the client starts")
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -174,14 +262,7 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let locks = LockClient::builder(&settings.url)
-        .watchdog_lease(settings.lease)
-        .renew_interval(settings.lease / 3)
-        .command_timeout(Duration::from_millis(500))
-        .restart_quarantine(settings.quarantine)
-        .build()
-        .await
-        .expect("the client starts");
+    let locks = client(&settings).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(settings.seconds);
     let records = Arc::new(Mutex::new(Vec::new()));
     let tasks: Vec<_> = (0..settings.tasks)
@@ -192,11 +273,17 @@ async fn main() {
                 index,
                 deadline,
                 records.clone(),
+                None,
             ))
         })
         .collect();
+    let stalling = (!settings.stall.is_zero())
+        .then(|| spawn_stalling_task(settings.clone(), deadline, records.clone()));
     for task in tasks {
         task.await.expect("a task panicked");
+    }
+    if let Some(stalling) = stalling {
+        stalling.join().expect("the stalling task panicked");
     }
     locks.shutdown().await;
 

@@ -62,9 +62,16 @@ enum Fault {
     /// later: its holders cannot hear of the loss and must be told by their own deadlines
     /// before the quarantine ends.
     CutHolderDuringRestart,
+    /// One process's stalling task has its runtime blocked for [`STALL`] while it waits
+    /// (SIGUSR1): a grant that lapses meanwhile must not come back as a held lock.
+    StallRuntime,
 }
 
-const FAULTS: [Fault; 9] = [
+/// How long a stall fault blocks a runtime: past the claim lease a grant from the queue
+/// starts on (the 2 s lease here).
+const STALL: Duration = Duration::from_millis(3000);
+
+const FAULTS: [Fault; 10] = [
     Fault::CutConnections,
     Fault::CutPubSub,
     Fault::BlackHole,
@@ -74,6 +81,7 @@ const FAULTS: [Fault; 9] = [
     Fault::RestartRedis,
     Fault::RedisDown,
     Fault::CutHolderDuringRestart,
+    Fault::StallRuntime,
 ];
 
 fn env_number(name: &str) -> Option<u64> {
@@ -95,6 +103,7 @@ fn spawn_worker(index: usize, url: &str, log: &str, seconds: u64, seed: u64) -> 
         .args(["--wait-ms", &WAIT.as_millis().to_string()])
         .args(["--quarantine-ms", &QUARANTINE.as_millis().to_string()])
         .args(["--seed", &(seed + index as u64).to_string()])
+        .args(["--stall-ms", &STALL.as_millis().to_string()])
         .stdout(Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -115,9 +124,11 @@ async fn inject(
     rng: &mut StdRng,
     server: &mut RedisServer,
     proxies: &[FaultProxy],
+    workers: &[Child],
 ) -> Duration {
     let port = server.port();
-    let one = &proxies[rng.random_range(0..proxies.len())];
+    let chosen = rng.random_range(0..proxies.len());
+    let one = &proxies[chosen];
     match kind {
         Fault::CutConnections if rng.random_bool(0.5) => {
             one.cut_all();
@@ -167,6 +178,15 @@ async fn inject(
             one.heal();
             return no_grants_after_a_loss();
         }
+        Fault::StallRuntime => {
+            if let Some(pid) = workers[chosen].id() {
+                let signalled = std::process::Command::new("kill")
+                    .args(["-USR1", &pid.to_string()])
+                    .status()
+                    .expect("kill runs");
+                assert!(signalled.success(), "the worker takes SIGUSR1");
+            }
+        }
     }
     Duration::ZERO
 }
@@ -208,7 +228,7 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
             break;
         }
         let kind = FAULTS[rng.random_range(0..FAULTS.len())];
-        no_grants += inject(kind, &mut rng, &mut server, &proxies).await;
+        no_grants += inject(kind, &mut rng, &mut server, &proxies, &workers).await;
         *injected.entry(format!("{kind:?}")).or_default() += 1;
     }
     let granting = Duration::from_secs(seconds).saturating_sub(no_grants);
@@ -244,7 +264,8 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
             "seconds": seconds, "seed": seed, "processes": PROCESSES, "tasks": TASKS,
             "acquisitions": verdict.sections, "failed_acquisitions": verdict.failures,
             "overlaps": verdict.overlaps, "token_regressions": verdict.token_regressions,
-            "stuck_waiters": verdict.stuck, "lost_signalled": verdict.lost_signalled,
+            "stuck_waiters": verdict.stuck, "stalled_waits": verdict.stalled,
+            "lost_signalled": verdict.lost_signalled,
             "lost_found_at_release": verdict.lost_found_at_release,
             "lock_keys_left": keys_left.len(), "faults": injected,
             "granting_seconds": granting.as_secs(),
@@ -293,6 +314,7 @@ fn the_checker_finds_overlaps_token_regressions_and_stuck_waiters() {
         lost,
         reason: lost.map(|_| "DataLost".into()),
         release: "ok".into(),
+        stalled: 0,
     };
     let clean = [section(0, 1, 100, 200, None), section(1, 2, 210, 300, None)];
     let verdict = check(&clean, &[], 1_000);
@@ -331,6 +353,7 @@ fn the_checker_finds_overlaps_token_regressions_and_stuck_waiters() {
         error: "timeout".into(),
         asked: 0,
         failed: 9_000,
+        stalled: 0,
     }];
     let verdict = check(&slow, &timed_out, 1_000);
     assert_eq!(
@@ -338,4 +361,12 @@ fn the_checker_finds_overlaps_token_regressions_and_stuck_waiters() {
         "the failure waited 9,000 ns for a bound of 1,000"
     );
     assert_eq!(verdict.failures.get("timeout"), Some(&1));
+
+    // A wait its runtime was blocked for on purpose has that much more time.
+    let stalled = [Failure {
+        stalled: 8_500,
+        ..timed_out[0].clone()
+    }];
+    let verdict = check(&[], &stalled, 1_000);
+    assert_eq!((verdict.stuck, verdict.stalled), (0, 1));
 }

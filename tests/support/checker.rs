@@ -24,6 +24,9 @@ pub struct Section {
     pub reason: Option<String>,
     /// How the release went: `ok`, or the kind of its typed error.
     pub release: String,
+    /// How long the process's runtime was blocked on purpose while it waited (a stall
+    /// fault): added to its bound.
+    pub stalled: i64,
 }
 
 impl Section {
@@ -41,6 +44,8 @@ pub struct Failure {
     pub error: String,
     pub asked: i64,
     pub failed: i64,
+    /// As [`Section::stalled`].
+    pub stalled: i64,
 }
 
 /// What the checker found.
@@ -54,6 +59,8 @@ pub struct Verdict {
     pub token_regressions: usize,
     /// Acquisitions (successful or not) that took longer than their bound plus slack.
     pub stuck: usize,
+    /// Acquisitions during which the runtime was blocked on purpose (a stall fault).
+    pub stalled: usize,
     /// Lost signals seen by holders, by reason.
     pub lost_signalled: BTreeMap<String, usize>,
     /// Releases that found the lock gone although no lost signal had fired: the holder
@@ -70,6 +77,7 @@ pub fn read_log(process: usize, text: &str) -> (Vec<Section>, Vec<Failure>) {
         let record: Value = serde_json::from_str(line).expect("a JSON record");
         let key = record["key"].as_str().expect("key").to_owned();
         let number = |field: &str| record[field].as_i64().unwrap_or_else(|| panic!("{field}"));
+        let stalled = record["stalled"].as_i64().unwrap_or(0);
         if let Some(error) = record["error"].as_str() {
             failures.push(Failure {
                 process,
@@ -77,6 +85,7 @@ pub fn read_log(process: usize, text: &str) -> (Vec<Section>, Vec<Failure>) {
                 error: error.to_owned(),
                 asked: number("asked"),
                 failed: number("failed"),
+                stalled,
             });
         } else {
             sections.push(Section {
@@ -89,6 +98,7 @@ pub fn read_log(process: usize, text: &str) -> (Vec<Section>, Vec<Failure>) {
                 lost: record["lost"].as_i64(),
                 reason: record["reason"].as_str().map(str::to_owned),
                 release: record["release"].as_str().expect("release").to_owned(),
+                stalled,
             });
         }
     }
@@ -105,8 +115,11 @@ pub fn check(sections: &[Section], failures: &[Failure], bound_ns: i64) -> Verdi
     let mut by_key: HashMap<&str, Vec<&Section>> = HashMap::new();
     for section in sections {
         by_key.entry(&section.key).or_default().push(section);
-        if section.start - section.asked > bound_ns {
+        if section.start - section.asked > bound_ns + section.stalled {
             verdict.stuck += 1;
+        }
+        if section.stalled > 0 {
+            verdict.stalled += 1;
         }
         if let Some(reason) = &section.reason {
             *verdict.lost_signalled.entry(reason.clone()).or_default() += 1;
@@ -116,8 +129,11 @@ pub fn check(sections: &[Section], failures: &[Failure], bound_ns: i64) -> Verdi
     }
     for failure in failures {
         *verdict.failures.entry(failure.error.clone()).or_default() += 1;
-        if failure.failed - failure.asked > bound_ns {
+        if failure.failed - failure.asked > bound_ns + failure.stalled {
             verdict.stuck += 1;
+        }
+        if failure.stalled > 0 {
+            verdict.stalled += 1;
         }
     }
     for (key, mut sections) in by_key {
