@@ -7,8 +7,6 @@ use std::time::Duration;
 use deadpool_redis::{Manager, Pool, Runtime};
 
 use crate::cohort::Baton;
-use crate::conn::Connections;
-use crate::endpoint::Endpoint;
 use crate::epoch::Epoch;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{DEFAULT_PREFIX, LockKeys, epoch_key, validate_prefix, wake_channel_prefix};
@@ -16,8 +14,10 @@ use crate::kind::LockKind;
 use crate::local::LocalTable;
 use crate::lock::Lock;
 use crate::pubsub::PubSub;
-use crate::scripts;
 use crate::watchdog::Watchdog;
+use crate::wire::conn::Connections;
+use crate::wire::endpoint::Endpoint;
+use crate::wire::scripts;
 
 /// Default lease of a watchdog-mode lock: renewed while held, gone this long after the
 /// holder dies.

@@ -21,9 +21,9 @@ use tokio::time::Instant;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::giveback::give_back;
 use crate::guard::{Hold, Holding};
-use crate::scripts::{self, HandoffReply};
 use crate::waiter::QueuedWait;
 use crate::watchdog::{Registration, lost_deadline};
+use crate::wire::scripts::{self, HandoffReply};
 
 /// What one task of a client leaves for the next task waiting on the same key.
 #[derive(Debug, Default)]

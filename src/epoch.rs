@@ -1,4 +1,4 @@
-//! What this client knows of the server's epoch (see `scripts/epoch.lua`): the life of the
+//! What this client knows of the server's epoch (see `wire/lua/epoch.lua`): the life of the
 //! Redis data it has seen, and the longest lease granted in it. A Redis without its epoch
 //! (it lost its data, or is new) is noticed by the first script that runs there: a
 //! quarantine then covers every lease the client knows of, and the holders of the lost locks
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until};
 
-use crate::scripts::EpochTerms;
+use crate::wire::scripts::EpochTerms;
 
 #[derive(Debug)]
 pub(crate) struct Epoch {

@@ -4,8 +4,6 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use crate::access::access_denied;
-
 /// What went wrong, for callers that branch on the cause.
 ///
 /// New kinds may be added in minor releases, so matches need a wildcard arm.
@@ -139,42 +137,6 @@ impl LockError {
 
     pub(crate) fn shut_down() -> Self {
         Self::new(ErrorKind::ShutDown, "the lock client was shut down")
-    }
-}
-
-impl From<redis::RedisError> for LockError {
-    fn from(err: redis::RedisError) -> Self {
-        use redis::{ErrorKind as K, ServerErrorKind as S};
-        let unavailable = err.is_io_error()
-            || err.is_timeout()
-            || err.is_connection_dropped()
-            || err.is_connection_refusal()
-            || matches!(
-                err.kind(),
-                K::Server(
-                    S::BusyLoading | S::TryAgain | S::ClusterDown | S::MasterDown | S::ReadOnly
-                ) | K::ClusterConnectionNotFound
-            );
-        let kind = if access_denied(&err) {
-            ErrorKind::AccessDenied
-        } else if unavailable {
-            ErrorKind::RedisUnavailable
-        } else if err.kind() == K::InvalidClientConfig {
-            ErrorKind::InvalidConfig
-        } else {
-            ErrorKind::Redis
-        };
-        Self::with_source(kind, err.to_string(), err)
-    }
-}
-
-impl From<deadpool_redis::PoolError> for LockError {
-    fn from(err: deadpool_redis::PoolError) -> Self {
-        match err {
-            deadpool_redis::PoolError::Backend(redis) => redis.into(),
-            deadpool_redis::PoolError::Closed => Self::shut_down(),
-            other => Self::with_source(ErrorKind::RedisUnavailable, other.to_string(), other),
-        }
     }
 }
 

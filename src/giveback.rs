@@ -11,7 +11,7 @@ use crate::client::Inner;
 use crate::error::LockError;
 use crate::keys::{LockKeys, shown};
 use crate::kind::LockKind;
-use crate::scripts::{self, ReleaseScope};
+use crate::wire::scripts::{self, ReleaseScope};
 
 /// How long a give-back waits before trying again on a fresh connection.
 const RETRY: Duration = Duration::from_millis(200);

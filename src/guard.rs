@@ -13,7 +13,7 @@ use crate::error::{ErrorKind, LockError, Result};
 use crate::giveback::give_back;
 use crate::keys::{LockKeys, shown};
 use crate::local::LocalTurn;
-use crate::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
+use crate::wire::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
 
 /// Why a lease was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

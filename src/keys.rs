@@ -140,7 +140,7 @@ pub(crate) fn wake_channel_prefix(prefix: &str) -> String {
     format!("{prefix}wake:")
 }
 
-/// The key naming the epoch of this Redis's data (see `scripts/epoch.lua`); outside every
+/// The key naming the epoch of this Redis's data (see `wire/lua/epoch.lua`); outside every
 /// lock's braces, so no lock name reaches it.
 pub(crate) fn epoch_key(prefix: &str) -> String {
     format!("{prefix}epoch")

@@ -32,11 +32,8 @@
 //! - `tonic`: the layer's answers in tonic 0.14's body.
 //! - `cli`: the `lockctl` operator tool.
 
-mod access;
 mod client;
 mod cohort;
-mod conn;
-mod endpoint;
 mod epoch;
 mod error;
 mod giveback;
@@ -48,10 +45,9 @@ pub mod layer;
 mod local;
 mod lock;
 mod pubsub;
-mod scripts;
-mod tls;
 mod waiter;
 mod watchdog;
+mod wire;
 
 pub use client::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_LOCAL_HANDOFF_LIMIT, DEFAULT_LOCAL_HANDOFF_WINDOW,

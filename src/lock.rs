@@ -12,9 +12,9 @@ use crate::guard::{Hold, Holding, LeaseState, LockGuard};
 use crate::keys::{LockKeys, shown, shown_all};
 use crate::kind::LockKind;
 use crate::local::LocalTurn;
-use crate::scripts::{self, AcquireMode, AcquireReply, Terms};
 use crate::waiter::QueuedWait;
 use crate::watchdog::{Registration, lost_deadline};
+use crate::wire::scripts::{self, AcquireMode, AcquireReply, Terms};
 
 /// How long an acquired lock lasts without its holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -545,7 +545,7 @@ impl LockClient {
 
 /// The owners and hold counts among a lock hash's fields. A read-write lock's hash also
 /// holds its mode, a reader's lease deadline after its count, and the read holds its writer
-/// took (`<owner>:r`, counted with the owner's); see `scripts/rw.lua`.
+/// took (`<owner>:r`, counted with the owner's); see `wire/lua/rw.lua`.
 fn holders(fields: Vec<(String, String)>) -> Vec<(String, u64)> {
     let mut holders: Vec<(String, u64)> = Vec::with_capacity(fields.len());
     for (field, value) in fields {

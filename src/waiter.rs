@@ -13,8 +13,8 @@ use crate::giveback::give_back;
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
 use crate::pubsub::{Grant, WakeSlot};
-use crate::scripts::{self, AcquireMode, AcquireReply, RenewReply, Terms};
 use crate::watchdog::lost_deadline;
+use crate::wire::scripts::{self, AcquireMode, AcquireReply, RenewReply, Terms};
 
 /// New epochs one attempt learns before it gives up (a Redis losing its data in a loop).
 const MAX_EPOCHS_LEARNED: u32 = 3;

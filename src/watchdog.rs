@@ -28,12 +28,12 @@ use futures_util::future::join_all;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
 
-use crate::conn::Connections;
 use crate::epoch::Epoch;
 use crate::guard::{LeaseState, LostReason};
 use crate::keys::{LockKeys, shown};
 use crate::kind::LockKind;
-use crate::scripts::{self, ReleaseScope, RenewReply};
+use crate::wire::conn::Connections;
+use crate::wire::scripts::{self, ReleaseScope, RenewReply};
 
 /// Locks renewed by one script call.
 const BATCH: usize = 500;

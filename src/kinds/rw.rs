@@ -2,8 +2,8 @@
 //! semantics (re-entry, a read taken inside the write lock, downgrade by releasing the write
 //! lock), but every reader's lease tracked on its own and no writer starved by readers.
 //!
-//! The state lives in the lock's hash (see `scripts/rw.lua`); the scripts are
-//! `scripts/rw_acquire.lua` and `scripts/rw_release.lua`.
+//! The state lives in the lock's hash (see `wire/lua/rw.lua`); the scripts are
+//! `wire/lua/rw_acquire.lua` and `wire/lua/rw_release.lua`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +17,8 @@ use crate::guard::{Hold, LockGuard};
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
 use crate::lock::{Lease, Lock};
-use crate::scripts::{AcquireMode, AcquireReply, Terms};
 use crate::watchdog::lost_deadline;
+use crate::wire::scripts::{AcquireMode, AcquireReply, Terms};
 
 /// A read-write lock: any number of readers at once, or one writer.
 ///

@@ -1,8 +1,8 @@
 //! The Lua scripts, run with EVALSHA (redis-rs reloads them on NOSCRIPT). They share the
-//! server clock of `scripts/clock.lua`; the scripts that hand a lock over share the queue
-//! functions of `scripts/queue.lua`, and those that take or renew one the epoch check of
-//! `scripts/epoch.lua`. A read-write lock's scripts (`rw_*.lua`) also share the state
-//! functions of `scripts/rw.lua`.
+//! server clock of `lua/clock.lua`; the scripts that hand a lock over share the queue
+//! functions of `lua/queue.lua`, and those that take or renew one the epoch check of
+//! `lua/epoch.lua`. A read-write lock's scripts (`rw_*.lua`) also share the state
+//! functions of `lua/rw.lua`.
 
 use std::sync::LazyLock;
 
@@ -14,70 +14,70 @@ use crate::kind::LockKind;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("scripts/clock.lua"),
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/epoch.lua"),
-        include_str!("scripts/acquire.lua")
+        include_str!("lua/clock.lua"),
+        include_str!("lua/queue.lua"),
+        include_str!("lua/epoch.lua"),
+        include_str!("lua/acquire.lua")
     ))
 });
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("scripts/clock.lua"),
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/release.lua")
+        include_str!("lua/clock.lua"),
+        include_str!("lua/queue.lua"),
+        include_str!("lua/release.lua")
     ))
 });
 static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("scripts/clock.lua"),
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/force_unlock.lua")
+        include_str!("lua/clock.lua"),
+        include_str!("lua/queue.lua"),
+        include_str!("lua/force_unlock.lua")
     ))
 });
 static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("scripts/clock.lua"),
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/epoch.lua"),
-        include_str!("scripts/rw.lua"),
-        include_str!("scripts/rw_acquire.lua")
+        include_str!("lua/clock.lua"),
+        include_str!("lua/queue.lua"),
+        include_str!("lua/epoch.lua"),
+        include_str!("lua/rw.lua"),
+        include_str!("lua/rw_acquire.lua")
     ))
 });
 static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("scripts/clock.lua"),
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/rw.lua"),
-        include_str!("scripts/rw_release.lua")
+        include_str!("lua/clock.lua"),
+        include_str!("lua/queue.lua"),
+        include_str!("lua/rw.lua"),
+        include_str!("lua/rw_release.lua")
     ))
 });
 static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("scripts/clock.lua"),
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/rw.lua"),
-        include_str!("scripts/rw_force_unlock.lua")
+        include_str!("lua/clock.lua"),
+        include_str!("lua/queue.lua"),
+        include_str!("lua/rw.lua"),
+        include_str!("lua/rw_force_unlock.lua")
     ))
 });
 static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("scripts/clock.lua"),
-        include_str!("scripts/epoch.lua"),
-        include_str!("scripts/renew.lua")
+        include_str!("lua/clock.lua"),
+        include_str!("lua/epoch.lua"),
+        include_str!("lua/renew.lua")
     ))
 });
 
 static EPOCH_WAIVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("scripts/clock.lua"),
-        include_str!("scripts/epoch_waive.lua")
+        include_str!("lua/clock.lua"),
+        include_str!("lua/epoch_waive.lua")
     ))
 });
 
 static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("scripts/clock.lua"),
-        include_str!("scripts/heartbeat.lua")
+        include_str!("lua/clock.lua"),
+        include_str!("lua/heartbeat.lua")
     ))
 });
 

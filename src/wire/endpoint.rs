@@ -8,7 +8,7 @@ use std::fmt;
 use redis::ConnectionAddr;
 
 use crate::error::{ErrorKind, LockError, Result};
-use crate::tls::{TlsSettings, ensure_crypto_provider};
+use crate::wire::tls::{TlsSettings, ensure_crypto_provider};
 
 #[derive(Clone)]
 pub(crate) struct Endpoint {

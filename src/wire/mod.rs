@@ -1,0 +1,9 @@
+//! Talking to Redis: the connections, the endpoint and its TLS, the scripts with their Lua,
+//! and how Redis's failures are classified. Knows nothing of locks beyond their keys.
+
+pub(crate) mod access;
+pub(crate) mod conn;
+pub(crate) mod endpoint;
+mod redis_error;
+pub(crate) mod scripts;
+pub(crate) mod tls;

@@ -1,0 +1,41 @@
+//! How a Redis or pool failure becomes a [`LockError`]: what is worth retrying (Redis away,
+//! loading, failing over), what is this client's fault (access), and what is not.
+
+use crate::error::{ErrorKind, LockError};
+use crate::wire::access::access_denied;
+
+impl From<redis::RedisError> for LockError {
+    fn from(err: redis::RedisError) -> Self {
+        use redis::{ErrorKind as K, ServerErrorKind as S};
+        let unavailable = err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || matches!(
+                err.kind(),
+                K::Server(
+                    S::BusyLoading | S::TryAgain | S::ClusterDown | S::MasterDown | S::ReadOnly
+                ) | K::ClusterConnectionNotFound
+            );
+        let kind = if access_denied(&err) {
+            ErrorKind::AccessDenied
+        } else if unavailable {
+            ErrorKind::RedisUnavailable
+        } else if err.kind() == K::InvalidClientConfig {
+            ErrorKind::InvalidConfig
+        } else {
+            ErrorKind::Redis
+        };
+        Self::with_source(kind, err.to_string(), err)
+    }
+}
+
+impl From<deadpool_redis::PoolError> for LockError {
+    fn from(err: deadpool_redis::PoolError) -> Self {
+        match err {
+            deadpool_redis::PoolError::Backend(redis) => redis.into(),
+            deadpool_redis::PoolError::Closed => Self::shut_down(),
+            other => Self::with_source(ErrorKind::RedisUnavailable, other.to_string(), other),
+        }
+    }
+}
