@@ -1,20 +1,15 @@
 //! `LockClient`: the connection pool, the two actors, the local key table and the settings.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_redis::{Manager, Pool, Runtime};
 
-use crate::cohort::Baton;
-use crate::epoch::Epoch;
+use crate::engine::Engine;
+use crate::engine::config::Config;
+use crate::engine::shared::Shared;
 use crate::error::{ErrorKind, LockError, Result};
-use crate::keys::{DEFAULT_PREFIX, LockKeys, epoch_key, validate_prefix, wake_channel_prefix};
-use crate::kind::LockKind;
-use crate::local::LocalTable;
-use crate::lock::Lock;
-use crate::pubsub::PubSub;
-use crate::watchdog::Watchdog;
+use crate::keys::{DEFAULT_PREFIX, epoch_key, validate_prefix};
 use crate::wire::conn::Connections;
 use crate::wire::endpoint::Endpoint;
 use crate::wire::scripts;
@@ -42,27 +37,6 @@ pub const DEFAULT_LOCAL_HANDOFF_WINDOW: Duration = Duration::from_millis(25);
 /// longest lease the client knows of).
 pub const DEFAULT_RESTART_QUARANTINE: Duration = Duration::from_secs(5);
 
-/// The client's settings; every field has a documented default.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) prefix: String,
-    pub(crate) watchdog_lease: Duration,
-    pub(crate) renew_interval: Duration,
-    pub(crate) repoll_interval: Duration,
-    pub(crate) command_timeout: Duration,
-    pub(crate) local_handoff_limit: u32,
-    pub(crate) local_handoff_window: Duration,
-    pub(crate) restart_quarantine: Duration,
-}
-
-impl Config {
-    /// How long a waiter's place in a Redis queue lives without a refresh: three re-polls,
-    /// so a live waiter never loses it and a dead one blocks nobody for longer.
-    pub(crate) fn waiter_alive(&self) -> Duration {
-        self.repoll_interval * 3
-    }
-}
-
 /// A client for distributed locks on one Redis. Cheap to clone: clones share the pool, the
 /// watchdog, the pub/sub connection and the local key table.
 ///
@@ -70,43 +44,7 @@ impl Config {
 /// last guard are dropped.
 #[derive(Debug, Clone)]
 pub struct LockClient {
-    pub(crate) inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) config: Config,
-    pub(crate) connections: Arc<Connections>,
-    pub(crate) local: LocalTable<Baton>,
-    pub(crate) watchdog: Watchdog,
-    pub(crate) pubsub: PubSub,
-    pub(crate) runtime: tokio::runtime::Handle,
-    /// Prefix of every instance's wake channel (see [`wake_channel_prefix`]).
-    pub(crate) wake_prefix: String,
-    /// Which Redis this is, without credentials (see [`LockClient::server`]).
-    pub(crate) server: String,
-    instance_id: String,
-    next_holder: AtomicU64,
-    shut_down: AtomicBool,
-}
-
-impl Inner {
-    pub(crate) fn ensure_running(&self) -> Result<()> {
-        if self.shut_down.load(Ordering::SeqCst) {
-            return Err(LockError::shut_down());
-        }
-        Ok(())
-    }
-
-    /// A fresh owner id: `<instance id>:<holder number>`.
-    pub(crate) fn new_owner(&self) -> Arc<str> {
-        format!("{}:{}", self.instance_id, self.new_holder_id()).into()
-    }
-
-    /// A number no other holder of this client has (the watchdog's id for a lease).
-    pub(crate) fn new_holder_id(&self) -> u64 {
-        self.next_holder.fetch_add(1, Ordering::Relaxed)
-    }
+    pub(crate) engine: Arc<Engine>,
 }
 
 /// Builds a [`LockClient`]; see each method for its default. Its `Debug` output shows no
@@ -157,37 +95,10 @@ impl LockClient {
         }
     }
 
-    /// The lock called `name`.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidName`] when the name is empty or longer than
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes.
-    pub fn lock(&self, name: &str) -> Result<Lock> {
-        self.lock_of_kind(name, LockKind::Exclusive)
-    }
-
-    /// The lock called `name`, taken as `kind`.
-    pub(crate) fn lock_of_kind(&self, name: &str, kind: LockKind) -> Result<Lock> {
-        let keys = LockKeys::new(&self.inner.config.prefix, name)?;
-        Ok(Lock::new(self.clone(), name, keys, kind))
-    }
-
-    /// The fair lock called `name`: every task, of every client, gets it in the order it
-    /// asked. It shares its Redis keys with [`LockClient::lock`] of the same name, so the two
-    /// exclude each other.
-    ///
-    /// # Errors
-    ///
-    /// As [`LockClient::lock`].
-    pub fn fair_lock(&self, name: &str) -> Result<Lock> {
-        self.lock_of_kind(name, LockKind::Fair)
-    }
-
     /// This client's random instance id, the first part of every owner id: 128 bits from a
     /// CSPRNG (rand's `ThreadRng`, seeded by the operating system), as 32 hex digits.
     pub fn instance_id(&self) -> &str {
-        &self.inner.instance_id
+        &self.engine.shared.instance_id
     }
 
     /// The Redis this client talks to, without credentials: `host:port/db` as the URL
@@ -195,25 +106,25 @@ impl LockClient {
     /// quorum locks tell their servers apart by it, so every process should spell a server
     /// the same way.
     pub fn server(&self) -> &str {
-        &self.inner.server
+        &self.engine.shared.server
     }
 
     /// How many lock names this client's tasks hold or await right now.
     pub fn local_keys(&self) -> usize {
-        self.inner.local.len()
+        self.engine.local.len()
     }
 
     /// How many of this client's tasks wait in a Redis queue right now: at most one per
     /// lock name, whatever the number of tasks waiting for it locally.
     pub fn queued_waiters(&self) -> usize {
-        self.inner.pubsub.waiting()
+        self.engine.shared.pubsub.waiting()
     }
 
     /// Round trips to Redis this client has made on its command connection so far: every
     /// command and script, renewals included (pub/sub traffic is not counted). For
     /// benchmarks and metrics.
     pub fn round_trips(&self) -> u64 {
-        self.inner.connections.sent()
+        self.engine.shared.connections.sent()
     }
 
     /// How long the restart quarantine this client last heard of still runs, if one runs:
@@ -221,7 +132,7 @@ impl LockClient {
     /// been told (see [`LockClientBuilder::restart_quarantine`]). Learned from the replies of
     /// this client's own acquisitions; a WARN log line marks its start and its end.
     pub fn restart_quarantine_left(&self) -> Option<Duration> {
-        self.inner.watchdog.epoch().quarantine_left()
+        self.engine.shared.watchdog.epoch().quarantine_left()
     }
 
     /// Waives the restart quarantine of this client's Redis and key prefix, for operators: on
@@ -236,9 +147,10 @@ impl LockClient {
     /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
     /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate).
     pub async fn waive_restart_quarantine(&self) -> Result<bool> {
-        let key = epoch_key(&self.inner.config.prefix);
+        let key = epoch_key(&self.engine.shared.config.prefix);
         let waived = self
-            .inner
+            .engine
+            .shared
             .connections
             .run(&key, |mut conn| {
                 let key = key.clone();
@@ -246,7 +158,7 @@ impl LockClient {
             })
             .await?;
         if waived {
-            self.inner.watchdog.epoch().waived();
+            self.engine.shared.watchdog.epoch().waived();
         }
         Ok(waived)
     }
@@ -263,17 +175,14 @@ impl LockClient {
 
     /// Whether [`LockClient::shutdown`] was called.
     pub fn is_shut_down(&self) -> bool {
-        self.inner.shut_down.load(Ordering::SeqCst)
+        self.engine.shared.is_shut_down()
     }
 
     /// Releases every lock this client holds (their lost signals fire with
     /// [`LostReason::ShutDown`](crate::LostReason::ShutDown)), wakes every waiter (they return
     /// [`ErrorKind::ShutDown`]), and stops both actors and the pool.
     pub async fn shutdown(&self) {
-        self.inner.shut_down.store(true, Ordering::SeqCst);
-        self.inner.watchdog.shutdown().await;
-        self.inner.pubsub.shutdown().await;
-        self.inner.connections.close();
+        self.engine.shared.shutdown().await;
     }
 }
 
@@ -442,41 +351,9 @@ impl LockClientBuilder {
             ),
         };
         let connections = Arc::new(Connections::new(pool, shards, config.command_timeout));
-        let instance_id = format!("{:032x}", rand::random::<u128>());
-        let wake_prefix = wake_channel_prefix(&config.prefix);
-        let watchdog = Watchdog::start(
-            connections.clone(),
-            wake_prefix.clone(),
-            config.watchdog_lease,
-            config.renew_interval,
-            // Often enough to extend a hand-over's short claim lease well before it runs out.
-            config.renew_interval.min(config.waiter_alive() / 3),
-            config.waiter_alive(),
-            Epoch::new(
-                epoch_key(&config.prefix),
-                config.restart_quarantine,
-                config.watchdog_lease,
-            ),
-        );
-        let pubsub = PubSub::start(
-            redis_client,
-            format!("{wake_prefix}{instance_id}"),
-            config.command_timeout,
-        );
+        let shared = Shared::start(config, connections, redis_client, server);
         Ok(LockClient {
-            inner: Arc::new(Inner {
-                connections,
-                local: LocalTable::default(),
-                watchdog,
-                pubsub,
-                runtime: tokio::runtime::Handle::current(),
-                wake_prefix,
-                server,
-                instance_id,
-                next_holder: AtomicU64::new(1),
-                shut_down: AtomicBool::new(false),
-                config,
-            }),
+            engine: Arc::new(Engine::new(shared)),
         })
     }
 }

@@ -33,20 +33,15 @@
 //! - `cli`: the `lockctl` operator tool.
 
 mod client;
-mod cohort;
-mod epoch;
+mod engine;
 mod error;
-mod giveback;
 mod guard;
 pub mod keys;
 mod kind;
 pub mod kinds;
 pub mod layer;
-mod local;
+mod lease;
 mod lock;
-mod pubsub;
-mod waiter;
-mod watchdog;
 mod wire;
 
 pub use client::{
@@ -55,11 +50,12 @@ pub use client::{
     LockClient, LockClientBuilder,
 };
 pub use error::{ErrorKind, LockError, Result};
-pub use guard::{LockGuard, LostReason, LostSignal};
+pub use guard::{LockGuard, LostSignal};
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
 pub use kind::LockKind;
 pub use kinds::{
     MultiGuard, MultiLock, ReadWriteLock, RedLock, RedLockGuard, SegmentGuard, SegmentedLock,
 };
 pub use layer::{HeaderKey, KeyExtractor, LockContext, LockLayer, LockService};
-pub use lock::{Lease, Lock, LockState};
+pub use lease::{Lease, LostReason};
+pub use lock::{Lock, LockState};

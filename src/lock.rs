@@ -1,32 +1,18 @@
-//! `Lock`: one named lock, and the acquire loop.
+//! `Lock`: one named lock, a handle on the engine's acquire loop; and the constructors of
+//! locks on [`LockClient`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::client::LockClient;
-use crate::cohort::{Baton, Budget};
-use crate::error::{ErrorKind, LockError, Result};
-use crate::guard::{Hold, Holding, LeaseState, LockGuard};
+use crate::engine::acquire::Target;
+use crate::engine::release::OwnedHold;
+use crate::error::Result;
+use crate::guard::LockGuard;
 use crate::keys::{LockKeys, shown, shown_all};
 use crate::kind::LockKind;
-use crate::local::LocalTurn;
-use crate::waiter::QueuedWait;
-use crate::watchdog::{Registration, lost_deadline};
-use crate::wire::scripts::{self, AcquireMode, AcquireReply, Terms};
-
-/// How long an acquired lock lasts without its holder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Lease {
-    /// Renewed by the client's watchdog while the guard lives (the default); the lock outlives
-    /// a dead holder by at most the watchdog lease (30 s by default).
-    #[default]
-    Watchdog,
-    /// Never renewed: the lock is released by Redis when this runs out, and the guard's lost
-    /// signal fires.
-    Fixed(Duration),
-}
+use crate::lease::Lease;
+use crate::wire::scripts;
 
 /// What Redis holds for a lock, for operators.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,43 +32,40 @@ pub struct LockState {
 #[derive(Debug, Clone)]
 pub struct Lock {
     client: LockClient,
-    name: Arc<str>,
-    keys: Arc<LockKeys>,
-    lease: Lease,
-    kind: LockKind,
+    target: Target,
 }
 
 impl Lock {
-    pub(crate) fn new(client: LockClient, name: &str, keys: LockKeys, kind: LockKind) -> Self {
-        Self {
-            client,
+    fn new(client: LockClient, name: &str, keys: LockKeys, kind: LockKind) -> Self {
+        let target = Target {
             name: name.into(),
             keys: Arc::new(keys),
             lease: Lease::Watchdog,
             kind,
-        }
+        };
+        Self { client, target }
     }
 
     /// The same lock, acquired with `lease` (default [`Lease::Watchdog`]).
     #[must_use]
     pub fn with_lease(mut self, lease: Lease) -> Self {
-        self.lease = lease;
+        self.target.lease = lease;
         self
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.target.name
     }
 
     /// The Redis keys behind this lock.
     pub fn keys(&self) -> &LockKeys {
-        &self.keys
+        &self.target.keys
     }
 
     /// How this lock is shared and in which order waiters get it.
     pub fn kind(&self) -> LockKind {
-        self.kind
+        self.target.kind
     }
 
     /// The client this lock belongs to.
@@ -90,38 +73,75 @@ impl Lock {
         &self.client
     }
 
-    /// Waits until the lock is acquired, however long that takes. Cancel by dropping the
-    /// future: nothing stays held or subscribed.
+    /// How long the lock lasts without its holder: the watchdog lease, or the fixed one.
+    pub(crate) fn lease_length(&self) -> Duration {
+        match self.target.lease {
+            Lease::Watchdog => self.client.engine.shared.config.watchdog_lease,
+            Lease::Fixed(lease) => lease,
+        }
+    }
+
+    /// Puts `locks` in the one order every caller takes them in, so two callers naming the
+    /// same locks in different orders never deadlock, and drops duplicates. Key first, server
+    /// second: the server only breaks ties between locks of the same key, so processes that
+    /// spell a server differently still agree on every other pair.
+    pub(crate) fn sort_canonically(locks: &mut Vec<Lock>) {
+        fn canonical(lock: &Lock) -> (&str, &str) {
+            (lock.target.keys.hash(), lock.client.server())
+        }
+        locks.sort_by(|a, b| canonical(a).cmp(&canonical(b)));
+        locks.dedup_by(|a, b| canonical(a) == canonical(b));
+    }
+
+    /// Waits until the lock is acquired, however long that takes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future leaves nothing held, queued or subscribed (a lock
+    /// Redis granted meanwhile is given back in the background).
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
-    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate), and
-    /// [`ErrorKind::ShutDown`] after shutdown.
+    /// [`ErrorKind::RedisUnavailable`](crate::ErrorKind::RedisUnavailable) or [`ErrorKind::Redis`](crate::ErrorKind::Redis) when Redis fails,
+    /// [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when it refuses this client (credentials, ACL, certificate), and
+    /// [`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown) after shutdown.
     pub async fn acquire(&self) -> Result<LockGuard> {
         self.acquire_inner(true)
             .await
             .map(|guard| guard.expect("a waiting acquire returns a guard"))
     }
 
+    async fn acquire_inner(&self, wait: bool) -> Result<Option<LockGuard>> {
+        let acquired = self.target.acquire(&self.client.engine, wait).await?;
+        Ok(acquired.map(|holder| LockGuard::new(OwnedHold::new(Arc::new(holder)))))
+    }
+
     /// Waits at most `wait` for the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::acquire`].
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Timeout`] when `wait` passes first
-    /// ([`ErrorKind::RestartQuarantine`] when it passes while Redis recovers from a loss of
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when `wait` passes first
+    /// ([`ErrorKind::RestartQuarantine`](crate::ErrorKind::RestartQuarantine) when it passes while Redis recovers from a loss of
     /// its data), and the errors of [`Lock::acquire`].
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LockGuard> {
         match tokio::time::timeout(wait, self.acquire()).await {
             Ok(acquired) => acquired,
             Err(_) => Err(self.client.wait_bound_passed(&format!(
                 "lock '{}' not acquired within {wait:?}",
-                shown(&self.name)
+                shown(&self.target.name)
             ))),
         }
     }
 
     /// Takes the lock if it is free now; `Ok(None)` when it is held (here or elsewhere).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::acquire`].
     ///
     /// # Errors
     ///
@@ -130,268 +150,20 @@ impl Lock {
         self.acquire_inner(false).await
     }
 
-    async fn acquire_inner(&self, wait: bool) -> Result<Option<LockGuard>> {
-        let inner = &self.client.inner;
-        inner.ensure_running()?;
-        let started = Instant::now();
-        // Only an exclusive lock's tasks queue locally; the others each wait in Redis.
-        let turn = if !self.kind.queues_locally() {
-            None
-        } else if wait {
-            Some(inner.local.turn(self.keys.hash()).await)
-        } else {
-            match inner.local.try_turn(self.keys.hash()) {
-                Some(turn) => Some(turn),
-                None => return Ok(None),
-            }
-        };
-        // Boxed: most waiting tasks are parked above, in the local queue, and should not
-        // carry the state of talking to Redis, which only the head of each queue needs.
-        Box::pin(self.acquire_with_turn(turn, wait, started)).await
-    }
-
-    /// The rest of an acquisition, once this task has the key's local turn (when its kind
-    /// queues locally).
-    async fn acquire_with_turn(
-        &self,
-        mut turn: Option<LocalTurn<Baton>>,
-        wait: bool,
-        started: Instant,
-    ) -> Result<Option<LockGuard>> {
-        let inner = &self.client.inner;
-        inner.ensure_running()?;
-        let watchdog = self.lease == Lease::Watchdog;
-        let baton = turn
-            .as_mut()
-            .map_or(Baton::Free, |turn| std::mem::take(turn.baton()));
-        let queued = match baton {
-            Baton::Held(carried) => match carried.pick_up(watchdog) {
-                Some((hold, token, budget)) => {
-                    if let Some(turn) = turn {
-                        hold.lease.put_turn(turn);
-                    }
-                    tracing::debug!(lock = %shown(&self.name), token, "lock handed over locally");
-                    return Ok(Some(LockGuard::new(Holding::new(hold, token, budget))));
-                }
-                // Lost, or not for this lease mode: released in the background.
-                None => None,
-            },
-            // A place queued on the terms of a watchdog lease, which a fixed lease does not
-            // share: such a task leaves it (dropping it gives it back) and queues anew.
-            Baton::Queued(queued) if wait => watchdog.then_some(queued),
-            Baton::Queued(queued) => {
-                // Not ours to wait in: left to the next task, or given back with the entry.
-                if let Some(turn) = turn.as_mut() {
-                    *turn.baton() = Baton::Queued(queued);
-                }
-                return Ok(None);
-            }
-            Baton::Free => None,
-        };
-        let mut waiter =
-            queued.unwrap_or_else(|| QueuedWait::new(inner, self.keys.clone(), self.kind));
-        let terms = self.terms();
-        let mode = if wait {
-            AcquireMode::Wait
-        } else {
-            AcquireMode::Try
-        };
-        let mut nap = inner.config.repoll_interval;
-        let mut look = !waiter.is_queued();
-        loop {
-            inner.ensure_running()?;
-            if !look {
-                if let Some(grant) = waiter.wait(nap).await {
-                    // A grant that cannot be vouched for any more (it lapsed while this task
-                    // or its runtime stalled) is never handed out: the lock is looked at again.
-                    let deadline = waiter.grant_deadline(grant);
-                    if let Some(expires_at) = deadline {
-                        let granted = Duration::from_millis(grant.lease_ms);
-                        let lease = self.full_lease(&mut waiter, expires_at, granted, &terms);
-                        if let Some(expires_at) = Box::pin(lease).await? {
-                            let guard =
-                                self.grant(turn, waiter.settle(), grant.token, expires_at, terms);
-                            self.trace_acquired(&guard, started, "lock handed over by Redis");
-                            return Ok(Some(guard));
-                        }
-                    }
-                }
-                inner.ensure_running()?;
-            }
-            look = false;
-            let sent_at = Instant::now();
-            // Boxed: the script's future is large, and a waiting head should only carry it
-            // while it talks to Redis, not while it waits for a grant.
-            match Box::pin(waiter.attempt(&terms, mode)).await? {
-                AcquireReply::Acquired {
-                    token,
-                    lease_left_ms,
-                } => {
-                    let left = u64::try_from(lease_left_ms).unwrap_or(terms.lease_ms);
-                    let granted = Duration::from_millis(left);
-                    let expires_at = lost_deadline(sent_at, granted);
-                    // A reply read back past its deadline (a stall) is not handed out either.
-                    if Instant::now() < expires_at {
-                        let lease = self.full_lease(&mut waiter, expires_at, granted, &terms);
-                        if let Some(expires_at) = Box::pin(lease).await? {
-                            let guard = self.grant(turn, waiter.settle(), token, expires_at, terms);
-                            self.trace_acquired(&guard, started, "lock acquired");
-                            return Ok(Some(guard));
-                        }
-                    }
-                    look = true;
-                }
-                AcquireReply::Waiting { lease_left_ms, .. } if wait => {
-                    // Woken by the grant; the nap bounds what a missed message or a dead
-                    // holder's lease running out can cost.
-                    nap = match u64::try_from(lease_left_ms) {
-                        Ok(ms) => {
-                            Duration::from_millis(ms.max(1)).min(inner.config.repoll_interval)
-                        }
-                        Err(_) => inner.config.repoll_interval,
-                    };
-                }
-                AcquireReply::Quarantined { left_ms, .. } if wait => {
-                    nap = Duration::from_millis(left_ms.max(1)).min(inner.config.repoll_interval);
-                }
-                AcquireReply::Waiting { .. } | AcquireReply::Quarantined { .. } => {
-                    return Ok(None);
-                }
-                AcquireReply::NotOwner | AcquireReply::EpochChanged { .. } => {
-                    return Err(LockError::new(
-                        ErrorKind::Redis,
-                        "the acquire script refused a first acquisition",
-                    ));
-                }
-            }
-        }
-    }
-
-    /// The deadline of a lock this waiter was granted with `granted` of lease left: a fixed
-    /// lease granted shorter than asked (from the queue, on its claim lease) is extended to
-    /// its full length first, as nothing renews it later. `None` when the grant turned out
-    /// to be no longer this owner's.
-    async fn full_lease(
-        &self,
-        waiter: &mut QueuedWait,
-        expires_at: Instant,
-        granted: Duration,
-        terms: &Terms,
-    ) -> Result<Option<Instant>> {
-        let asked = Duration::from_millis(terms.lease_ms);
-        if self.lease == Lease::Watchdog || granted >= asked {
-            return Ok(Some(expires_at));
-        }
-        let sent_at = waiter.extend_to(terms.lease_ms).await?;
-        Ok(sent_at.map(|sent_at| lost_deadline(sent_at, asked)))
-    }
-
-    fn trace_acquired(&self, guard: &LockGuard, started: Instant, how: &'static str) {
-        tracing::debug!(
-            lock = %shown(&self.name),
-            token = guard.fencing_token(),
-            waited_ms = started.elapsed().as_millis() as u64,
-            how
-        );
-    }
-
-    /// What this lock asks of Redis: its lease, how long a queued place lives without a
-    /// refresh, the lease of a hand-over from the queue, and the token block.
-    pub(crate) fn terms(&self) -> Terms {
-        let config = &self.client.inner.config;
-        let alive_ms = millis(config.waiter_alive());
-        match self.lease {
-            Lease::Watchdog => {
-                let lease_ms = millis(config.watchdog_lease);
-                Terms {
-                    lease_ms,
-                    alive_ms,
-                    // A waiter that died since its last refresh holds the lock this long at
-                    // most; a live one's watchdog extends it at its next tick.
-                    claim_ms: lease_ms.min(alive_ms),
-                    // Tokens for the local hand-overs, which only an exclusive lock makes.
-                    block: if self.kind.queues_locally() {
-                        u64::from(config.local_handoff_limit) + 1
-                    } else {
-                        1
-                    },
-                    kind: self.kind,
-                }
-            }
-            Lease::Fixed(lease) => Terms {
-                lease_ms: millis(lease),
-                alive_ms,
-                claim_ms: millis(lease),
-                block: 1,
-                kind: self.kind,
-            },
-        }
-    }
-
-    /// Builds the guard of an acquisition Redis granted and hands its lease to the watchdog.
-    pub(crate) fn grant(
-        &self,
-        turn: Option<LocalTurn<Baton>>,
-        owner: Arc<str>,
-        token: u64,
-        expires_at: Instant,
-        terms: Terms,
-    ) -> LockGuard {
-        self.grant_of(turn, owner, token, expires_at, terms, true)
-    }
-
-    /// [`Lock::grant`], for an owner that may hold other guards' holds too
-    /// (`owns_every_hold` false: a read within its write lock).
-    pub(crate) fn grant_of(
-        &self,
-        turn: Option<LocalTurn<Baton>>,
-        owner: Arc<str>,
-        token: u64,
-        expires_at: Instant,
-        terms: Terms,
-        owns_every_hold: bool,
-    ) -> LockGuard {
-        let inner = &self.client.inner;
-        let lease = Arc::new(LeaseState::new(turn, expires_at));
-        let watchdog_id = inner.new_holder_id();
-        let renewed = self.lease == Lease::Watchdog;
-        inner.watchdog.register(Registration {
-            id: watchdog_id,
-            keys: self.keys.clone(),
-            owner: owner.clone(),
-            lease: lease.clone(),
-            kind: self.kind,
-            renew: renewed,
-            expires_at,
-        });
-        let budget = Budget::new(token, terms.block, inner.config.local_handoff_window);
-        let hold = Hold {
-            inner: inner.clone(),
-            name: self.name.clone(),
-            keys: self.keys.clone(),
-            terms,
-            owner,
-            lease,
-            watchdog_id,
-            renewed,
-            owns_every_hold,
-        };
-        LockGuard::new(Holding::new(Arc::new(hold), token, budget))
-    }
-
     /// What Redis holds for this lock: owners, hold counts, lease left, last fencing token.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
-    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate).
+    /// [`ErrorKind::RedisUnavailable`](crate::ErrorKind::RedisUnavailable) or [`ErrorKind::Redis`](crate::ErrorKind::Redis) when Redis fails,
+    /// [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when it refuses this client (credentials, ACL, certificate).
     pub async fn inspect(&self) -> Result<LockState> {
-        let keys = self.keys.clone();
+        let keys = self.target.keys.clone();
         let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<u64>) = self
             .client
-            .inner
+            .engine
+            .shared
             .connections
-            .run(self.keys.hash(), |mut conn| async move {
+            .run(self.target.keys.hash(), |mut conn| async move {
                 redis::pipe()
                     .cmd("HGETALL")
                     .arg(keys.hash())
@@ -445,22 +217,50 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
-    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate).
+    /// [`ErrorKind::RedisUnavailable`](crate::ErrorKind::RedisUnavailable) or [`ErrorKind::Redis`](crate::ErrorKind::Redis) when Redis fails,
+    /// [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when it refuses this client (credentials, ACL, certificate).
     pub async fn force_unlock(&self) -> Result<bool> {
-        let keys = self.keys.clone();
+        let keys = self.target.keys.clone();
         self.client
-            .inner
+            .engine
+            .shared
             .connections
-            .run(self.keys.hash(), |mut conn| async move {
-                scripts::force_unlock(&mut conn, &keys, self.kind, &self.client.inner.wake_prefix)
-                    .await
+            .run(self.target.keys.hash(), |mut conn| async move {
+                let shared = &self.client.engine.shared;
+                scripts::force_unlock(&mut conn, &keys, self.target.kind, &shared.wake_prefix).await
             })
             .await
     }
 }
 
 impl LockClient {
+    /// The lock called `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidName`](crate::ErrorKind::InvalidName) when the name is empty or longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes.
+    pub fn lock(&self, name: &str) -> Result<Lock> {
+        self.lock_of_kind(name, LockKind::Exclusive)
+    }
+
+    /// The lock called `name`, taken as `kind`.
+    pub(crate) fn lock_of_kind(&self, name: &str, kind: LockKind) -> Result<Lock> {
+        let keys = LockKeys::new(&self.engine.shared.config.prefix, name)?;
+        Ok(Lock::new(self.clone(), name, keys, kind))
+    }
+
+    /// The fair lock called `name`: every task, of every client, gets it in the order it
+    /// asked. It shares its Redis keys with [`LockClient::lock`] of the same name, so the two
+    /// exclude each other.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockClient::lock`].
+    pub fn fair_lock(&self, name: &str) -> Result<Lock> {
+        self.lock_of_kind(name, LockKind::Fair)
+    }
+
     /// Acquires every lock in `names`, all or nothing, in one canonical order (by Redis key),
     /// so two callers naming the same locks in different orders never deadlock. Duplicate
     /// names are taken once. The guards come back in canonical order; on an error the locks
@@ -470,7 +270,7 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidName`] for a bad name (before anything is taken), and the errors
+    /// [`ErrorKind::InvalidName`](crate::ErrorKind::InvalidName) for a bad name (before anything is taken), and the errors
     /// of [`Lock::acquire`].
     pub async fn acquire_all<N: AsRef<str>>(
         &self,
@@ -489,7 +289,7 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Timeout`] when `wait` passes first ([`ErrorKind::RestartQuarantine`] when
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when `wait` passes first ([`ErrorKind::RestartQuarantine`](crate::ErrorKind::RestartQuarantine) when
     /// it passes while Redis recovers from a loss of its data), and the errors of
     /// [`LockClient::acquire_all`].
     pub async fn acquire_all_timeout<N: AsRef<str>>(
@@ -533,8 +333,7 @@ impl LockClient {
             .iter()
             .map(|name| Ok(self.lock_of_kind(name.as_ref(), kind)?.with_lease(lease)))
             .collect::<Result<Vec<_>>>()?;
-        locks.sort_by(|a, b| a.keys.hash().cmp(b.keys.hash()));
-        locks.dedup_by(|a, b| a.keys.hash() == b.keys.hash());
+        Lock::sort_canonically(&mut locks);
         let mut guards = Vec::with_capacity(locks.len());
         for lock in &locks {
             guards.push(lock.acquire().await?);
@@ -563,12 +362,6 @@ fn holders(fields: Vec<(String, String)>) -> Vec<(String, u64)> {
         }
     }
     holders
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1)
 }
 
 #[cfg(test)]

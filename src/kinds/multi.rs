@@ -58,10 +58,7 @@ impl MultiLock {
     /// holds nothing.
     pub fn new(locks: impl IntoIterator<Item = Lock>) -> Self {
         let mut locks: Vec<Lock> = locks.into_iter().collect();
-        // Key first, server second: the server only breaks ties between locks of the same
-        // key, so processes that spell a server differently still agree on every other pair.
-        locks.sort_by(|a, b| canonical(a).cmp(&canonical(b)));
-        locks.dedup_by(|a, b| canonical(a) == canonical(b));
+        Lock::sort_canonically(&mut locks);
         Self { locks }
     }
 
@@ -146,11 +143,6 @@ impl MultiLock {
         }
         Ok(MultiGuard::new(taken))
     }
-}
-
-/// Where a lock stands in the canonical order: its Redis key, then its server.
-fn canonical(lock: &Lock) -> (&str, &str) {
-    (lock.keys().hash(), lock.client().server())
 }
 
 /// Proof of holding every lock of a [`MultiLock`]. Release it with [`MultiGuard::release`]

@@ -12,7 +12,8 @@ use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{LockGuard, LostSignal};
 use crate::keys::shown;
-use crate::lock::{Lease, Lock};
+use crate::lease::Lease;
+use crate::lock::Lock;
 
 /// The least per-server bound of one attempt (see [`RedLock::attempt_timeout`]): the
 /// default bound is 1 % of the lease, but never less than this, so a cold connection (a
@@ -190,7 +191,7 @@ impl RedLock {
     fn lease(&self) -> Duration {
         self.locks
             .iter()
-            .map(|lock| Duration::from_millis(lock.terms().lease_ms))
+            .map(Lock::lease_length)
             .min()
             .expect("a RedLock has at least one server")
     }

@@ -11,7 +11,8 @@ use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{LockGuard, LostSignal};
 use crate::keys::{MAX_NAME_LEN, shown};
-use crate::lock::{Lease, Lock};
+use crate::lease::Lease;
+use crate::lock::Lock;
 
 /// The most segments one segmented lock may have: a holder that waits for any segment
 /// waits on all of them at once.

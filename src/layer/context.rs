@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use futures_util::future::select_all;
 
-use crate::guard::{LockGuard, LostReason, LostSignal};
+use crate::guard::{LockGuard, LostSignal};
+use crate::lease::LostReason;
 
 /// The locks a request runs under, in its extensions (`Extension<LockContext>` in axum,
 /// `request.extensions().get::<LockContext>()` in tonic). Pass the fencing tokens to the

@@ -25,8 +25,9 @@ use super::policy::{OnLeaseLost, OnRedisUnavailable, Policy};
 use super::reject::{Reject, Rejection, is_grpc};
 use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError};
-use crate::guard::{LockGuard, LostReason};
+use crate::guard::LockGuard;
 use crate::keys::shown_all;
+use crate::lease::LostReason;
 
 /// The future of [`LockService`](super::LockService).
 #[pin_project]

@@ -10,7 +10,7 @@ use super::policy::{OnLeaseLost, OnMissingKey, OnRedisUnavailable, Policy, Shari
 use super::reject::DefaultRejection;
 use super::service::LockService;
 use crate::client::LockClient;
-use crate::lock::Lease;
+use crate::lease::Lease;
 
 /// Serializes the requests that name the same key, across every instance sharing the Redis:
 /// `.layer(LockLayer::new(locks, HeaderKey::new("x-tenant-id")))`.

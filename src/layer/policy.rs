@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::Method;
 
 use crate::kind::LockKind;
-use crate::lock::Lease;
+use crate::lease::Lease;
 
 /// Default bound on the wait for a request's locks.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);

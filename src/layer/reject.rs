@@ -12,8 +12,8 @@ use http_body_util::{BodyExt, Empty, Full};
 
 use super::policy::DEFAULT_RETRY_AFTER;
 use crate::error::{ErrorKind, LockError};
-use crate::guard::LostReason;
 use crate::keys::shown_all;
+use crate::lease::LostReason;
 
 /// Why the layer answered a request itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

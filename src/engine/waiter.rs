@@ -7,13 +7,13 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
-use crate::client::Inner;
+use crate::engine::giveback::give_back;
+use crate::engine::pubsub::{Grant, WakeSlot};
+use crate::engine::shared::Shared;
+use crate::engine::watchdog::lost_deadline;
 use crate::error::{ErrorKind, LockError, Result};
-use crate::giveback::give_back;
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
-use crate::pubsub::{Grant, WakeSlot};
-use crate::watchdog::lost_deadline;
 use crate::wire::scripts::{self, AcquireMode, AcquireReply, RenewReply, Terms};
 
 /// New epochs one attempt learns before it gives up (a Redis losing its data in a loop).
@@ -22,8 +22,8 @@ const MAX_EPOCHS_LEARNED: u32 = 3;
 /// One owner's wait. Dropping it before the lock is held (cancelled, failed, shut down)
 /// leaves the queue, and releases the lock if Redis granted it unseen.
 #[derive(Debug)]
-pub(crate) struct QueuedWait {
-    inner: Arc<Inner>,
+pub(crate) struct Waiter {
+    shared: Arc<Shared>,
     keys: Arc<LockKeys>,
     kind: LockKind,
     owner: Arc<str>,
@@ -41,13 +41,13 @@ pub(crate) struct QueuedWait {
     place: Option<u64>,
 }
 
-impl QueuedWait {
+impl Waiter {
     /// A fresh owner, registered for wake-ups before it ever reaches Redis.
-    pub(crate) fn new(inner: &Arc<Inner>, keys: Arc<LockKeys>, kind: LockKind) -> Self {
-        let owner = inner.new_owner();
-        let slot = inner.pubsub.register(owner.clone());
+    pub(crate) fn new(shared: &Arc<Shared>, keys: Arc<LockKeys>, kind: LockKind) -> Self {
+        let owner = shared.new_owner();
+        let slot = shared.pubsub.register(owner.clone());
         Self {
-            inner: inner.clone(),
+            shared: shared.clone(),
             keys,
             kind,
             owner,
@@ -62,7 +62,7 @@ impl QueuedWait {
 
     /// An owner a release already queued (sent at `sent_at`, run at `server_ms`).
     pub(crate) fn queued(
-        inner: &Arc<Inner>,
+        shared: &Arc<Shared>,
         keys: Arc<LockKeys>,
         owner: Arc<str>,
         slot: WakeSlot,
@@ -71,7 +71,7 @@ impl QueuedWait {
         claim_ms: u64,
     ) -> Self {
         let mut queued = Self {
-            inner: inner.clone(),
+            shared: shared.clone(),
             keys,
             // Only an exclusive lock's release queues the next task of its client.
             kind: LockKind::Exclusive,
@@ -90,8 +90,8 @@ impl QueuedWait {
     /// Has the watchdog keep this owner's place in the queue alive while it waits.
     fn keep_place(&mut self) {
         if self.place.is_none() {
-            let id = self.inner.new_holder_id();
-            self.inner
+            let id = self.shared.new_holder_id();
+            self.shared
                 .watchdog
                 .keep_place(id, self.keys.clone(), self.owner.clone());
             self.place = Some(id);
@@ -110,9 +110,9 @@ impl QueuedWait {
         terms: &Terms,
         mode: AcquireMode,
     ) -> Result<AcquireReply> {
-        let inner = &self.inner;
+        let shared = &self.shared;
         self.slot.mark_seen();
-        let mut conn = inner.connections.get(self.keys.hash()).await?;
+        let mut conn = shared.connections.get(self.keys.hash()).await?;
         self.conn = Some(conn.clone());
         self.armed = true;
         self.undo_within = Duration::from_millis(terms.lease_ms);
@@ -120,15 +120,15 @@ impl QueuedWait {
         let mut reconnected = false;
         let (sent_at, reply) = loop {
             let sent_at = Instant::now();
-            let epoch = inner.watchdog.epoch().terms(terms.lease_ms);
-            let reply = inner
+            let epoch = shared.watchdog.epoch().terms(terms.lease_ms);
+            let reply = shared
                 .connections
                 .bounded(
                     self.keys.hash(),
                     scripts::acquire(
                         &mut conn,
                         &self.keys,
-                        &inner.wake_prefix,
+                        &shared.wake_prefix,
                         &self.owner,
                         terms,
                         mode,
@@ -142,7 +142,7 @@ impl QueuedWait {
                 // a Redis that is really gone fails the second time too.
                 Err(err) if err.is_connection_broken() && !reconnected => {
                     reconnected = true;
-                    conn = inner.connections.get(self.keys.hash()).await?;
+                    conn = shared.connections.get(self.keys.hash()).await?;
                     self.conn = Some(conn.clone());
                     continue;
                 }
@@ -155,11 +155,11 @@ impl QueuedWait {
                     epoch,
                     longest_lease_ms,
                 } if epochs_learned < MAX_EPOCHS_LEARNED => {
-                    inner.watchdog.learn_epoch(epoch, longest_lease_ms);
+                    shared.watchdog.learn_epoch(epoch, longest_lease_ms);
                     epochs_learned += 1;
                 }
                 AcquireReply::Quarantined { left_ms, .. } => {
-                    inner
+                    shared
                         .watchdog
                         .epoch()
                         .note_quarantine(Duration::from_millis(left_ms));
@@ -213,13 +213,13 @@ impl QueuedWait {
     /// Returns when the extension was sent, or `None` when the lock is no longer this
     /// owner's (the grant lapsed) or Redis lost its data meanwhile: look again.
     pub(crate) async fn extend_to(&mut self, lease_ms: u64) -> Result<Option<Instant>> {
-        let inner = &self.inner;
-        let mut conn = inner.connections.get(self.keys.hash()).await?;
+        let shared = &self.shared;
+        let mut conn = shared.connections.get(self.keys.hash()).await?;
         self.conn = Some(conn.clone());
         let sent_at = Instant::now();
-        let epoch = inner.watchdog.epoch().terms(lease_ms);
+        let epoch = shared.watchdog.epoch().terms(lease_ms);
         let locks = [(self.keys.hash(), &*self.owner)];
-        let reply = inner
+        let reply = shared
             .connections
             .bounded(
                 self.keys.hash(),
@@ -233,7 +233,7 @@ impl QueuedWait {
                 epoch,
                 longest_lease_ms,
             } => {
-                inner.watchdog.learn_epoch(epoch, longest_lease_ms);
+                shared.watchdog.learn_epoch(epoch, longest_lease_ms);
                 None
             }
         })
@@ -246,14 +246,14 @@ impl QueuedWait {
     }
 }
 
-impl Drop for QueuedWait {
+impl Drop for Waiter {
     fn drop(&mut self) {
         if let Some(place) = self.place.take() {
-            self.inner.watchdog.forget_place(place);
+            self.shared.watchdog.forget_place(place);
         }
         if self.armed {
             give_back(
-                self.inner.clone(),
+                self.shared.clone(),
                 self.keys.clone(),
                 self.kind,
                 self.owner.clone(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
-use crate::client::Inner;
+use crate::engine::shared::Shared;
 use crate::error::LockError;
 use crate::keys::{LockKeys, shown};
 use crate::kind::LockKind;
@@ -23,29 +23,29 @@ const RETRY: Duration = Duration::from_millis(200);
 /// never will, and a fresh connection does; the task keeps trying for `within`, while what
 /// Redis may hold for this owner could still keep the lock from others.
 pub(crate) fn give_back(
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
     keys: Arc<LockKeys>,
     kind: LockKind,
     owner: Arc<str>,
     conn: Option<MultiplexedConnection>,
     within: Duration,
 ) {
-    inner.runtime.clone().spawn(async move {
+    shared.runtime.clone().spawn(async move {
         let started = Instant::now();
         let mut conn = conn;
         loop {
-            let outcome = tokio::time::timeout(inner.connections.command_timeout(), async {
+            let outcome = tokio::time::timeout(shared.connections.command_timeout(), async {
                 let mut conn = match conn.take() {
                     Some(conn) => conn,
-                    None => inner.connections.get(keys.hash()).await?,
+                    None => shared.connections.get(keys.hash()).await?,
                 };
-                inner.connections.note_sent();
+                shared.connections.note_sent();
                 Ok::<_, LockError>(
                     scripts::release(
                         &mut conn,
                         &keys,
                         kind,
-                        &inner.wake_prefix,
+                        &shared.wake_prefix,
                         &owner,
                         ReleaseScope::All,
                     )
@@ -59,8 +59,8 @@ pub(crate) fn give_back(
                     tracing::debug!(lock = %shown(keys.hash()), ?released, "gave a lock back");
                     return;
                 }
-                Err(err) if started.elapsed() < within && inner.ensure_running().is_ok() => {
-                    inner.connections.note_failure(keys.hash(), &err);
+                Err(err) if started.elapsed() < within && shared.ensure_running().is_ok() => {
+                    shared.connections.note_failure(keys.hash(), &err);
                     tokio::time::sleep(RETRY).await;
                 }
                 Err(err) => {

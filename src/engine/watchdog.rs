@@ -28,15 +28,24 @@ use futures_util::future::join_all;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
 
-use crate::epoch::Epoch;
-use crate::guard::{LeaseState, LostReason};
+use crate::engine::epoch::Epoch;
 use crate::keys::{LockKeys, shown};
 use crate::kind::LockKind;
+use crate::lease::LostReason;
 use crate::wire::conn::Connections;
 use crate::wire::scripts::{self, ReleaseScope, RenewReply};
 
 /// Locks renewed by one script call.
 const BATCH: usize = 500;
+
+/// What the watchdog sees of a lease: it moves the deadline on at each renewal and tells the
+/// holders when it can no longer vouch for the lease.
+pub(crate) trait Watched: Send + Sync + std::fmt::Debug {
+    /// Fires the lost signal, once.
+    fn fire(&self, lock: &str, reason: LostReason);
+    /// The holder must be told the lease is lost at `deadline` unless renewed before.
+    fn extend_to(&self, deadline: Instant);
+}
 
 /// One held lock, as the watchdog tracks it.
 #[derive(Debug)]
@@ -44,7 +53,7 @@ pub(crate) struct Registration {
     pub(crate) id: u64,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) owner: Arc<str>,
-    pub(crate) lease: Arc<LeaseState>,
+    pub(crate) lease: Arc<dyn Watched>,
     pub(crate) kind: LockKind,
     /// Renewed by the watchdog (true) or a fixed lease that runs out (false).
     pub(crate) renew: bool,

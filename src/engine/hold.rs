@@ -1,0 +1,248 @@
+//! What one acquisition of a lock in Redis is, and what passes it from one local holder to
+//! the next. The local hand-over is lock cohorting (Dice, Marathe and Shavit, "Lock
+//! Cohorting", PPoPP 2012): a lock held in Redis passes from one task of this client to the
+//! next that waits for it, without a Redis round trip, within a fairness budget; past the
+//! budget it goes back through Redis, so other instances get their turn.
+//!
+//! Correctness of what a successor gets:
+//! - **Fencing tokens.** Every Redis acquisition reserves a block of tokens (one plus the
+//!   hand-overs allowed) with one `INCRBY`; each local successor takes the next token of the
+//!   block, in the order the critical sections start, and the next Redis acquisition anywhere
+//!   reserves a block above it. Tokens keep growing strictly per lock.
+//! - **The lost signal.** The lease belongs to the Redis acquisition, and successors share
+//!   it: a hold is only handed over while its lease is not reported lost, a successor checks
+//!   again when it picks it up, and a loss after that fires the signal the successor holds.
+//! - Only watchdog-mode leases are handed over: a fixed lease belongs to one holder.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::engine::giveback::give_back;
+use crate::engine::lease::LeaseState;
+use crate::engine::shared::Shared;
+use crate::engine::waiter::Waiter;
+use crate::error::Result;
+use crate::keys::LockKeys;
+use crate::lease::Lease;
+use crate::wire::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
+
+/// What one task of a client leaves for the next task waiting on the same key.
+#[derive(Debug, Default)]
+pub(crate) enum Baton {
+    /// Nothing: the next task goes to Redis.
+    #[default]
+    Free,
+    /// The lock, still held in Redis.
+    Held(CarriedHold),
+    /// A place in the Redis queue, taken by the release that passed the lock on.
+    Queued(Waiter),
+}
+
+/// What is left of the fairness budget of one Redis acquisition.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    next_token: u64,
+    tokens_left: u64,
+    until: Instant,
+}
+
+impl Budget {
+    /// The budget of an acquisition whose token block starts at `first_token`; the first
+    /// token is the acquirer's own.
+    pub(crate) fn new(first_token: u64, block: u64, window: Duration) -> Self {
+        Self::reserved(first_token + 1, block.saturating_sub(1), window)
+    }
+
+    /// The budget of a block of `block` tokens from `first_token` that nobody holds yet: the
+    /// first is the next holder's (a lock a hand-over through Redis kept for this client).
+    pub(crate) fn reserved(first_token: u64, block: u64, window: Duration) -> Self {
+        Self {
+            next_token: first_token,
+            tokens_left: block,
+            until: Instant::now() + window,
+        }
+    }
+
+    pub(crate) fn allows_handoff(&self) -> bool {
+        self.tokens_left > 0 && Instant::now() < self.until
+    }
+
+    /// The next token of the block; `None` once the block is spent.
+    fn take_token(&mut self) -> Option<u64> {
+        self.tokens_left = self.tokens_left.checked_sub(1)?;
+        let token = self.next_token;
+        self.next_token += 1;
+        Some(token)
+    }
+}
+
+/// A hold on its way to the next local task. If nobody picks it up (every waiter left), it
+/// is released in Redis when dropped.
+#[derive(Debug)]
+pub(crate) struct CarriedHold {
+    acquisition: Option<Arc<Acquisition>>,
+    budget: Budget,
+}
+
+impl CarriedHold {
+    pub(crate) fn new(acquisition: Arc<Acquisition>, budget: Budget) -> Self {
+        Self {
+            acquisition: Some(acquisition),
+            budget,
+        }
+    }
+
+    /// The hold and the successor's token, if the successor wants a watchdog lease, the
+    /// lease is intact and within its deadline, and a token is left; otherwise the hold is
+    /// released in the background.
+    pub(crate) fn pick_up(
+        mut self,
+        wants_watchdog: bool,
+    ) -> Option<(Arc<Acquisition>, u64, Budget)> {
+        let usable = self
+            .acquisition
+            .as_ref()
+            .is_some_and(|acquisition| wants_watchdog && acquisition.lease.is_live());
+        if !usable {
+            return None;
+        }
+        let token = self.budget.take_token()?;
+        let acquisition = self.acquisition.take()?;
+        Some((acquisition, token, self.budget))
+    }
+}
+
+impl Drop for CarriedHold {
+    fn drop(&mut self) {
+        let Some(acquisition) = self.acquisition.take() else {
+            return;
+        };
+        acquisition
+            .shared
+            .watchdog
+            .unregister(acquisition.watchdog_id);
+        // Released in the background, retried on fresh connections while the hold could
+        // still keep the lock, as any release nobody waits for.
+        give_back(
+            acquisition.shared.clone(),
+            acquisition.keys.clone(),
+            acquisition.terms.kind,
+            acquisition.owner.clone(),
+            None,
+            Duration::from_millis(acquisition.terms.lease_ms),
+        );
+    }
+}
+
+/// One acquisition of a lock in Redis, handed from local holder to local holder.
+#[derive(Debug)]
+pub(crate) struct Acquisition {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) terms: Terms,
+    pub(crate) owner: Arc<str>,
+    pub(crate) lease: Arc<LeaseState<Baton>>,
+    pub(crate) watchdog_id: u64,
+    /// How the lease lasts: only a lease the watchdog renews is handed over locally.
+    pub(crate) lease_mode: Lease,
+    /// Every hold of the owner belongs to this acquisition, so its last release releases
+    /// them all (a hold Redis counted whose reply was lost included). Not so for a read
+    /// within a write lock, whose owner's other read holds are other guards'.
+    pub(crate) owns_every_hold: bool,
+}
+
+impl Acquisition {
+    /// Whether the watchdog renews this acquisition's lease.
+    pub(crate) fn renewed(&self) -> bool {
+        self.lease_mode == Lease::Watchdog
+    }
+
+    /// Runs the acquire script for this acquisition's owner on `terms`: a re-entry, or a read
+    /// within its write lock.
+    pub(crate) async fn acquire_in_redis(
+        &self,
+        terms: &Terms,
+        mode: AcquireMode,
+    ) -> Result<AcquireReply> {
+        self.shared
+            .connections
+            .run(self.keys.hash(), |mut conn| async move {
+                let epoch = self.shared.watchdog.epoch().terms(terms.lease_ms);
+                scripts::acquire(
+                    &mut conn,
+                    &self.keys,
+                    &self.shared.wake_prefix,
+                    &self.owner,
+                    terms,
+                    mode,
+                    &epoch,
+                )
+                .await
+            })
+            .await
+    }
+
+    /// Runs the release script for this acquisition's owner: one hold, or all of them. Returns the
+    /// holds left, or `None` when the owner held nothing.
+    pub(crate) async fn release_in_redis(&self, scope: ReleaseScope) -> Result<Option<u64>> {
+        self.shared
+            .connections
+            .run(self.keys.hash(), |mut conn| async move {
+                scripts::release(
+                    &mut conn,
+                    &self.keys,
+                    self.terms.kind,
+                    &self.shared.wake_prefix,
+                    &self.owner,
+                    scope,
+                )
+                .await
+            })
+            .await
+    }
+}
+
+/// One local holder of an acquisition: its guard and the guard's re-entries.
+#[derive(Debug)]
+pub(crate) struct Holder {
+    pub(crate) acquisition: Arc<Acquisition>,
+    pub(crate) token: u64,
+    pub(crate) budget: Budget,
+    /// Guards of this holder not yet released.
+    pub(crate) holds: AtomicUsize,
+    /// Re-entries on their way to Redis; the lock is not handed over meanwhile.
+    pub(crate) reentering: AtomicUsize,
+    /// The acquisition went on to the next local task with its watchdog registration.
+    pub(crate) passed: AtomicBool,
+}
+
+impl Holder {
+    pub(crate) fn new(acquisition: Arc<Acquisition>, token: u64, budget: Budget) -> Self {
+        Self {
+            acquisition,
+            token,
+            budget,
+            holds: AtomicUsize::new(1),
+            reentering: AtomicUsize::new(0),
+            passed: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        if self.passed.load(Ordering::SeqCst) {
+            return;
+        }
+        let acquisition = &self.acquisition;
+        acquisition
+            .shared
+            .watchdog
+            .unregister(acquisition.watchdog_id);
+        acquisition.lease.give_up_turn();
+    }
+}

@@ -1,0 +1,118 @@
+//! The state of one lease, shared by the local holders of an acquisition and the watchdog:
+//! the lost signal, the deadline, and the current holder's turn on the key.
+
+use std::sync::Mutex;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::engine::local::LocalTurn;
+use crate::engine::watchdog::Watched;
+use crate::keys::shown;
+use crate::lease::LostReason;
+
+/// Shared by the local holders of one Redis acquisition and the watchdog: the lost signal,
+/// the lease's deadline, and the current holder's turn on the key. A lock released on
+/// purpose is taken out of the watchdog first, so it is not reported lost.
+#[derive(Debug)]
+pub(crate) struct LeaseState<B> {
+    lost: watch::Sender<Option<LostReason>>,
+    /// When the holder must be told the lease is lost unless a renewal succeeds first; the
+    /// watchdog moves it on. Past it the lease is not used, even before the watchdog fires.
+    deadline: Mutex<Instant>,
+    /// Kept until the lock is released in Redis or handed to the next local task, so no task
+    /// of this client overtakes the release; given up as soon as the lease is lost, so this
+    /// client's other tasks compete for the lock again instead of queueing behind a guard
+    /// that no longer holds it.
+    turn: Mutex<Option<LocalTurn<B>>>,
+}
+
+impl<B> LeaseState<B> {
+    /// The state of a lease whose holder has `turn` on the key (none for the kinds that do
+    /// not queue locally).
+    pub(crate) fn new(turn: Option<LocalTurn<B>>, deadline: Instant) -> Self {
+        Self {
+            lost: watch::Sender::new(None),
+            deadline: Mutex::new(deadline),
+            turn: Mutex::new(turn),
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.borrow().is_some()
+    }
+
+    /// Whether the lease can still be vouched for: not reported lost, and its deadline not
+    /// passed (a stalled runtime may not have run the watchdog yet).
+    pub(crate) fn is_live(&self) -> bool {
+        !self.is_lost() && Instant::now() < *self.deadline.lock().expect("lease deadline")
+    }
+
+    /// Moves the deadline to `deadline` (a renewal, or a registration with the watchdog).
+    pub(crate) fn extend_to(&self, deadline: Instant) {
+        *self.deadline.lock().expect("lease deadline") = deadline;
+    }
+
+    /// Gives up the holder's turn on the key: the next local task may go on.
+    pub(crate) fn give_up_turn(&self) {
+        let turn = self.turn.lock().expect("local turn").take();
+        drop(turn);
+    }
+
+    /// The current holder's turn, if it still has it and `wanted` says so.
+    pub(crate) fn take_turn_if(
+        &self,
+        wanted: impl FnOnce(&LocalTurn<B>) -> bool,
+    ) -> Option<LocalTurn<B>> {
+        let mut turn = self.turn.lock().expect("local turn");
+        if turn.as_ref().is_some_and(wanted) {
+            turn.take()
+        } else {
+            None
+        }
+    }
+
+    /// Whether other tasks of this client wait for the key this lease's holder has.
+    pub(crate) fn turn_has_others_waiting(&self) -> bool {
+        let turn = self.turn.lock().expect("local turn");
+        turn.as_ref().is_some_and(LocalTurn::others_waiting)
+    }
+
+    /// Gives the turn of a local successor to this lease.
+    pub(crate) fn put_turn(&self, turn: LocalTurn<B>) {
+        *self.turn.lock().expect("local turn") = Some(turn);
+        if self.is_lost() {
+            self.give_up_turn();
+        }
+    }
+
+    /// Fires the lost signal once.
+    fn fire_once(&self, lock: &str, reason: LostReason) {
+        let fired = self.lost.send_if_modified(|lost| {
+            let first = lost.is_none();
+            if first {
+                *lost = Some(reason);
+            }
+            first
+        });
+        if fired {
+            tracing::warn!(lock = %shown(lock), ?reason, "lock lease lost");
+            self.give_up_turn();
+        }
+    }
+
+    /// What the holders' lost signals listen to.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<LostReason>> {
+        self.lost.subscribe()
+    }
+}
+
+impl<B: Send + std::fmt::Debug> Watched for LeaseState<B> {
+    fn fire(&self, lock: &str, reason: LostReason) {
+        self.fire_once(lock, reason);
+    }
+
+    fn extend_to(&self, deadline: Instant) {
+        LeaseState::extend_to(self, deadline);
+    }
+}

@@ -1,0 +1,47 @@
+//! The engine behind the public handles: how a lock is acquired, held, renewed, handed over
+//! and released. It never names a public handle: the handles call it and wrap what it
+//! returns.
+//!
+//! From the top: [`acquire`] (the acquire loop) and [`release`] (the release decision) work on
+//! a [`hold::Holder`]; [`reenter`] adds holds to one. Beneath them the waiter, the give-back,
+//! the lease state, the watchdog and pub/sub actors, the local key table and the epoch; at the
+//! bottom [`shared::Shared`], the state they all reach.
+
+pub(crate) mod acquire;
+pub(crate) mod config;
+pub(crate) mod epoch;
+pub(crate) mod giveback;
+pub(crate) mod hold;
+pub(crate) mod lease;
+pub(crate) mod local;
+pub(crate) mod pubsub;
+pub(crate) mod reenter;
+pub(crate) mod release;
+pub(crate) mod shared;
+pub(crate) mod waiter;
+pub(crate) mod watchdog;
+
+use std::sync::Arc;
+
+use crate::engine::hold::Baton;
+use crate::engine::local::LocalTable;
+use crate::engine::shared::Shared;
+
+/// What a client's handles hold: the shared state, and the local key table in which this
+/// client's tasks take turns on each key (and leave each other the lock, or a place in the
+/// Redis queue).
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) local: LocalTable<Baton>,
+}
+
+impl Engine {
+    /// The engine of a client whose shared state is `shared`.
+    pub(crate) fn new(shared: Shared) -> Self {
+        Self {
+            shared: Arc::new(shared),
+            local: LocalTable::default(),
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! More holds for a holder's owner: a re-entry of the same lock, or a read within a write
+//! lock. Each script runs in a task of its own, so a hold Redis grants to a caller who has
+//! left goes to a holder that is dropped, which releases it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::engine::acquire::{Granted, Target};
+use crate::engine::hold::Holder;
+use crate::engine::release::OwnedHold;
+use crate::engine::watchdog::lost_deadline;
+use crate::error::{ErrorKind, LockError, Result};
+use crate::kind::LockKind;
+use crate::lease::Lease;
+use crate::wire::scripts::{AcquireMode, AcquireReply, Terms};
+
+/// Adds a hold to `holder`'s acquisition in Redis: the new hold, once Redis counted it and a
+/// guard of the acquisition still lives.
+pub(crate) async fn reenter(holder: Arc<Holder>) -> Result<OwnedHold> {
+    holder.acquisition.shared.ensure_running()?;
+    // Counted before the script leaves, so no local hand-over starts meanwhile.
+    holder.reentering.fetch_add(1, Ordering::SeqCst);
+    run_detached(holder.clone(), async move {
+        let acquisition = &holder.acquisition;
+        let reply = acquisition
+            .acquire_in_redis(&acquisition.terms, AcquireMode::Reenter)
+            .await;
+        // A hold counts only while a guard of the acquisition lives: once the last is
+        // released (or the lock passed to the next local task), the hold Redis counted is
+        // taken by that last release, which releases every hold of the owner.
+        let counted = matches!(reply, Ok(AcquireReply::Acquired { .. }))
+            && holder
+                .holds
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |holds| {
+                    (holds > 0).then_some(holds + 1)
+                })
+                .is_ok();
+        holder.reentering.fetch_sub(1, Ordering::SeqCst);
+        match reply {
+            Ok(_) if counted => Ok(OwnedHold::new(holder.clone())),
+            Ok(_) => Err(LockError::new(
+                ErrorKind::NotOwner,
+                "the lock is no longer held by this owner",
+            )),
+            Err(err) => Err(err),
+        }
+    })
+    .await
+}
+
+/// Takes a read hold within the write lock `holder` holds: the holder of that read hold,
+/// with its own fencing token and lease (renewed if the write lock's is).
+pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
+    let acquisition = holder.acquisition.clone();
+    if acquisition.terms.kind != LockKind::Write {
+        return Err(LockError::new(
+            ErrorKind::NotOwner,
+            "only the write guard of a read-write lock can read within its lock",
+        ));
+    }
+    run_detached(holder, async move {
+        let terms = Terms {
+            kind: LockKind::Read,
+            ..acquisition.terms
+        };
+        let sent_at = Instant::now();
+        let reply = acquisition
+            .acquire_in_redis(&terms, AcquireMode::ReadWithin)
+            .await?;
+        let AcquireReply::Acquired {
+            token,
+            lease_left_ms,
+        } = reply
+        else {
+            return Err(LockError::new(
+                ErrorKind::NotOwner,
+                "the write lock is no longer held by this owner",
+            ));
+        };
+        let lease = if acquisition.renewed() {
+            Lease::Watchdog
+        } else {
+            Lease::Fixed(Duration::from_millis(terms.lease_ms))
+        };
+        let target = Target {
+            name: acquisition.name.clone(),
+            keys: acquisition.keys.clone(),
+            lease,
+            kind: LockKind::Read,
+        };
+        let left = u64::try_from(lease_left_ms).unwrap_or(terms.lease_ms);
+        let granted = Granted {
+            owner: acquisition.owner.clone(),
+            token,
+            expires_at: lost_deadline(sent_at, Duration::from_millis(left)),
+            terms,
+        };
+        // The owner's read holds may be other read guards': each releases only its own.
+        let shared = &acquisition.shared;
+        let read = target.grant_of(shared, None, granted, false);
+        Ok(OwnedHold::new(Arc::new(read)))
+    })
+    .await
+}
+
+/// Runs `work` in a task of its own on the client's runtime and waits for its outcome; a
+/// hold it yields after the caller left is dropped there, which releases it.
+async fn run_detached<T: Send + 'static>(
+    holder: Arc<Holder>,
+    work: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    let shared = &holder.acquisition.shared;
+    shared.ensure_running()?;
+    let (deliver, delivered) = oneshot::channel();
+    shared.runtime.spawn(async move {
+        let _ = deliver.send(work.await);
+    });
+    delivered
+        .await
+        .unwrap_or_else(|_| Err(LockError::shut_down()))
+}

@@ -1,0 +1,108 @@
+//! The state every part of the engine shares: the settings, the connections, the two actors,
+//! this client's instance id and whether it was shut down. It sits beneath everything that
+//! holds it (as mini-redis's `Shared` and deadpool's `PoolInner` do): the acquisitions, the
+//! waiters and the give-backs reach it, and it reaches none of them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::engine::config::Config;
+use crate::engine::epoch::Epoch;
+use crate::engine::pubsub::PubSub;
+use crate::engine::watchdog::Watchdog;
+use crate::error::{LockError, Result};
+use crate::keys::{epoch_key, wake_channel_prefix};
+use crate::wire::conn::Connections;
+
+/// The shared state of one client and its clones.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) connections: Arc<Connections>,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) pubsub: PubSub,
+    pub(crate) runtime: tokio::runtime::Handle,
+    /// Prefix of every instance's wake channel (see [`wake_channel_prefix`]).
+    pub(crate) wake_prefix: String,
+    /// Which Redis this is, without credentials (`host:port/db`).
+    pub(crate) server: String,
+    pub(crate) instance_id: String,
+    next_holder: AtomicU64,
+    shut_down: AtomicBool,
+}
+
+impl Shared {
+    /// Starts the watchdog and the pub/sub actor on the current runtime, for a client of
+    /// `server` (its pub/sub connection made by `redis_client`) with this random instance id.
+    pub(crate) fn start(
+        config: Config,
+        connections: Arc<Connections>,
+        redis_client: redis::Client,
+        server: String,
+    ) -> Self {
+        let instance_id = format!("{:032x}", rand::random::<u128>());
+        let wake_prefix = wake_channel_prefix(&config.prefix);
+        let watchdog = Watchdog::start(
+            connections.clone(),
+            wake_prefix.clone(),
+            config.watchdog_lease,
+            config.renew_interval,
+            // Often enough to extend a hand-over's short claim lease well before it runs out.
+            config.renew_interval.min(config.waiter_alive() / 3),
+            config.waiter_alive(),
+            Epoch::new(
+                epoch_key(&config.prefix),
+                config.restart_quarantine,
+                config.watchdog_lease,
+            ),
+        );
+        let pubsub = PubSub::start(
+            redis_client,
+            format!("{wake_prefix}{instance_id}"),
+            config.command_timeout,
+        );
+        Self {
+            connections,
+            watchdog,
+            pubsub,
+            runtime: tokio::runtime::Handle::current(),
+            wake_prefix,
+            server,
+            instance_id,
+            next_holder: AtomicU64::new(1),
+            shut_down: AtomicBool::new(false),
+            config,
+        }
+    }
+
+    pub(crate) fn ensure_running(&self) -> Result<()> {
+        if self.is_shut_down() {
+            return Err(LockError::shut_down());
+        }
+        Ok(())
+    }
+
+    /// Whether the client was shut down.
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::SeqCst)
+    }
+
+    /// Releases every lock the watchdog holds, wakes every waiter, and stops both actors and
+    /// the pool.
+    pub(crate) async fn shutdown(&self) {
+        self.shut_down.store(true, Ordering::SeqCst);
+        self.watchdog.shutdown().await;
+        self.pubsub.shutdown().await;
+        self.connections.close();
+    }
+
+    /// A fresh owner id: `<instance id>:<holder number>`.
+    pub(crate) fn new_owner(&self) -> Arc<str> {
+        format!("{}:{}", self.instance_id, self.new_holder_id()).into()
+    }
+
+    /// A number no other holder of this client has (the watchdog's id for a lease).
+    pub(crate) fn new_holder_id(&self) -> u64 {
+        self.next_holder.fetch_add(1, Ordering::Relaxed)
+    }
+}

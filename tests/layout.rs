@@ -1,0 +1,320 @@
+//! The crate's layout: dependencies between the files of `src/` point one way (no cycle), and
+//! no file grows past 600 lines.
+//!
+//! A `use crate::…`, `use super::…` or a path written out in code (`crate::x::Y`) is an edge
+//! from its file to the file that defines the item, following re-exports (`pub use`) to the
+//! file they come from. `mod` declarations are not edges, and neither is a file's
+//! `#[cfg(test)]` module (tests may reach anywhere).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The longest a file of `src/` may be.
+const MAX_LINES: usize = 600;
+
+/// One file of the crate: its module path and the code that counts (comments and the
+/// `#[cfg(test)]` module left out).
+struct SourceFile {
+    path: PathBuf,
+    module: Vec<String>,
+    code: String,
+}
+
+fn source_files() -> Vec<SourceFile> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    let mut folders = vec![root.clone()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("src is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let relative = path.strip_prefix(&root).expect("under src");
+                if relative.starts_with("bin") {
+                    continue; // binaries are crates of their own
+                }
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                files.push(SourceFile {
+                    module: module_of(relative),
+                    code: code_of(&text),
+                    path: relative.to_path_buf(),
+                });
+            }
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files
+}
+
+/// `lib.rs` → [], `a.rs` → [a], `a/mod.rs` → [a], `a/b.rs` → [a, b].
+fn module_of(relative: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = relative
+        .iter()
+        .map(|part| part.to_string_lossy().trim_end_matches(".rs").to_owned())
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("lib" | "mod")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The lines of `text` that are code: no comments, nothing from `#[cfg(test)]` on.
+fn code_of(text: &str) -> String {
+    text.lines()
+        .take_while(|line| line.trim() != "#[cfg(test)]")
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every path a file names through `use` statements (braces expanded) and written out in
+/// code, as written (`crate::a::B`, `super::c`, `self::d`).
+fn named_paths(code: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("use ") {
+        let boundary = at == 0 || !rest.as_bytes()[at - 1].is_ascii_alphanumeric();
+        let tail = &rest[at + 4..];
+        let end = tail.find(';').unwrap_or(tail.len());
+        if boundary {
+            let tree: String = tail[..end].split_whitespace().collect();
+            expand("", &tree, &mut paths);
+        }
+        rest = &tail[end..];
+    }
+    for start in ["crate::", "super::"] {
+        let mut from = 0;
+        while let Some(at) = code[from..].find(start) {
+            let at = from + at;
+            let path: String = code[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            paths.push(path.trim_end_matches(':').to_owned());
+            from = at + start.len();
+        }
+    }
+    paths
+}
+
+/// Expands a use tree (`a::{b, c::{d, e}}`) below `prefix` into whole paths.
+fn expand(prefix: &str, tree: &str, paths: &mut Vec<String>) {
+    let join = |tail: &str| {
+        if prefix.is_empty() {
+            tail.to_owned()
+        } else {
+            format!("{prefix}::{tail}")
+        }
+    };
+    match tree.find('{') {
+        None => {
+            let path = tree.split(" as ").next().unwrap_or(tree);
+            paths.push(join(path.trim_end_matches("::self")));
+        }
+        Some(open) => {
+            let head = join(tree[..open].trim_end_matches("::"));
+            let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+            let mut depth = 0;
+            let mut item = String::new();
+            for c in inner.chars().chain(std::iter::once(',')) {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        if item == "self" {
+                            paths.push(head.clone());
+                        } else if !item.is_empty() {
+                            expand(&head, &item, paths);
+                        }
+                        item.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                item.push(c);
+            }
+        }
+    }
+}
+
+/// The module path `path` names from inside `module`, or `None` for a path outside the crate.
+fn absolute(path: &str, module: &[String]) -> Option<Vec<String>> {
+    let mut parts = path.split("::").filter(|part| !part.is_empty());
+    let first = parts.next()?;
+    let mut base: Vec<String> = match first {
+        "crate" => Vec::new(),
+        "super" => module[..module.len().saturating_sub(1)].to_vec(),
+        "self" => module.to_vec(),
+        _ => return None,
+    };
+    for part in parts {
+        if part == "super" {
+            base.pop();
+        } else {
+            base.push(part.to_owned());
+        }
+    }
+    Some(base)
+}
+
+/// The file an absolute path leads to: the deepest module it names, and from there through
+/// that module's re-exports to the file the item comes from.
+fn resolve(
+    path: &[String],
+    files: &[SourceFile],
+    modules: &BTreeMap<Vec<String>, usize>,
+    depth: usize,
+) -> Option<usize> {
+    let (known, file) = (0..=path.len())
+        .rev()
+        .find_map(|len| modules.get(&path[..len]).map(|file| (len, *file)))?;
+    let Some(item) = path.get(known) else {
+        return Some(file);
+    };
+    if depth > 8 {
+        return Some(file);
+    }
+    let source = &files[file];
+    // Re-exported here? Follow it to where it is defined.
+    for named in named_paths(&source.code) {
+        let last = named.rsplit("::").next().unwrap_or("");
+        if last != item || !source.code.contains("pub use") {
+            continue;
+        }
+        let named = if named.starts_with("crate") || named.starts_with("super") {
+            named
+        } else {
+            format!("self::{named}")
+        };
+        if let Some(target) = absolute(&named, &source.module)
+            && target != path
+            && let Some(found) = resolve(&target, files, modules, depth + 1)
+            && found != file
+        {
+            return Some(found);
+        }
+    }
+    Some(file)
+}
+
+/// The edges between the crate's files, by index into `files`.
+fn edges(files: &[SourceFile]) -> BTreeMap<usize, BTreeSet<usize>> {
+    let modules: BTreeMap<Vec<String>, usize> = files
+        .iter()
+        .enumerate()
+        .map(|(index, file)| (file.module.clone(), index))
+        .collect();
+    let mut edges: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+    for (index, file) in files.iter().enumerate() {
+        for named in named_paths(&file.code) {
+            let Some(path) = absolute(&named, &file.module) else {
+                continue;
+            };
+            if let Some(target) = resolve(&path, files, &modules, 0)
+                && target != index
+                // The crate root and module roots declare their children: only a re-export
+                // that could not be followed leads there, which is no dependency.
+                && !files[target].path.ends_with("lib.rs")
+            {
+                edges.entry(index).or_default().insert(target);
+            }
+        }
+    }
+    edges
+}
+
+/// A cycle among `edges`, as the files on it, if there is one.
+fn find_cycle(count: usize, edges: &BTreeMap<usize, BTreeSet<usize>>) -> Option<Vec<usize>> {
+    // 0 unvisited, 1 on the current path, 2 done.
+    let mut state = vec![0u8; count];
+    let mut path = Vec::new();
+    fn visit(
+        node: usize,
+        edges: &BTreeMap<usize, BTreeSet<usize>>,
+        state: &mut [u8],
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        state[node] = 1;
+        path.push(node);
+        for &next in edges.get(&node).into_iter().flatten() {
+            if state[next] == 1 {
+                let from = path.iter().position(|&n| n == next).expect("on the path");
+                return Some(path[from..].to_vec());
+            }
+            if state[next] == 0
+                && let Some(cycle) = visit(next, edges, state, path)
+            {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        state[node] = 2;
+        None
+    }
+    (0..count).find_map(|node| {
+        if state[node] == 0 {
+            visit(node, edges, &mut state, &mut path)
+        } else {
+            None
+        }
+    })
+}
+
+#[test]
+fn the_files_of_src_depend_on_each_other_one_way() {
+    let files = source_files();
+    assert!(files.len() > 10, "the crate's files were found");
+    let edges = edges(&files);
+    if let Some(cycle) = find_cycle(files.len(), &edges) {
+        let names: Vec<String> = cycle
+            .iter()
+            .chain(cycle.first())
+            .map(|&index| files[index].path.display().to_string())
+            .collect();
+        panic!("an import cycle: {}", names.join(" -> "));
+    }
+}
+
+#[test]
+fn no_file_of_src_is_over_600_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let long: Vec<String> = source_files()
+        .iter()
+        .filter_map(|file| {
+            let text = std::fs::read_to_string(root.join(&file.path)).expect("a source file");
+            let lines = text.lines().count();
+            (lines > MAX_LINES).then(|| format!("{} ({lines} lines)", file.path.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:?}");
+}
+
+/// The checker itself: a cycle through a re-export is found, and a one-way chain is not one.
+#[test]
+fn the_layout_check_finds_a_cycle_through_a_re_export() {
+    let file = |path: &str, code: &str| SourceFile {
+        path: PathBuf::from(path),
+        module: module_of(Path::new(path)),
+        code: code_of(code),
+    };
+    let one_way = [
+        file("lib.rs", "mod a; mod b; pub use b::Thing;"),
+        file("a.rs", "use crate::Thing;"),
+        file("b.rs", "pub struct Thing;"),
+    ];
+    assert_eq!(find_cycle(3, &edges(&one_way)), None);
+    let cyclic = [
+        file("lib.rs", "mod a; mod b; pub use b::Thing;"),
+        file("a.rs", "use crate::Thing;\npub struct Other;"),
+        file("b/mod.rs", "mod c;\npub use c::Thing;"),
+        file(
+            "b/c.rs",
+            "use super::super::a::{self, Other};\npub struct Thing;",
+        ),
+    ];
+    let cycle = find_cycle(4, &edges(&cyclic)).expect("the cycle a -> b/c -> a");
+    let mut on_it: Vec<&Path> = cycle.iter().map(|&i| cyclic[i].path.as_path()).collect();
+    on_it.sort();
+    assert_eq!(on_it, [Path::new("a.rs"), Path::new("b/c.rs")]);
+}
