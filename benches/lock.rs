@@ -104,7 +104,7 @@ fn local_benches(c: &mut Criterion) {
     let locks = runtime.block_on(async {
         LockClient::builder(&url)
             .local_handoff_limit(1_000)
-            .local_handoff_window(Duration::from_secs(60))
+            .local_handoff_window(Duration::from_secs(20))
             .build()
             .await
             .unwrap()

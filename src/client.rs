@@ -209,15 +209,16 @@ impl LockClientBuilder {
         self
     }
 
-    /// Lease of watchdog-mode locks (default [`DEFAULT_WATCHDOG_LEASE`], 30 s). The watchdog
-    /// renews it every third of this unless [`Self::renew_interval`] says otherwise.
+    /// Lease of watchdog-mode locks (default [`DEFAULT_WATCHDOG_LEASE`], 30 s), from 3 ms to
+    /// [`MAX_LEASE`](crate::MAX_LEASE). The watchdog renews it every third of this unless
+    /// [`Self::renew_interval`] says otherwise.
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
         self.config.watchdog_lease = lease;
         self
     }
 
-    /// How often the watchdog renews (default: a third of the watchdog lease). Must be
-    /// shorter than the lease.
+    /// How often the watchdog renews (default: a third of the watchdog lease). At most half
+    /// the lease, so that one renewal may fail and the next still comes in time.
     pub fn renew_interval(mut self, interval: Duration) -> Self {
         self.renew_interval = Some(interval);
         self
@@ -225,13 +226,16 @@ impl LockClientBuilder {
 
     /// Longest sleep of a waiter between looks at the lock (default
     /// [`DEFAULT_REPOLL_INTERVAL`], 1 s): what a missed release message can cost at most.
+    /// Positive and at most a third of [`MAX_LEASE`](crate::MAX_LEASE): a waiter's place in
+    /// a queue lives three of these without a refresh.
     pub fn repoll_interval(mut self, interval: Duration) -> Self {
         self.config.repoll_interval = interval;
         self
     }
 
     /// Bound on one Redis round trip (default [`DEFAULT_COMMAND_TIMEOUT`], 2 s); past it
-    /// the operation fails with [`ErrorKind::RedisUnavailable`].
+    /// the operation fails with [`ErrorKind::RedisUnavailable`]. Positive and at most
+    /// [`MAX_LEASE`](crate::MAX_LEASE).
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.config.command_timeout = timeout;
         self
@@ -248,7 +252,9 @@ impl LockClientBuilder {
 
     /// How long after a Redis acquisition the lock may keep passing between tasks of this
     /// client (default [`DEFAULT_LOCAL_HANDOFF_WINDOW`], 25 ms): the longest another
-    /// instance waits for this client's tasks beyond their own critical sections.
+    /// instance waits for this client's tasks beyond their own critical sections. Shorter
+    /// than nine tenths of the watchdog lease, the deadline by which a holder is told its
+    /// lease is lost.
     pub fn local_handoff_window(mut self, window: Duration) -> Self {
         self.config.local_handoff_window = window;
         self
@@ -274,6 +280,7 @@ impl LockClientBuilder {
     /// ([`LockClient::waive_restart_quarantine`], `lockctl waive-quarantine`). A client that
     /// never used the server before knows only its own leases: give every client of one
     /// Redis a watchdog lease, or this setting, at least the longest lease any of them uses.
+    /// At most [`MAX_LEASE`](crate::MAX_LEASE).
     pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
         self.config.restart_quarantine = quarantine;
         self
@@ -318,7 +325,8 @@ impl LockClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidConfig`] for an unparsable URL, unusable durations, TLS
+    /// [`ErrorKind::InvalidConfig`] for an unparsable URL, a setting past the bound its
+    /// method documents (the message names it), TLS
     /// certificates that cannot be read or were given for a URL without TLS, or a TLS URL
     /// that turns certificate checks off (`#insecure`);
     /// [`ErrorKind::InvalidName`] for a prefix containing `{` or `}`.
@@ -326,18 +334,7 @@ impl LockClientBuilder {
         let mut config = self.config;
         config.renew_interval = self.renew_interval.unwrap_or(config.watchdog_lease / 3);
         validate_prefix(&config.prefix)?;
-        if config.watchdog_lease < Duration::from_millis(3)
-            || config.renew_interval.is_zero()
-            || config.renew_interval >= config.watchdog_lease
-            || config.repoll_interval.is_zero()
-            || config.command_timeout.is_zero()
-        {
-            return Err(LockError::new(
-                ErrorKind::InvalidConfig,
-                "durations must be positive, the lease at least 3 ms and the renew interval \
-                 shorter than the lease",
-            ));
-        }
+        config.validate()?;
         // One client for the pool and the pub/sub connection: the same credentials and TLS.
         let redis_client = self.endpoint.client()?;
         let info = redis_client.get_connection_info();

@@ -3,6 +3,11 @@
 
 use std::time::Duration;
 
+/// The longest lease, wait or interval a client accepts: one year. Longer ones would only
+/// overflow the clocks they are added to; a client refuses them with
+/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig).
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// How long an acquired lock lasts without its holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Lease {
@@ -11,7 +16,9 @@ pub enum Lease {
     #[default]
     Watchdog,
     /// Never renewed: the lock is released by Redis when this runs out, and the guard's lost
-    /// signal fires.
+    /// signal fires. At least a millisecond and at most [`MAX_LEASE`]: an acquisition on
+    /// another fails with [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig)
+    /// before anything is written.
     Fixed(Duration),
 }
 
@@ -30,4 +37,19 @@ pub enum LostReason {
     /// Redis lost its data (a restart without persistence, a failover to an empty replica,
     /// a flush): every lock held there before is gone.
     DataLost,
+}
+
+impl Lease {
+    /// Checks a fixed lease's length before it reaches Redis.
+    pub(crate) fn validate(self) -> crate::Result<()> {
+        match self {
+            Lease::Fixed(lease) if lease < Duration::from_millis(1) || lease > MAX_LEASE => {
+                Err(crate::LockError::new(
+                    crate::ErrorKind::InvalidConfig,
+                    format!("a fixed lease must be from 1 ms to MAX_LEASE (a year), not {lease:?}"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
 }

@@ -57,5 +57,5 @@ pub use kinds::{
     MultiGuard, MultiLock, ReadWriteLock, RedLock, RedLockGuard, SegmentGuard, SegmentedLock,
 };
 pub use layer::{HeaderKey, KeyExtractor, LockContext, LockLayer, LockService};
-pub use lease::{Lease, LostReason};
+pub use lease::{Lease, LostReason, MAX_LEASE};
 pub use lock::{Lock, LockState};

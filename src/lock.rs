@@ -103,7 +103,10 @@ impl Lock {
     /// # Errors
     ///
     /// [`ErrorKind::RedisUnavailable`](crate::ErrorKind::RedisUnavailable) or [`ErrorKind::Redis`](crate::ErrorKind::Redis) when Redis fails,
-    /// [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when it refuses this client (credentials, ACL, certificate), and
+    /// [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when it refuses this client (credentials, ACL, certificate),
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a
+    /// [`Lease::Fixed`] shorter than a millisecond or longer than
+    /// [`MAX_LEASE`](crate::MAX_LEASE) (before anything is written), and
     /// [`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown) after shutdown.
     pub async fn acquire(&self) -> Result<LockGuard> {
         self.acquire_inner(true)

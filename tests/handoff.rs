@@ -29,7 +29,7 @@ async fn warm_scripts(locks: &LockClient) {
 async fn client_with(server: &RedisServer, limit: u32, repoll: Duration) -> LockClient {
     LockClient::builder(&server.url())
         .local_handoff_limit(limit)
-        .local_handoff_window(Duration::from_secs(60))
+        .local_handoff_window(Duration::from_secs(20))
         .repoll_interval(repoll)
         .build()
         .await

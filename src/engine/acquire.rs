@@ -36,6 +36,7 @@ impl Target {
     /// `None` when it is held and `wait` is false.
     pub(crate) async fn acquire(&self, engine: &Engine, wait: bool) -> Result<Option<Holder>> {
         engine.shared.ensure_running()?;
+        self.lease.validate()?;
         let started = Instant::now();
         // Only an exclusive lock's tasks queue locally; the others each wait in Redis.
         let turn = if !self.kind.queues_locally() {

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use crate::error::{ErrorKind, LockError, Result};
 use crate::kind::LockKind;
-use crate::lease::Lease;
+use crate::lease::{Lease, MAX_LEASE};
 use crate::wire::scripts::Terms;
 
 /// The client's settings; every field has a documented default.
@@ -20,6 +21,53 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// Checks every setting against its bounds, so that none can overflow a clock, renew a
+    /// lease too late to keep it, or hand a lock over locally past its lease. Each error
+    /// names the setting and its bound.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let lease = self.watchdog_lease;
+        let checks: [(bool, &str); 8] = [
+            (
+                lease >= Duration::from_millis(3) && lease <= MAX_LEASE,
+                "the watchdog lease must be from 3 ms to MAX_LEASE (a year)",
+            ),
+            (
+                !self.renew_interval.is_zero() && self.renew_interval <= lease / 2,
+                "the renew interval must be positive and at most half the watchdog lease",
+            ),
+            (
+                !self.repoll_interval.is_zero(),
+                "the re-poll interval must be positive",
+            ),
+            (
+                self.repoll_interval <= MAX_LEASE / 3,
+                "the re-poll interval must be at most a third of MAX_LEASE (a waiter's place \
+                 lives three re-polls)",
+            ),
+            (
+                !self.command_timeout.is_zero(),
+                "the command timeout must be positive",
+            ),
+            (
+                self.command_timeout <= MAX_LEASE,
+                "the command timeout must be at most MAX_LEASE (a year)",
+            ),
+            (
+                self.local_handoff_window < lease.mul_f64(0.9),
+                "the local hand-over window must be shorter than nine tenths of the watchdog \
+                 lease",
+            ),
+            (
+                self.restart_quarantine <= MAX_LEASE,
+                "the restart quarantine must be at most MAX_LEASE (a year)",
+            ),
+        ];
+        match checks.iter().find(|(holds, _)| !holds) {
+            Some((_, bound)) => Err(LockError::new(ErrorKind::InvalidConfig, *bound)),
+            None => Ok(()),
+        }
+    }
+
     /// How long a waiter's place in a Redis queue lives without a refresh: three re-polls,
     /// so a live waiter never loses it and a dead one blocks nobody for longer.
     pub(crate) fn waiter_alive(&self) -> Duration {
@@ -64,4 +112,104 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis())
         .unwrap_or(u64::MAX)
         .max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DEFAULT_WATCHDOG_LEASE;
+
+    fn defaults() -> Config {
+        Config {
+            prefix: "lock:".into(),
+            watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+            renew_interval: DEFAULT_WATCHDOG_LEASE / 3,
+            repoll_interval: Duration::from_secs(1),
+            command_timeout: Duration::from_secs(2),
+            local_handoff_limit: 16,
+            local_handoff_window: Duration::from_millis(25),
+            restart_quarantine: Duration::from_secs(5),
+        }
+    }
+
+    /// A change to the default settings.
+    type Change = Box<dyn FnOnce(&mut Config)>;
+
+    /// Whether `change` applied to the defaults is refused, and with which message.
+    fn refused(change: impl FnOnce(&mut Config)) -> Option<String> {
+        let mut config = defaults();
+        change(&mut config);
+        config.validate().err().map(|err| err.to_string())
+    }
+
+    #[test]
+    fn the_defaults_and_the_bounds_themselves_are_accepted() {
+        assert_eq!(refused(|_| {}), None);
+        assert_eq!(refused(|c| c.renew_interval = c.watchdog_lease / 2), None);
+        assert_eq!(refused(|c| c.watchdog_lease = MAX_LEASE), None);
+        assert_eq!(refused(|c| c.repoll_interval = MAX_LEASE / 3), None);
+        assert_eq!(refused(|c| c.restart_quarantine = MAX_LEASE), None);
+    }
+
+    #[test]
+    fn each_setting_past_its_bound_is_refused_by_name() {
+        let cases: [(&str, Change); 9] = [
+            (
+                "watchdog lease",
+                Box::new(|c| c.watchdog_lease = Duration::from_millis(2)),
+            ),
+            (
+                "watchdog lease",
+                Box::new(|c| c.watchdog_lease = Duration::MAX),
+            ),
+            (
+                "renew interval",
+                Box::new(|c| c.renew_interval = c.watchdog_lease * 2 / 3),
+            ),
+            (
+                "renew interval",
+                Box::new(|c| c.renew_interval = Duration::ZERO),
+            ),
+            (
+                "re-poll interval",
+                Box::new(|c| c.repoll_interval = Duration::MAX),
+            ),
+            (
+                "command timeout",
+                Box::new(|c| c.command_timeout = Duration::MAX),
+            ),
+            (
+                "hand-over window",
+                Box::new(|c| c.local_handoff_window = Duration::MAX),
+            ),
+            (
+                "hand-over window",
+                Box::new(|c| c.local_handoff_window = c.watchdog_lease.mul_f64(0.9)),
+            ),
+            (
+                "restart quarantine",
+                Box::new(|c| c.restart_quarantine = Duration::MAX),
+            ),
+        ];
+        for (setting, change) in cases {
+            let message = refused(change).unwrap_or_else(|| panic!("{setting}: accepted"));
+            assert!(message.contains(setting), "{setting}: {message}");
+            assert!(message.starts_with("invalid configuration"), "{message}");
+        }
+    }
+
+    #[test]
+    fn fixed_leases_outside_a_millisecond_to_a_year_are_refused() {
+        assert!(Lease::Fixed(Duration::from_millis(1)).validate().is_ok());
+        assert!(Lease::Fixed(MAX_LEASE).validate().is_ok());
+        assert!(Lease::Watchdog.validate().is_ok());
+        for lease in [
+            Duration::ZERO,
+            MAX_LEASE + Duration::from_millis(1),
+            Duration::MAX,
+        ] {
+            let err = Lease::Fixed(lease).validate().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{lease:?}");
+        }
+    }
 }
