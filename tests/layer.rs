@@ -379,7 +379,7 @@ async fn a_dropped_request_future_releases_its_lock() {
 }
 
 #[tokio::test]
-async fn readiness_is_passed_through_and_the_ready_service_is_called() {
+async fn the_layer_is_always_ready_and_readies_the_inner_service_once_the_lock_is_held() {
     let server = RedisServer::start();
     let locks = client(&server).await;
     let (mock, mut handle) = tower_test::mock::pair::<Request<String>, Response<String>>();
@@ -388,16 +388,24 @@ async fn readiness_is_passed_through_and_the_ready_service_is_called() {
     handle.allow(0);
     let mut task = tower_test::mock::Spawn::new(service.clone());
     assert!(
-        task.poll_ready().is_pending(),
-        "not ready while the inner service is not"
+        task.poll_ready().is_ready(),
+        "ready whatever the inner service says: it is reserved only under the lock"
     );
-    handle.allow(1);
-    assert!(task.poll_ready().is_ready());
     drop(task);
 
     // The mock panics if a clone that was not polled ready is called.
     let call = service.ready().await.unwrap().call(tenant_request("ready"));
     let respond = async {
+        let lock = locks.lock("ready").unwrap();
+        let started = std::time::Instant::now();
+        while !lock.is_locked().await.unwrap() {
+            assert!(
+                started.elapsed() < SLACK,
+                "the lock is taken while the inner service is not ready"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        handle.allow(1);
         let (request, reply) = handle.next_request().await.expect("the request arrives");
         assert!(request.extensions().get::<LockContext>().is_some());
         reply.send_response(Response::new("done".to_owned()));
@@ -458,4 +466,115 @@ async fn the_response_does_not_wait_for_the_release_and_a_later_request_waits_fo
         waited_ms >= (PAUSE / 2).as_millis() as u64,
         "the second request waited {waited_ms} ms for the release"
     );
+}
+
+/// A handler that answers with the request's tenant; the tenant `hot` waits for a permit of
+/// `gate` first.
+fn gated_handler(
+    gate: Arc<tokio::sync::Semaphore>,
+) -> impl Service<Request<String>, Response = Response<String>, Error = Infallible, Future: Send>
++ Clone
++ Send
++ 'static {
+    service_fn(move |request: Request<String>| {
+        let gate = gate.clone();
+        async move {
+            let tenant = request.headers()["x-tenant-id"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            if tenant == "hot" {
+                gate.acquire().await.unwrap().forget();
+            }
+            Ok::<_, Infallible>(Response::new(tenant))
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_for_its_lock_leaves_the_inner_services_capacity_to_others() {
+    let server = RedisServer::start();
+    let (here, there) = (client(&server).await, client(&server).await);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    // Two requests at most in the handler at once, shared by both instances' stacks.
+    let inner = tower::limit::ConcurrencyLimit::new(gated_handler(gate.clone()), 2);
+    let first = tenant_layer(&here).layer(inner.clone());
+    let second = tenant_layer(&there).layer(inner);
+
+    // One `hot` request holds the lock and one permit; another waits for the lock.
+    let holding = tokio::spawn(first.clone().oneshot(tenant_request("hot")));
+    let lock = here.lock("hot").unwrap();
+    let started = std::time::Instant::now();
+    while !lock.is_locked().await.unwrap() {
+        assert!(
+            started.elapsed() < SLACK,
+            "the first request takes the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let waiting = tokio::spawn(second.clone().oneshot(tenant_request("hot")));
+    assert!(
+        support::eventually(SLACK, || support::queued(&server, "hot").len() == 1).await,
+        "the second request waits for the lock"
+    );
+
+    // The second permit is free for another tenant: the waiting request holds none.
+    let cold = tokio::time::timeout(SLACK, second.clone().oneshot(tenant_request("cold")))
+        .await
+        .expect("a request of another tenant runs while a hot one waits for its lock")
+        .unwrap();
+    assert_eq!(cold.into_body(), "cold");
+    assert!(!holding.is_finished() && !waiting.is_finished());
+
+    gate.add_permits(2);
+    for request in [holding, waiting] {
+        let response = tokio::time::timeout(SLACK, request).await.unwrap().unwrap();
+        assert_eq!(response.unwrap().into_body(), "hot");
+    }
+}
+
+/// An inner service that has failed: it is never ready again.
+#[derive(Clone)]
+struct Broken;
+
+impl Service<Request<String>> for Broken {
+    type Response = Response<String>;
+    type Error = &'static str;
+    type Future = std::future::Ready<Result<Response<String>, &'static str>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Err("broken"))
+    }
+
+    fn call(&mut self, _: Request<String>) -> Self::Future {
+        panic!("a service that is not ready is never called")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inner_service_that_fails_to_get_ready_gives_its_error_and_the_lock_back() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let service = tenant_layer(&locks).layer(Broken);
+    let outcome = service.oneshot(tenant_request("broken")).await;
+    assert_eq!(outcome.unwrap_err(), "broken");
+    let lock = locks.lock("broken").unwrap();
+    let started = std::time::Instant::now();
+    while lock.is_locked().await.unwrap() {
+        assert!(
+            started.elapsed() < SLACK,
+            "the lock is released after the error"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let left: i64 = server.cmd(&[
+        "EXISTS",
+        "lock:{broken}",
+        "lock:{broken}:queue",
+        "lock:{broken}:waiters",
+    ]);
+    assert_eq!(left, 0, "no hold or place is left in Redis");
 }

@@ -1,5 +1,6 @@
-//! The response future: acquiring → running the inner future with the guards held →
-//! done. The guards are fields, so whatever ends or drops the future releases the locks.
+//! The response future: acquiring → calling (the inner service polled ready, only now that
+//! the locks are held) → running the inner future with the guards held → done. The guards
+//! are fields, so whatever ends or drops the future releases the locks.
 //!
 //! The release is off the request path: the response is returned as soon as the inner
 //! future is, and dropping the guards either hands each lock to the next request of this
@@ -61,6 +62,14 @@ where
         /// Taken when the locks are acquired (or not). Boxed: the request is large, and
         /// the other states should not carry its room.
         waiting: Option<Box<Waiting<S, ReqB>>>,
+    },
+    /// The locks are held (or not needed): the inner service is polled ready, then called.
+    Calling {
+        service: S,
+        /// Taken when the service is called. Boxed, as in `Waiting`: the request is large.
+        request: Option<Box<Request<ReqB>>>,
+        lost: Option<LeaseWatch>,
+        guards: Vec<LockGuard>,
     },
     Running {
         #[pin]
@@ -143,10 +152,16 @@ where
         }
     }
 
-    pub(crate) fn unlocked(future: S::Future, reject: R, log: Arc<LayerLog>) -> Self {
+    pub(crate) fn unlocked(
+        service: S,
+        request: Request<ReqB>,
+        reject: R,
+        log: Arc<LayerLog>,
+    ) -> Self {
         Self {
-            state: State::Running {
-                future,
+            state: State::Calling {
+                service,
+                request: Some(Box::new(request)),
                 lost: None,
                 guards: Vec::new(),
             },
@@ -186,13 +201,34 @@ where
                     let next = waiting.acquired(outcome, this.span, this.log);
                     this.state.set(next);
                 }
+                StateProj::Calling {
+                    service,
+                    request,
+                    lost,
+                    guards,
+                } => {
+                    if let Some(rejection) = lease_lost(lost, cx) {
+                        // Drops the guards.
+                        this.state.set(State::Rejected {
+                            rejection: Some(rejection),
+                        });
+                        continue;
+                    }
+                    if let Err(error) = ready!(service.poll_ready(cx)) {
+                        // Drops the guards: the locks are released.
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(error));
+                    }
+                    let request = request.take().expect("called once");
+                    let next = State::Running {
+                        future: service.call(*request),
+                        lost: lost.take(),
+                        guards: std::mem::take(guards),
+                    };
+                    this.state.set(next);
+                }
                 StateProj::Running { future, lost, .. } => {
-                    if let Some(watch) = lost
-                        && let Poll::Ready(reason) = watch.lost.as_mut().poll(cx)
-                    {
-                        let names = std::mem::take(&mut watch.names);
-                        let rejection =
-                            Rejection::lease_lost(reason, watch.grpc, names, watch.retry_after);
+                    if let Some(rejection) = lease_lost(lost, cx) {
                         // Drops the handler's future and its guards.
                         this.state.set(State::Rejected {
                             rejection: Some(rejection),
@@ -216,6 +252,22 @@ where
     }
 }
 
+/// The rejection of a handler whose lease was lost, once its lost signal fired.
+fn lease_lost(lost: &mut Option<LeaseWatch>, cx: &mut Context<'_>) -> Option<Rejection> {
+    let watch = lost.as_mut()?;
+    let reason = match watch.lost.as_mut().poll(cx) {
+        Poll::Ready(reason) => reason,
+        Poll::Pending => return None,
+    };
+    let names = std::mem::take(&mut watch.names);
+    Some(Rejection::lease_lost(
+        reason,
+        watch.grpc,
+        names,
+        watch.retry_after,
+    ))
+}
+
 impl<S, ReqB> Waiting<S, ReqB>
 where
     S: Service<Request<ReqB>>,
@@ -235,7 +287,7 @@ where
             Err(error) => error,
         };
         let Self {
-            mut service,
+            service,
             request,
             policy,
             names,
@@ -247,8 +299,9 @@ where
         {
             span.record("outcome", "failed open");
             log.failed_open(&names, &error);
-            return State::Running {
-                future: service.call(request),
+            return State::Calling {
+                service,
+                request: Some(Box::new(request)),
                 lost: None,
                 guards: Vec::new(),
             };
@@ -259,7 +312,8 @@ where
         }
     }
 
-    /// Hands the request, with its `LockContext`, to the inner service, and keeps the guards.
+    /// Readies the request, with its `LockContext`, for the inner service, and keeps the
+    /// guards.
     fn run_locked(
         self,
         guards: Vec<LockGuard>,
@@ -267,7 +321,7 @@ where
         span: &tracing::Span,
     ) -> State<S, ReqB> {
         let Self {
-            mut service,
+            service,
             mut request,
             policy,
             names,
@@ -291,8 +345,9 @@ where
             OnLeaseLost::Finish => None,
         };
         request.extensions_mut().insert(context);
-        State::Running {
-            future: service.call(request),
+        State::Calling {
+            service,
+            request: Some(Box::new(request)),
             lost,
             guards,
         }

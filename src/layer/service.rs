@@ -61,14 +61,16 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqB, R>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    /// Always ready: the inner service is reserved (polled ready) by each request's future
+    /// only once its locks are held, so requests waiting for a busy key never hold capacity
+    /// of the inner service (a concurrency limit under the layer) that others could use.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        // Call the service that was polled ready, and keep a fresh clone for the next call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        // A clone of its own for each request, polled ready by the request's future.
+        let inner = self.inner.clone();
         let policy = &self.policy;
         let reject = |kind, keys, detail: String| {
             let grpc = is_grpc(&request);
@@ -87,11 +89,7 @@ where
                     if !policy.missing_key_chosen {
                         self.log.keyless(&request);
                     }
-                    ResponseFuture::unlocked(
-                        inner.call(request),
-                        self.reject.clone(),
-                        self.log.clone(),
-                    )
+                    ResponseFuture::unlocked(inner, request, self.reject.clone(), self.log.clone())
                 }
                 OnMissingKey::Reject => reject(
                     RejectionKind::MissingKey,
