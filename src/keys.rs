@@ -18,6 +18,7 @@ pub struct LockKeys {
     fence: String,
     queue: String,
     waiters: String,
+    readers: String,
 }
 
 impl LockKeys {
@@ -53,6 +54,7 @@ impl LockKeys {
             fence: format!("{hash}:fence"),
             queue: format!("{hash}:queue"),
             waiters: format!("{hash}:waiters"),
+            readers: format!("{hash}:readers"),
             hash,
         })
     }
@@ -75,6 +77,12 @@ impl LockKeys {
     /// The waiters' terms (a hash: owner id to liveness, claim lease and token block).
     pub fn waiters(&self) -> &str {
         &self.waiters
+    }
+
+    /// The readers of a read-write lock by lease deadline (a sorted set: owner id to
+    /// deadline in server ms), while it is read-held.
+    pub fn readers(&self) -> &str {
+        &self.readers
     }
 }
 
@@ -183,6 +191,7 @@ mod tests {
         assert_eq!(k.fence(), "lock:{acme}:fence");
         assert_eq!(k.queue(), "lock:{acme}:queue");
         assert_eq!(k.waiters(), "lock:{acme}:waiters");
+        assert_eq!(k.readers(), "lock:{acme}:readers");
     }
 
     #[test]

@@ -682,3 +682,60 @@ async fn a_cancelled_wait_leaves_the_queue() {
     let left: Vec<String> = server.cmd(&["HKEYS", "lock:{cancel}"]);
     assert_eq!(left.len(), 2, "mode and the one writer: {left:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_readers_are_indexed_by_deadline_and_leave_no_key_behind() {
+    const READERS: usize = 200;
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let mut guards = Vec::with_capacity(READERS);
+    for _ in 0..READERS {
+        guards.push(read(&locks, "crowd").acquire().await.unwrap());
+    }
+    let lease = Duration::from_millis(300);
+    let dead = read(&locks, "crowd")
+        .with_lease(Lease::Fixed(lease))
+        .acquire()
+        .await
+        .unwrap();
+    let indexed: i64 = server.cmd(&["ZCARD", "lock:{crowd}:readers"]);
+    assert_eq!(indexed, READERS as i64 + 1, "every reader is in the index");
+    let ttls: Vec<i64> = vec![
+        server.cmd(&["PTTL", "lock:{crowd}"]),
+        server.cmd(&["PTTL", "lock:{crowd}:readers"]),
+    ];
+    assert!(
+        ttls.iter().all(|ttl| *ttl > 0),
+        "both keys expire: {ttls:?}"
+    );
+
+    // The dead reader's lease runs out, on the server's clock too; the next look drops it
+    // from the hash and the index.
+    let lost = tokio::time::timeout(SLACK, dead.lost_signal().lost()).await;
+    assert_eq!(lost.expect("the fixed lease runs out"), LostReason::Expired);
+    let deadline: u64 = server.cmd(&["ZSCORE", "lock:{crowd}:readers", dead.owner_id()]);
+    let server_ms = || {
+        let (seconds, micros): (u64, u64) = server.cmd(&["TIME"]);
+        seconds * 1000 + micros / 1000
+    };
+    assert!(eventually(SLACK, || server_ms() > deadline).await);
+    let writer = queue_for(&server, write(&locks, "crowd"), "crowd", 1).await;
+    let indexed: i64 = server.cmd(&["ZCARD", "lock:{crowd}:readers"]);
+    assert_eq!(indexed, READERS as i64, "the dead reader left the index");
+    let holders = read(&locks, "crowd").inspect().await.unwrap().holders;
+    assert_eq!(holders.len(), READERS, "and the hash");
+
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    let written = granted(writer, SLACK, "the last reader's release hands over").await;
+    let indexed: i64 = server.cmd(&["EXISTS", "lock:{crowd}:readers"]);
+    assert_eq!(
+        indexed, 0,
+        "no readers' index while a writer holds the lock"
+    );
+    written.release().await.unwrap();
+    drop(dead);
+    let left: i64 = server.cmd(&["EXISTS", "lock:{crowd}", "lock:{crowd}:readers"]);
+    assert_eq!(left, 0, "nothing is left once everyone released");
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use support::tls::TestPki;
 use support::{RedisServer, acquire_within, eventually, queued, subscribers, wake_channel};
-use tower_redis_lock::{ErrorKind, LockClient, LockClientBuilder, LockGuard};
+use tower_redis_lock::{ErrorKind, Lease, LockClient, LockClientBuilder, LockGuard};
 
 /// Bound for waits that normally take milliseconds; generous because CI machines are shared
 /// and a debug build on two cores can stall for a while.
@@ -20,8 +20,8 @@ const REFUSAL_BOUND: Duration = Duration::from_secs(2);
 /// Every command the library sends, at the top level or from its scripts, as README.md's
 /// ACL line grants them.
 const LIBRARY_COMMANDS: &str = "-@all +evalsha +script|load +exists +hexists +hget +hgetall \
-    +hset +hincrby +hdel +del +get +set +pexpire +pttl +time +zadd +zrange +zrem \
-    +zscore +publish +subscribe +ping +unwatch";
+    +hset +hincrby +hdel +del +get +set +pexpire +pttl +time +zadd +zrange +zrangebyscore \
+    +zremrangebyscore +zrem +zscore +publish +subscribe +ping +unwatch";
 
 const PASSWORD: &str = "s3cret-pass";
 
@@ -177,6 +177,61 @@ async fn an_acl_user_of_the_lock_prefix_acquires_waits_renews_and_releases() {
     for name in ["acl", "renewed"] {
         assert!(!holder.lock(name).unwrap().is_locked().await.unwrap());
     }
+    assert_eq!(denied_commands(&server), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_acl_user_of_the_lock_prefix_shares_reads_renews_readers_and_expires_dead_ones() {
+    let server = RedisServer::start();
+    add_user(
+        &server,
+        "locker",
+        "~lock:*",
+        "&lock:wake:*",
+        LIBRARY_COMMANDS,
+    );
+    let url = server.url_as("locker", PASSWORD);
+    let lease = Duration::from_millis(600);
+    let readers = LockClient::builder(&url)
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .unwrap();
+    let writer = woken_only_by_pubsub(&url).build().await.unwrap();
+    let rw = readers.read_write_lock("shared").unwrap();
+
+    let renewed = rw.read().acquire().await.unwrap();
+    // A reader that dies: its fixed lease runs out and the next script drops it.
+    let dead = rw
+        .read()
+        .with_lease(Lease::Fixed(lease / 2))
+        .acquire()
+        .await
+        .unwrap();
+    // Time passing is what is under test: the watchdog renews the live reader's own lease.
+    let lost = tokio::time::timeout(lease * 3, renewed.lost_signal().lost()).await;
+    assert!(lost.is_err(), "the watchdog renewed the reader: {lost:?}");
+    assert!(!dead.is_held(), "the fixed lease ran out");
+
+    // The writer's look at the lock drops the dead reader and queues behind the live one.
+    let write = writer.read_write_lock("shared").unwrap().write();
+    let waiting = tokio::spawn(async move { write.acquire().await.unwrap() });
+    assert!(eventually(SLACK, || queued(&server, "shared").len() == 1).await);
+    let holders = rw.read().inspect().await.unwrap().holders;
+    assert_eq!(holders.len(), 1, "the dead reader is dropped: {holders:?}");
+    renewed.release().await.unwrap();
+    let written = tokio::time::timeout(SLACK, waiting).await.unwrap().unwrap();
+    written.release().await.unwrap();
+    drop(dead);
+
+    let held = rw.read().acquire().await.unwrap();
+    assert!(rw.write().force_unlock().await.unwrap());
+    drop(held);
+    let left: i64 = server.cmd(&["EXISTS", "lock:{shared}", "lock:{shared}:readers"]);
+    assert_eq!(
+        left, 0,
+        "force-unlock removes the readers' index with the hash"
+    );
     assert_eq!(denied_commands(&server), Vec::<String>::new());
 }
 

@@ -218,7 +218,7 @@ impl Waiter {
         self.conn = Some(conn.clone());
         let sent_at = Instant::now();
         let epoch = shared.watchdog.epoch().terms(lease_ms);
-        let locks = [(self.keys.hash(), &*self.owner)];
+        let locks = [(&*self.keys, &*self.owner)];
         let reply = shared
             .connections
             .bounded(

@@ -313,9 +313,9 @@ impl Actor {
         let limit = self.connections.command_timeout().min(self.renew_interval);
         for chunk in batch.chunks(BATCH) {
             let sent_at = Instant::now();
-            let pairs: Vec<(&str, &str)> = chunk
+            let pairs: Vec<(&LockKeys, &str)> = chunk
                 .iter()
-                .map(|(_, keys, owner)| (keys.hash(), &**owner))
+                .map(|(_, keys, owner)| (&**keys, &**owner))
                 .collect();
             // Any shard will do: renewals need no order with other commands.
             let shard = chunk[0].1.hash();

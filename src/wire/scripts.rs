@@ -171,20 +171,41 @@ pub(crate) enum HandoffReply {
     NotOwner,
 }
 
-/// EVALSHA of `script` with a lock's four keys (and the epoch key, when given) and the wake
-/// prefix; the caller adds the rest of its arguments. Built as one command buffer: a lock
-/// operation should not allocate per argument.
-fn evalsha(script: &Script, keys: &LockKeys, epoch_key: Option<&str>, wake: &str) -> Cmd {
+/// Which keys a script takes besides a lock's four: the epoch key, and the readers' index
+/// (always last, where a read-write lock's scripts find it).
+#[derive(Debug, Clone, Copy)]
+struct ExtraKeys<'a> {
+    epoch: Option<&'a str>,
+    readers: bool,
+}
+
+impl<'a> ExtraKeys<'a> {
+    /// The epoch key, and the readers' index when `kind` has readers.
+    fn of(kind: LockKind, epoch: Option<&'a str>) -> Self {
+        Self {
+            epoch,
+            readers: rw_role(kind).is_some(),
+        }
+    }
+}
+
+/// EVALSHA of `script` with a lock's four keys (and the `extra` ones) and the wake prefix; the
+/// caller adds the rest of its arguments. Built as one command buffer: a lock operation
+/// should not allocate per argument.
+fn evalsha(script: &Script, keys: &LockKeys, extra: ExtraKeys<'_>, wake: &str) -> Cmd {
     let mut cmd = Cmd::with_capacity(16, 256);
     cmd.arg("EVALSHA")
         .arg(script.get_hash())
-        .arg(4 + usize::from(epoch_key.is_some()))
+        .arg(4 + usize::from(extra.epoch.is_some()) + usize::from(extra.readers))
         .arg(keys.hash())
         .arg(keys.fence())
         .arg(keys.queue())
         .arg(keys.waiters());
-    if let Some(epoch_key) = epoch_key {
+    if let Some(epoch_key) = extra.epoch {
         cmd.arg(epoch_key);
+    }
+    if extra.readers {
+        cmd.arg(keys.readers());
     }
     cmd.arg(wake);
     cmd
@@ -253,7 +274,8 @@ pub(crate) async fn acquire(
     epoch: &EpochTerms<'_>,
 ) -> redis::RedisResult<AcquireReply> {
     let script = acquire_script(terms.kind);
-    let mut cmd = evalsha(script, keys, Some(epoch.key), wake);
+    let extra = ExtraKeys::of(terms.kind, Some(epoch.key));
+    let mut cmd = evalsha(script, keys, extra, wake);
     cmd.arg(owner).arg(terms.lease_ms).arg(match mode {
         AcquireMode::Wait => "wait",
         AcquireMode::Try => "try",
@@ -299,7 +321,7 @@ pub(crate) async fn release(
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
     let script = release_script(kind);
-    let mut cmd = evalsha(script, keys, None, wake);
+    let mut cmd = evalsha(script, keys, ExtraKeys::of(kind, None), wake);
     cmd.arg(owner).arg(match scope {
         ReleaseScope::One => "one",
         ReleaseScope::All => "all",
@@ -320,7 +342,12 @@ pub(crate) async fn handoff(
     next_owner: &str,
     terms: &Terms,
 ) -> redis::RedisResult<HandoffReply> {
-    let mut cmd = evalsha(&RELEASE, keys, None, wake);
+    let mut cmd = evalsha(
+        &RELEASE,
+        keys,
+        ExtraKeys::of(LockKind::Exclusive, None),
+        wake,
+    );
     cmd.arg(owner).arg("handoff").arg(next_owner);
     with_terms(&mut cmd, terms);
     cmd.arg(terms.lease_ms);
@@ -336,11 +363,11 @@ pub(crate) async fn handoff(
     })
 }
 
-/// Renews `(hash, owner)` pairs in one call, after checking the epoch; answers per pair
+/// Renews `(keys, owner)` pairs in one call, after checking the epoch; answers per pair
 /// whether it is still held. With no pairs, only checks the epoch.
 pub(crate) async fn renew(
     conn: &mut MultiplexedConnection,
-    locks: &[(&str, &str)],
+    locks: &[(&LockKeys, &str)],
     lease_ms: u64,
     epoch: &EpochTerms<'_>,
 ) -> redis::RedisResult<RenewReply> {
@@ -351,8 +378,8 @@ pub(crate) async fn renew(
         .arg(epoch.known)
         .arg(epoch.quarantine_ms)
         .arg(epoch.known_lease_ms);
-    for (hash, owner) in locks {
-        invocation.key(*hash).arg(*owner);
+    for (keys, owner) in locks {
+        invocation.key(keys.hash()).key(keys.readers()).arg(*owner);
     }
     let reply: Vec<i64> = invocation.invoke_async(conn).await?;
     Ok(match reply.split_first() {
@@ -388,7 +415,12 @@ pub(crate) async fn force_unlock(
     wake: &str,
 ) -> redis::RedisResult<bool> {
     let script = force_unlock_script(kind);
-    let removed: i64 = run(conn, script, &evalsha(script, keys, None, wake)).await?;
+    // Every kind removes the readers' index too: a plain lock's name may be read-held.
+    let extra = ExtraKeys {
+        epoch: None,
+        readers: true,
+    };
+    let removed: i64 = run(conn, script, &evalsha(script, keys, extra, wake)).await?;
     Ok(removed == 1)
 }
 

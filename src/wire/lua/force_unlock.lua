@@ -1,6 +1,7 @@
 -- Remove a lock whoever holds it (operators only); the first live waiter gets it next.
--- Returns 1 when a lock was removed, 0 when it was free.
-if redis.call('del', KEYS[1]) == 1 then
+-- Returns 1 when a lock was removed, 0 when it was free. KEYS[5] is the readers' index of a
+-- read-write lock of the same name (see rw.lua), which goes with its hash.
+if redis.call('del', KEYS[1], KEYS[5]) > 0 then
   grant_head(nil)
   return 1
 end

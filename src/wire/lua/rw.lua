@@ -7,11 +7,26 @@
 -- and expires with the last reader's lease (a writer's: its lease). A hash without 'mode' is
 -- held by a plain lock of the same name, or by a waiter a plain lock's release handed it to:
 -- one owner, as exclusive as a writer.
+-- The last key of every read-write script, READERS, indexes the readers by lease deadline (a
+-- sorted set: owner id -> deadline ms), so that no script visits every reader: expiring the
+-- dead ones, finding the first and the last deadline, adding, renewing or removing one cost
+-- O(log N). It exists only while the lock is read-held, and expires with the hash.
 -- Waiters queue with 'r' or 'w' after their terms; a plain lock's waiters with nothing.
 
+local READERS = KEYS[#KEYS]
+
+-- The readers' index lives exactly as long as the hash.
+local function rw_readers_follow_hash()
+  local left = redis.call('pttl', KEYS[1])
+  if left > 0 then
+    redis.call('pexpire', READERS, left)
+  end
+end
+
 -- Reads the lock's state: nil (free), 'read', 'write' or 'plain'. In 'read' state it first
--- drops the readers whose lease ran out, deletes the hash when none is left (then: nil), sets
--- its expiry to the last live reader's deadline, and returns how long the first one has left.
+-- drops the readers whose lease ran out (only they are visited), deletes the hash when none
+-- is left (then: nil), sets its expiry to the last live reader's deadline, and returns how
+-- long the first one has left.
 local function rw_state(now)
   local mode = redis.call('hget', KEYS[1], 'mode')
   if mode == 'write' then
@@ -23,34 +38,34 @@ local function rw_state(now)
     end
     return nil
   end
-  local fields = redis.call('hgetall', KEYS[1])
-  local first, last
-  for i = 1, #fields, 2 do
-    local deadline = tonumber(string.match(fields[i + 1], '^%d+ (%d+)$'))
-    if deadline then
-      if deadline <= now then
-        redis.call('hdel', KEYS[1], fields[i])
-      else
-        first = math.min(first or deadline, deadline)
-        last = math.max(last or deadline, deadline)
-      end
+  local expired = redis.call('zrangebyscore', READERS, '-inf', now)
+  if #expired > 0 then
+    -- In slices: a call takes a bounded number of arguments.
+    for i = 1, #expired, 1000 do
+      redis.call('hdel', KEYS[1], unpack(expired, i, math.min(i + 999, #expired)))
     end
+    redis.call('zremrangebyscore', READERS, '-inf', now)
   end
-  if not last then
-    redis.call('del', KEYS[1])
+  local first = redis.call('zrange', READERS, 0, 0, 'WITHSCORES')[2]
+  if not first then
+    redis.call('del', KEYS[1], READERS)
     return nil
   end
+  local last = tonumber(redis.call('zrange', READERS, -1, -1, 'WITHSCORES')[2])
   redis.call('pexpire', KEYS[1], last - now)
-  return 'read', first - now
+  redis.call('pexpire', READERS, last - now)
+  return 'read', tonumber(first) - now
 end
 
 -- Adds `owner` as a reader with a lease of `lease_ms`; the hash lives at least that long.
 -- Returns its fencing token.
 local function rw_add_reader(owner, now, lease_ms, block)
   redis.call('hset', KEYS[1], 'mode', 'read', owner, string.format('1 %d', now + lease_ms))
+  redis.call('zadd', READERS, now + lease_ms, owner)
   if redis.call('pttl', KEYS[1]) < lease_ms then
     redis.call('pexpire', KEYS[1], lease_ms)
   end
+  rw_readers_follow_hash()
   return reserve_tokens(block, lease_ms)
 end
 

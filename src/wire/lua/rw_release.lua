@@ -52,6 +52,7 @@ if left > 0 then
 end
 if state == 'read' then
   redis.call('hdel', KEYS[1], owner)
+  redis.call('zrem', READERS, owner)
   -- The readers left keep it, with the longest lease among them; none left: free.
   state = rw_state(now)
 else
@@ -60,6 +61,8 @@ else
     local lease = math.max(1, redis.call('pttl', KEYS[1]))
     redis.call('hdel', KEYS[1], owner .. ':r')
     redis.call('hset', KEYS[1], 'mode', 'read', owner, string.format('%s %d', reads, now + lease))
+    redis.call('zadd', READERS, now + lease, owner)
+    rw_readers_follow_hash()
     state = 'read'
   else
     redis.call('del', KEYS[1])
