@@ -7,6 +7,8 @@
 
 #![allow(missing_docs)]
 
+// Shared with the other benches, which use all of it.
+#[allow(dead_code)]
 #[path = "shared/common.rs"]
 mod common;
 #[path = "../tests/support/mod.rs"]
