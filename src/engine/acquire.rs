@@ -10,12 +10,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::Engine;
+use crate::engine::deadlines::{Registration, lost_deadline};
 use crate::engine::hold::{Acquisition, Baton, Budget, Holder};
 use crate::engine::lease::LeaseState;
 use crate::engine::local::LocalTurn;
 use crate::engine::shared::Shared;
 use crate::engine::waiter::Waiter;
-use crate::engine::watchdog::{Registration, lost_deadline};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{LockKeys, shown};
 use crate::kind::LockKind;
@@ -55,7 +55,7 @@ impl Target {
     }
 
     /// The rest of an acquisition, once this task has the key's local turn (when its kind
-    /// queues locally).
+    /// queues locally): what the task before it left, then Redis.
     async fn acquire_with_turn(
         &self,
         shared: &Arc<Shared>,
@@ -64,156 +64,53 @@ impl Target {
         started: Instant,
     ) -> Result<Option<Holder>> {
         shared.ensure_running()?;
+        let queued = match self.pick_up(&mut turn, wait) {
+            Left::Lock(holder) => return Ok(Some(holder)),
+            Left::NotOurs => return Ok(None),
+            Left::Place(queued) => queued,
+        };
+        let waiter = queued.unwrap_or_else(|| Waiter::new(shared, self.keys.clone(), self.kind));
+        let asking = Asking {
+            target: self,
+            shared,
+            terms: shared.config.terms(self.lease, self.kind),
+            turn,
+            waiter,
+            started,
+        };
+        asking.run(wait).await
+    }
+
+    /// Takes what the task before this one left in the key's turn.
+    fn pick_up(&self, turn: &mut Option<LocalTurn<Baton>>, wait: bool) -> Left {
         let watchdog = self.lease == Lease::Watchdog;
         let baton = turn
             .as_mut()
             .map_or(Baton::Free, |turn| std::mem::take(turn.baton()));
-        let queued = match baton {
+        match baton {
             Baton::Held(carried) => match carried.pick_up(watchdog) {
                 Some((acquisition, token, budget)) => {
-                    if let Some(turn) = turn {
+                    if let Some(turn) = turn.take() {
                         acquisition.lease.put_turn(turn);
                     }
                     tracing::debug!(lock = %shown(&self.name), token, "lock handed over locally");
-                    return Ok(Some(Holder::new(acquisition, token, budget)));
+                    Left::Lock(Holder::new(acquisition, token, budget))
                 }
                 // Lost, or not for this lease mode: released in the background.
-                None => None,
+                None => Left::Place(None),
             },
             // A place queued on the terms of a watchdog lease, which a fixed lease does not
             // share: such a task leaves it (dropping it gives it back) and queues anew.
-            Baton::Queued(queued) if wait => watchdog.then_some(queued),
+            Baton::Queued(queued) if wait => Left::Place(watchdog.then_some(queued)),
             Baton::Queued(queued) => {
                 // Not ours to wait in: left to the next task, or given back with the entry.
                 if let Some(turn) = turn.as_mut() {
                     *turn.baton() = Baton::Queued(queued);
                 }
-                return Ok(None);
+                Left::NotOurs
             }
-            Baton::Free => None,
-        };
-        let mut waiter =
-            queued.unwrap_or_else(|| Waiter::new(shared, self.keys.clone(), self.kind));
-        let terms = shared.config.terms(self.lease, self.kind);
-        let mode = if wait {
-            AcquireMode::Wait
-        } else {
-            AcquireMode::Try
-        };
-        let mut nap = shared.config.repoll_interval;
-        let mut look = !waiter.is_queued();
-        loop {
-            shared.ensure_running()?;
-            if !look {
-                if let Some(grant) = waiter.wait(nap).await {
-                    // A grant that cannot be vouched for any more (it lapsed while this task
-                    // or its runtime stalled) is never handed out: the lock is looked at again.
-                    let deadline = waiter.grant_deadline(grant);
-                    if let Some(expires_at) = deadline {
-                        let granted = Duration::from_millis(grant.lease_ms);
-                        let lease = self.full_lease(&mut waiter, expires_at, granted, &terms);
-                        if let Some(expires_at) = Box::pin(lease).await? {
-                            let holder = self.grant(
-                                shared,
-                                turn,
-                                Granted {
-                                    owner: waiter.settle(),
-                                    token: grant.token,
-                                    expires_at,
-                                    terms,
-                                },
-                            );
-                            self.trace_acquired(&holder, started, "lock handed over by Redis");
-                            return Ok(Some(holder));
-                        }
-                    }
-                }
-                shared.ensure_running()?;
-            }
-            look = false;
-            let sent_at = Instant::now();
-            // Boxed: the script's future is large, and a waiting head should only carry it
-            // while it talks to Redis, not while it waits for a grant.
-            match Box::pin(waiter.attempt(&terms, mode)).await? {
-                AcquireReply::Acquired {
-                    token,
-                    lease_left_ms,
-                } => {
-                    let left = u64::try_from(lease_left_ms).unwrap_or(terms.lease_ms);
-                    let granted = Duration::from_millis(left);
-                    let expires_at = lost_deadline(sent_at, granted);
-                    // A reply read back past its deadline (a stall) is not handed out either.
-                    if Instant::now() < expires_at {
-                        let lease = self.full_lease(&mut waiter, expires_at, granted, &terms);
-                        if let Some(expires_at) = Box::pin(lease).await? {
-                            let holder = self.grant(
-                                shared,
-                                turn,
-                                Granted {
-                                    owner: waiter.settle(),
-                                    token,
-                                    expires_at,
-                                    terms,
-                                },
-                            );
-                            self.trace_acquired(&holder, started, "lock acquired");
-                            return Ok(Some(holder));
-                        }
-                    }
-                    look = true;
-                }
-                AcquireReply::Waiting { lease_left_ms, .. } if wait => {
-                    // Woken by the grant; the nap bounds what a missed message or a dead
-                    // holder's lease running out can cost.
-                    nap = match u64::try_from(lease_left_ms) {
-                        Ok(ms) => {
-                            Duration::from_millis(ms.max(1)).min(shared.config.repoll_interval)
-                        }
-                        Err(_) => shared.config.repoll_interval,
-                    };
-                }
-                AcquireReply::Quarantined { left_ms, .. } if wait => {
-                    nap = Duration::from_millis(left_ms.max(1)).min(shared.config.repoll_interval);
-                }
-                AcquireReply::Waiting { .. } | AcquireReply::Quarantined { .. } => {
-                    return Ok(None);
-                }
-                AcquireReply::NotOwner | AcquireReply::EpochChanged { .. } => {
-                    return Err(LockError::new(
-                        ErrorKind::Redis,
-                        "the acquire script refused a first acquisition",
-                    ));
-                }
-            }
+            Baton::Free => Left::Place(None),
         }
-    }
-
-    /// The deadline of a lock this waiter was granted with `granted` of lease left: a fixed
-    /// lease granted shorter than asked (from the queue, on its claim lease) is extended to
-    /// its full length first, as nothing renews it later. `None` when the grant turned out
-    /// to be no longer this owner's.
-    async fn full_lease(
-        &self,
-        waiter: &mut Waiter,
-        expires_at: Instant,
-        granted: Duration,
-        terms: &Terms,
-    ) -> Result<Option<Instant>> {
-        let asked = Duration::from_millis(terms.lease_ms);
-        if self.lease == Lease::Watchdog || granted >= asked {
-            return Ok(Some(expires_at));
-        }
-        let sent_at = waiter.extend_to(terms.lease_ms).await?;
-        Ok(sent_at.map(|sent_at| lost_deadline(sent_at, asked)))
-    }
-
-    fn trace_acquired(&self, holder: &Holder, started: Instant, how: &'static str) {
-        tracing::debug!(
-            lock = %shown(&self.name),
-            token = holder.token,
-            waited_ms = started.elapsed().as_millis() as u64,
-            how
-        );
     }
 
     /// Builds the holder of an acquisition Redis granted and hands its lease to the watchdog.
@@ -249,7 +146,7 @@ impl Target {
             owner: owner.clone(),
             lease: lease.clone(),
             kind: self.kind,
-            renew: self.lease == Lease::Watchdog,
+            lease_mode: self.lease,
             expires_at,
         });
         let budget = Budget::new(token, terms.block, shared.config.local_handoff_window);
@@ -265,6 +162,136 @@ impl Target {
             owns_every_hold,
         };
         Holder::new(Arc::new(acquisition), token, budget)
+    }
+}
+
+/// What the task before this one left in the key's turn, for this one.
+enum Left {
+    /// The lock itself, handed over without Redis.
+    Lock(Holder),
+    /// A place in the Redis queue (or nothing): this task asks Redis.
+    Place(Option<Waiter>),
+    /// A place this task cannot use (it does not wait): left for the next task.
+    NotOurs,
+}
+
+/// One task asking Redis for a lock: it looks, and sleeps in the queue until a grant, a
+/// wake-up or the re-poll bound, as long as it waits.
+struct Asking<'a> {
+    target: &'a Target,
+    shared: &'a Arc<Shared>,
+    terms: Terms,
+    turn: Option<LocalTurn<Baton>>,
+    waiter: Waiter,
+    started: Instant,
+}
+
+impl Asking<'_> {
+    async fn run(mut self, wait: bool) -> Result<Option<Holder>> {
+        let shared = self.shared;
+        let mode = if wait {
+            AcquireMode::Wait
+        } else {
+            AcquireMode::Try
+        };
+        let repoll = shared.config.repoll_interval;
+        let mut nap = repoll;
+        let mut look = !self.waiter.is_queued();
+        loop {
+            shared.ensure_running()?;
+            if !look {
+                if let Some(grant) = self.waiter.wait(nap).await {
+                    // A grant that cannot be vouched for any more (it lapsed while this task
+                    // or its runtime stalled) is never handed out: the lock is looked at again.
+                    if let Some(expires_at) = self.waiter.grant_deadline(grant) {
+                        let granted = Duration::from_millis(grant.lease_ms);
+                        let how = "lock handed over by Redis";
+                        let handed = self.hand_out(grant.token, expires_at, granted, how);
+                        if let Some(holder) = Box::pin(handed).await? {
+                            return Ok(Some(holder));
+                        }
+                    }
+                }
+                shared.ensure_running()?;
+            }
+            look = false;
+            let sent_at = Instant::now();
+            // Boxed: the script's future is large, and a waiting head should only carry it
+            // while it talks to Redis, not while it waits for a grant.
+            match Box::pin(self.waiter.attempt(&self.terms, mode)).await? {
+                AcquireReply::Acquired {
+                    token,
+                    lease_left_ms,
+                } => {
+                    let left = u64::try_from(lease_left_ms).unwrap_or(self.terms.lease_ms);
+                    let granted = Duration::from_millis(left);
+                    let expires_at = lost_deadline(sent_at, granted);
+                    // A reply read back past its deadline (a stall) is not handed out either.
+                    if Instant::now() < expires_at {
+                        let handed = self.hand_out(token, expires_at, granted, "lock acquired");
+                        if let Some(holder) = Box::pin(handed).await? {
+                            return Ok(Some(holder));
+                        }
+                    }
+                    look = true;
+                }
+                // Woken by the grant; the nap bounds what a missed message or a dead
+                // holder's lease running out can cost.
+                AcquireReply::Waiting { lease_left_ms, .. } if wait => {
+                    nap = u64::try_from(lease_left_ms)
+                        .map_or(repoll, |ms| Duration::from_millis(ms.max(1)).min(repoll));
+                }
+                AcquireReply::Quarantined { left_ms, .. } if wait => {
+                    nap = Duration::from_millis(left_ms.max(1)).min(repoll);
+                }
+                AcquireReply::Waiting { .. } | AcquireReply::Quarantined { .. } => {
+                    return Ok(None);
+                }
+                AcquireReply::NotOwner | AcquireReply::EpochChanged { .. } => {
+                    return Err(LockError::new(
+                        ErrorKind::Redis,
+                        "the acquire script refused a first acquisition",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// The holder of what Redis granted this waiter (`token`, `granted` of lease left, to be
+    /// told it is lost at `expires_at`), once a fixed lease granted shorter than asked (from
+    /// the queue, on its claim lease) is extended to its full length, as nothing renews it
+    /// later. `None` when the grant turned out to be no longer this owner's: look again.
+    async fn hand_out(
+        &mut self,
+        token: u64,
+        expires_at: Instant,
+        granted: Duration,
+        how: &'static str,
+    ) -> Result<Option<Holder>> {
+        let terms = self.terms;
+        let asked = Duration::from_millis(terms.lease_ms);
+        let expires_at = if self.target.lease == Lease::Watchdog || granted >= asked {
+            expires_at
+        } else {
+            match self.waiter.extend_to(terms.lease_ms).await? {
+                Some(sent_at) => lost_deadline(sent_at, asked),
+                None => return Ok(None),
+            }
+        };
+        let granted = Granted {
+            owner: self.waiter.settle(),
+            token,
+            expires_at,
+            terms,
+        };
+        let holder = self.target.grant(self.shared, self.turn.take(), granted);
+        tracing::debug!(
+            lock = %shown(&self.target.name),
+            token,
+            waited_ms = self.started.elapsed().as_millis() as u64,
+            how
+        );
+        Ok(Some(holder))
     }
 }
 

@@ -199,6 +199,43 @@ mod tests {
     }
 
     #[test]
+    fn terms_follow_the_lease_the_kind_and_the_settings() {
+        let config = defaults();
+        let watchdog = config.terms(Lease::Watchdog, LockKind::Exclusive);
+        assert_eq!(watchdog.lease_ms, 30_000);
+        assert_eq!(watchdog.alive_ms, 3_000, "three re-polls");
+        assert_eq!(
+            watchdog.claim_ms, 3_000,
+            "a hand-over's claim lease is the liveness"
+        );
+        assert_eq!(
+            watchdog.block, 17,
+            "the acquisition and 16 local hand-overs"
+        );
+        assert_eq!(config.terms(Lease::Watchdog, LockKind::Read).block, 1);
+        assert_eq!(config.terms(Lease::Watchdog, LockKind::Fair).block, 1);
+        let fixed = config.terms(Lease::Fixed(Duration::from_secs(60)), LockKind::Exclusive);
+        assert_eq!(
+            (fixed.lease_ms, fixed.claim_ms, fixed.block),
+            (60_000, 60_000, 1)
+        );
+        let short = Config {
+            watchdog_lease: Duration::from_secs(2),
+            ..defaults()
+        };
+        assert_eq!(
+            short.terms(Lease::Watchdog, LockKind::Exclusive).claim_ms,
+            2_000,
+            "never longer than the lease"
+        );
+        assert_eq!(
+            millis(Duration::from_micros(10)),
+            1,
+            "at least a millisecond"
+        );
+    }
+
+    #[test]
     fn fixed_leases_outside_a_millisecond_to_a_year_are_refused() {
         assert!(Lease::Fixed(Duration::from_millis(1)).validate().is_ok());
         assert!(Lease::Fixed(MAX_LEASE).validate().is_ok());

@@ -126,14 +126,7 @@ impl Drop for CarriedHold {
             .unregister(acquisition.watchdog_id);
         // Released in the background, retried on fresh connections while the hold could
         // still keep the lock, as any release nobody waits for.
-        give_back(
-            acquisition.shared.clone(),
-            acquisition.keys.clone(),
-            acquisition.terms.kind,
-            acquisition.owner.clone(),
-            None,
-            Duration::from_millis(acquisition.terms.lease_ms),
-        );
+        acquisition.give_back(acquisition.owner.clone());
     }
 }
 
@@ -159,6 +152,19 @@ impl Acquisition {
     /// Whether the watchdog renews this acquisition's lease.
     pub(crate) fn renewed(&self) -> bool {
         self.lease_mode == Lease::Watchdog
+    }
+
+    /// Releases every hold of `owner` (this acquisition's, or the next task's queued place)
+    /// in the background, retried while it could keep the lock from others.
+    pub(crate) fn give_back(&self, owner: Arc<str>) {
+        give_back(
+            self.shared.clone(),
+            self.keys.clone(),
+            self.terms.kind,
+            owner,
+            None,
+            Duration::from_millis(self.terms.lease_ms),
+        );
     }
 
     /// Runs the acquire script for this acquisition's owner on `terms`: a re-entry, or a read
@@ -244,5 +250,38 @@ impl Drop for Holder {
             .watchdog
             .unregister(acquisition.watchdog_id);
         acquisition.lease.give_up_turn();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_hands_out_its_block_in_order_within_its_window() {
+        let window = Duration::from_millis(25);
+        // An acquisition's own token is the block's first; the rest go to local successors.
+        let mut budget = Budget::new(100, 3, window);
+        assert!(budget.allows_handoff());
+        assert_eq!(budget.take_token(), Some(101));
+        assert_eq!(budget.take_token(), Some(102));
+        assert!(!budget.allows_handoff(), "the block is spent");
+        assert_eq!(budget.take_token(), None);
+
+        let budget = Budget::new(200, 17, window);
+        tokio::time::advance(window).await;
+        assert!(
+            !budget.allows_handoff(),
+            "past the window, whatever tokens are left"
+        );
+    }
+
+    #[test]
+    fn a_block_kept_by_a_hand_over_through_redis_starts_with_the_next_holders_token() {
+        // A limit of 0 reserves a block of one: the next task's own, and no more.
+        let mut budget = Budget::reserved(300, 1, Duration::from_millis(25));
+        assert_eq!(budget.take_token(), Some(300));
+        assert_eq!(budget.take_token(), None);
+        assert!(!budget.allows_handoff());
     }
 }

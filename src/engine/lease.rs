@@ -6,8 +6,8 @@ use std::sync::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::engine::deadlines::Watched;
 use crate::engine::local::LocalTurn;
-use crate::engine::watchdog::Watched;
 use crate::keys::shown;
 use crate::lease::LostReason;
 

@@ -9,6 +9,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod config;
+pub(crate) mod deadlines;
 pub(crate) mod epoch;
 pub(crate) mod giveback;
 pub(crate) mod hold;

@@ -10,9 +10,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::engine::acquire::{Granted, Target};
+use crate::engine::deadlines::lost_deadline;
 use crate::engine::hold::Holder;
 use crate::engine::release::OwnedHold;
-use crate::engine::watchdog::lost_deadline;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::kind::LockKind;
 use crate::lease::Lease;

@@ -9,7 +9,7 @@
 //!    other instance waits.
 //! 3. **Release** ([`release_last`]): nobody of this client waits: the release script frees
 //!    the lock (every hold of its owner) and grants it to the first waiting instance.
-//! 4. **Give back in the background** ([`give_back`]): a release Redis did not confirm is
+//! 4. **Give back in the background** (`Acquisition::give_back`): a release Redis did not confirm is
 //!    retried on fresh connections while what it left could still keep the lock.
 //!
 //! A release on purpose takes the lease out of the watchdog first, so it is not reported
@@ -21,10 +21,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::giveback::give_back;
+use crate::engine::deadlines::{Registration, lost_deadline};
 use crate::engine::hold::{Baton, Budget, CarriedHold, Holder};
 use crate::engine::waiter::Waiter;
-use crate::engine::watchdog::{Registration, lost_deadline};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::shown;
 use crate::wire::scripts::{self, HandoffReply, ReleaseScope};
@@ -172,59 +171,15 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
                 // stays, renewed by nobody) or ran unseen (the next owner is queued, kept alive
                 // by nobody). Both are given back in the background rather than left to their
                 // leases; this client's next task then asks Redis anew.
-                let lease = Duration::from_millis(acquisition.terms.lease_ms);
-                for owner in [acquisition.owner.clone(), next_owner] {
-                    give_back(
-                        shared.clone(),
-                        acquisition.keys.clone(),
-                        acquisition.terms.kind,
-                        owner,
-                        None,
-                        lease,
-                    );
-                }
+                acquisition.give_back(acquisition.owner.clone());
+                acquisition.give_back(next_owner);
             }
             return Err(err);
         }
     };
     match reply {
         HandoffReply::Kept { token } => {
-            // Redis renewed the lease when the script ran, after it was sent.
-            let lease = Duration::from_millis(acquisition.terms.lease_ms);
-            let expires_at = lost_deadline(sent_at, lease);
-            if Instant::now() >= expires_at {
-                // Answered too late to vouch for the lease: given back, and this client's
-                // next task asks Redis anew.
-                give_back(
-                    shared.clone(),
-                    acquisition.keys.clone(),
-                    acquisition.terms.kind,
-                    acquisition.owner.clone(),
-                    None,
-                    lease,
-                );
-                return Ok(());
-            }
-            shared.watchdog.register(Registration {
-                id: acquisition.watchdog_id,
-                keys: acquisition.keys.clone(),
-                owner: acquisition.owner.clone(),
-                lease: acquisition.lease.clone(),
-                kind: acquisition.terms.kind,
-                renew: acquisition.renewed(),
-                expires_at,
-            });
-            // The block Redis reserved is the next holders': the first token is the next
-            // task's own.
-            let window = shared.config.local_handoff_window;
-            let budget = Budget::reserved(token, acquisition.terms.block, window);
-            let carried = CarriedHold::new(acquisition.clone(), budget);
-            holder.passed.store(true, Ordering::SeqCst);
-            match acquisition.lease.take_turn_if(|_| true) {
-                Some(mut turn) => *turn.baton() = Baton::Held(carried),
-                // Reported lost meanwhile: the carried hold is dropped, which releases it.
-                None => drop(carried),
-            }
+            keep_for_next_task(holder, token, sent_at);
             Ok(())
         }
         HandoffReply::Passed { server_ms } => {
@@ -280,17 +235,43 @@ async fn release_last(holder: &Holder) -> Result<()> {
             if err.kind() == ErrorKind::RedisUnavailable {
                 // Unconfirmed: keep trying in the background rather than leave the lock to
                 // its lease.
-                give_back(
-                    acquisition.shared.clone(),
-                    acquisition.keys.clone(),
-                    acquisition.terms.kind,
-                    acquisition.owner.clone(),
-                    None,
-                    Duration::from_millis(acquisition.terms.lease_ms),
-                );
+                acquisition.give_back(acquisition.owner.clone());
             }
             Err(err)
         }
+    }
+}
+
+/// After a hand-over through Redis that kept the lock for this client (nobody else waits,
+/// and Redis renewed the lease when the script ran, after `sent_at`): the lock goes to the
+/// next task with the token block Redis reserved, and back to the watchdog; or, answered too
+/// late to vouch for the lease, back to Redis, and the next task asks anew.
+fn keep_for_next_task(holder: &Holder, token: u64, sent_at: Instant) {
+    let acquisition = &holder.acquisition;
+    let shared = &acquisition.shared;
+    let expires_at = lost_deadline(sent_at, Duration::from_millis(acquisition.terms.lease_ms));
+    if Instant::now() >= expires_at {
+        acquisition.give_back(acquisition.owner.clone());
+        return;
+    }
+    shared.watchdog.register(Registration {
+        id: acquisition.watchdog_id,
+        keys: acquisition.keys.clone(),
+        owner: acquisition.owner.clone(),
+        lease: acquisition.lease.clone(),
+        kind: acquisition.terms.kind,
+        lease_mode: acquisition.lease_mode,
+        expires_at,
+    });
+    // The block Redis reserved is the next holders': the first token is the next task's own.
+    let window = shared.config.local_handoff_window;
+    let budget = Budget::reserved(token, acquisition.terms.block, window);
+    let carried = CarriedHold::new(acquisition.clone(), budget);
+    holder.passed.store(true, Ordering::SeqCst);
+    match acquisition.lease.take_turn_if(|_| true) {
+        Some(mut turn) => *turn.baton() = Baton::Held(carried),
+        // Reported lost meanwhile: the carried hold is dropped, which releases it.
+        None => drop(carried),
     }
 }
 

@@ -7,10 +7,10 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
+use crate::engine::deadlines::lost_deadline;
 use crate::engine::giveback::give_back;
 use crate::engine::pubsub::{Grant, WakeSlot};
 use crate::engine::shared::Shared;
-use crate::engine::watchdog::lost_deadline;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
@@ -240,7 +240,7 @@ impl Waiter {
     }
 
     /// The lock is held by this owner: nothing to undo. Returns the owner id.
-    pub(crate) fn settle(mut self) -> Arc<str> {
+    pub(crate) fn settle(&mut self) -> Arc<str> {
         self.armed = false;
         self.owner.clone()
     }

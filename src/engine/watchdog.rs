@@ -19,74 +19,26 @@
 //! being extended, and leaves its queue when its liveness runs out; a live one is never
 //! evicted, however long it waits.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use redis::aio::MultiplexedConnection;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
 
+use crate::engine::deadlines::{Leases, Registration, lost_deadline};
 use crate::engine::epoch::Epoch;
+use crate::error::LockError;
 use crate::keys::{LockKeys, shown};
-use crate::kind::LockKind;
-use crate::lease::LostReason;
+use crate::lease::{Lease, LostReason};
 use crate::wire::conn::Connections;
 use crate::wire::scripts::{self, ReleaseScope, RenewReply};
 
 /// Locks renewed by one script call.
 const BATCH: usize = 500;
-
-/// What the watchdog sees of a lease: it moves the deadline on at each renewal and tells the
-/// holders when it can no longer vouch for the lease.
-pub(crate) trait Watched: Send + Sync + std::fmt::Debug {
-    /// Fires the lost signal, once.
-    fn fire(&self, lock: &str, reason: LostReason);
-    /// The holder must be told the lease is lost at `deadline` unless renewed before.
-    fn extend_to(&self, deadline: Instant);
-}
-
-/// One held lock, as the watchdog tracks it.
-#[derive(Debug)]
-pub(crate) struct Registration {
-    pub(crate) id: u64,
-    pub(crate) keys: Arc<LockKeys>,
-    pub(crate) owner: Arc<str>,
-    pub(crate) lease: Arc<dyn Watched>,
-    pub(crate) kind: LockKind,
-    /// Renewed by the watchdog (true) or a fixed lease that runs out (false).
-    pub(crate) renew: bool,
-    /// When the holder must be told its lease is lost unless a renewal succeeds first
-    /// ([`lost_deadline`]).
-    pub(crate) expires_at: Instant,
-}
-
-#[derive(Debug, Default)]
-struct Leases {
-    entries: HashMap<u64, Registration>,
-    deadlines: BTreeSet<(Instant, u64)>,
-    /// The deadline the actor sleeps towards; an earlier one must wake it.
-    planned_wake: Option<Instant>,
-    stopped: bool,
-}
-
-impl Leases {
-    fn remove(&mut self, id: u64) -> Option<Registration> {
-        let entry = self.entries.remove(&id)?;
-        self.deadlines.remove(&(entry.expires_at, id));
-        Some(entry)
-    }
-
-    fn extend(&mut self, id: u64, expires_at: Instant) {
-        if let Some(entry) = self.entries.get_mut(&id) {
-            self.deadlines.remove(&(entry.expires_at, id));
-            entry.expires_at = expires_at;
-            entry.lease.extend_to(expires_at);
-            self.deadlines.insert((expires_at, id));
-        }
-    }
-}
 
 /// A place a waiter of this client holds in a lock's Redis queue.
 #[derive(Debug)]
@@ -181,11 +133,7 @@ impl Watchdog {
             if leases.stopped {
                 (Some(registration), false)
             } else {
-                let at = registration.expires_at;
-                let wake = leases.planned_wake.is_none_or(|planned| at < planned);
-                leases.deadlines.insert((at, registration.id));
-                leases.entries.insert(registration.id, registration);
-                (None, wake)
+                (None, leases.insert(registration))
             }
         };
         if let Some(registration) = stopped {
@@ -278,32 +226,11 @@ impl Actor {
     }
 
     async fn renew(&self) {
-        // Due: renewed at least `renew_interval` ago, i.e. less than `lease - renew_interval`
-        // left; the deadlines are ordered, so only the due ones are visited.
-        let due = lost_deadline(Instant::now(), self.lease) - self.renew_interval;
-        let batch: Vec<(u64, Arc<LockKeys>, Arc<str>)> = {
-            let leases = self.shared.leases.lock().expect("leases");
-            leases
-                .deadlines
-                .iter()
-                .take_while(|(at, _)| *at <= due)
-                .filter_map(|(_, id)| leases.entries.get(id))
-                .filter(|entry| entry.renew)
-                .map(|entry| (entry.id, entry.keys.clone(), entry.owner.clone()))
-                .collect()
-        };
+        let batch = self.due();
         if batch.is_empty() {
             // Nothing due, but a lock is held: a look at the epoch alone tells its holder
             // within a tick when Redis lost its data, before the quarantine ends.
-            let any_held = {
-                let leases = self.shared.leases.lock().expect("leases");
-                leases
-                    .entries
-                    .values()
-                    .next()
-                    .map(|entry| entry.keys.clone())
-            };
-            if let Some(keys) = any_held {
+            if let Some(keys) = self.any_held() {
                 self.check_epoch(&keys).await;
             }
             return;
@@ -317,57 +244,79 @@ impl Actor {
                 .iter()
                 .map(|(_, keys, owner)| (&**keys, &**owner))
                 .collect();
+            let epoch = self.shared.epoch.terms(lease_ms);
             // Any shard will do: renewals need no order with other commands.
             let shard = chunk[0].1.hash();
-            let outcome = self
-                .firing_deadlines(timeout(limit, async {
-                    let mut conn = self.connections.get(shard).await?;
-                    self.connections.note_sent();
-                    let epoch = self.shared.epoch.terms(lease_ms);
-                    Ok::<_, crate::LockError>(
-                        scripts::renew(&mut conn, &pairs, lease_ms, &epoch).await?,
-                    )
-                }))
+            let reply = self
+                .round_trip(shard, limit, "lease renewal", |mut conn| async move {
+                    scripts::renew(&mut conn, &pairs, lease_ms, &epoch).await
+                })
                 .await;
-            match outcome {
-                Ok(Ok(RenewReply::EpochChanged {
+            match reply {
+                Some(RenewReply::EpochChanged {
                     epoch,
                     longest_lease_ms,
-                })) => {
+                }) => {
                     self.shared.learn_epoch(epoch, longest_lease_ms);
                     return;
                 }
-                Ok(Ok(RenewReply::Renewed(renewed))) => {
-                    // Locks released meanwhile are no longer in the table and are skipped.
-                    let taken: Vec<Registration> = {
-                        let mut leases = self.shared.leases.lock().expect("leases");
-                        chunk
-                            .iter()
-                            .zip(renewed)
-                            .filter_map(|((id, _, _), held)| {
-                                if held {
-                                    leases.extend(*id, lost_deadline(sent_at, self.lease));
-                                    None
-                                } else {
-                                    leases.remove(*id)
-                                }
-                            })
-                            .collect()
-                    };
-                    for entry in taken {
-                        entry.lease.fire(entry.keys.hash(), LostReason::Taken);
-                    }
-                }
-                Ok(Err(err)) => {
-                    self.connections.note_failure(shard, &err);
-                    tracing::warn!(error = %err, locks = chunk.len(), "lease renewal failed");
-                }
-                Err(_) => {
-                    self.connections
-                        .note_failure(shard, &crate::LockError::command_timeout());
-                    tracing::warn!(locks = chunk.len(), "lease renewal timed out");
-                }
+                Some(RenewReply::Renewed(renewed)) => self.renewed(chunk, &renewed, sent_at),
+                None => {}
             }
+        }
+    }
+
+    /// The leases due for renewal: renewed at least `renew_interval` ago, i.e. less than
+    /// `lease - renew_interval` left; the deadlines are ordered, so only those are visited.
+    fn due(&self) -> Vec<(u64, Arc<LockKeys>, Arc<str>)> {
+        let due = lost_deadline(Instant::now(), self.lease) - self.renew_interval;
+        let leases = self.shared.leases.lock().expect("leases");
+        leases
+            .deadlines
+            .iter()
+            .take_while(|(at, _)| *at <= due)
+            .filter_map(|(_, id)| leases.entries.get(id))
+            .filter(|entry| entry.lease_mode == Lease::Watchdog)
+            .map(|entry| (entry.id, entry.keys.clone(), entry.owner.clone()))
+            .collect()
+    }
+
+    /// The keys of some lock this client holds, if it holds any.
+    fn any_held(&self) -> Option<Arc<LockKeys>> {
+        let leases = self.shared.leases.lock().expect("leases");
+        leases
+            .entries
+            .values()
+            .next()
+            .map(|entry| entry.keys.clone())
+    }
+
+    /// Applies a renewal sent at `sent_at`: the leases still held get a new deadline, the
+    /// others are told they were taken. Locks released meanwhile are no longer in the table
+    /// and are skipped.
+    fn renewed(
+        &self,
+        chunk: &[(u64, Arc<LockKeys>, Arc<str>)],
+        renewed: &[bool],
+        sent_at: Instant,
+    ) {
+        let taken: Vec<Registration> = {
+            let mut leases = self.shared.leases.lock().expect("leases");
+            chunk
+                .iter()
+                .zip(renewed)
+                .filter_map(|((id, _, _), held)| {
+                    if *held {
+                        leases.extend(*id, lost_deadline(sent_at, self.lease));
+                        None
+                    } else {
+                        leases.remove(*id)
+                    }
+                })
+                .collect()
+        };
+        for entry in taken {
+            entry.lease.fire(entry.keys.hash(), LostReason::Taken);
         }
     }
 
@@ -390,33 +339,46 @@ impl Actor {
                 .map(|(keys, owner)| (&**keys, &**owner))
                 .collect();
             let shard = chunk[0].0.hash();
-            let outcome = self
-                .firing_deadlines(timeout(limit, async {
-                    let mut conn = self.connections.get(shard).await?;
-                    self.connections.note_sent();
-                    Ok::<_, crate::LockError>(
-                        scripts::heartbeat(&mut conn, &pairs, alive_ms).await?,
-                    )
-                }))
-                .await;
-            match outcome {
-                Ok(Ok(_)) => {}
-                Ok(Err(err)) => {
-                    self.connections.note_failure(shard, &err);
-                    tracing::warn!(error = %err, places = chunk.len(), "waiter heartbeat failed");
-                }
-                Err(_) => {
-                    self.connections
-                        .note_failure(shard, &crate::LockError::command_timeout());
-                    tracing::warn!(places = chunk.len(), "waiter heartbeat timed out");
-                }
+            self.round_trip(shard, limit, "waiter heartbeat", |mut conn| async move {
+                scripts::heartbeat(&mut conn, &pairs, alive_ms).await
+            })
+            .await;
+        }
+    }
+
+    /// One script call on the connection of `key`'s shard, bounded by `limit`, while the
+    /// deadlines that pass meanwhile still fire (a renewal stuck on an unreachable Redis must
+    /// not delay telling a holder its lease is lost). A failure is noted against the
+    /// connection and logged as `what`: `None`.
+    async fn round_trip<T, F>(
+        &self,
+        key: &str,
+        limit: Duration,
+        what: &str,
+        script: impl FnOnce(MultiplexedConnection) -> F,
+    ) -> Option<T>
+    where
+        F: Future<Output = redis::RedisResult<T>>,
+    {
+        let outcome = self
+            .firing_deadlines(timeout(limit, async {
+                let conn = self.connections.get(key).await?;
+                self.connections.note_sent();
+                Ok::<_, LockError>(script(conn).await?)
+            }))
+            .await
+            .unwrap_or_else(|_| Err(LockError::command_timeout()));
+        match outcome {
+            Ok(value) => Some(value),
+            Err(err) => {
+                self.connections.note_failure(key, &err);
+                tracing::warn!(error = %err, "{what} failed");
+                None
             }
         }
     }
 
-    /// Awaits `work` (a renewal) while still firing the deadlines that pass meanwhile: a
-    /// renewal stuck on an unreachable Redis must not delay telling a holder its lease is
-    /// lost.
+    /// Awaits `work` while still firing the deadlines that pass meanwhile.
     async fn firing_deadlines<T>(&self, work: impl Future<Output = T>) -> T {
         let mut work = std::pin::pin!(work);
         loop {
@@ -436,40 +398,25 @@ impl Actor {
     /// Checks the epoch alone, on the connection of `keys`' shard.
     async fn check_epoch(&self, keys: &LockKeys) {
         let limit = self.connections.command_timeout().min(self.renew_interval);
-        let outcome = self
-            .firing_deadlines(timeout(limit, async {
-                let mut conn = self.connections.get(keys.hash()).await?;
-                self.connections.note_sent();
-                let epoch = self.shared.epoch.terms(0);
-                Ok::<_, crate::LockError>(scripts::renew(&mut conn, &[], 0, &epoch).await?)
-            }))
+        let epoch = self.shared.epoch.terms(0);
+        let reply = self
+            .round_trip(keys.hash(), limit, "epoch check", |mut conn| async move {
+                scripts::renew(&mut conn, &[], 0, &epoch).await
+            })
             .await;
-        match outcome {
-            Ok(Ok(RenewReply::EpochChanged {
-                epoch,
-                longest_lease_ms,
-            })) => self.shared.learn_epoch(epoch, longest_lease_ms),
-            Ok(Ok(RenewReply::Renewed(_))) => {}
-            Ok(Err(err)) => self.connections.note_failure(keys.hash(), &err),
-            Err(_) => self
-                .connections
-                .note_failure(keys.hash(), &crate::LockError::command_timeout()),
+        if let Some(RenewReply::EpochChanged {
+            epoch,
+            longest_lease_ms,
+        }) = reply
+        {
+            self.shared.learn_epoch(epoch, longest_lease_ms);
         }
     }
 
     fn expire(&self, now: Instant) {
-        let expired: Vec<Registration> = {
-            let mut leases = self.shared.leases.lock().expect("leases");
-            let due: Vec<u64> = leases
-                .deadlines
-                .iter()
-                .take_while(|(at, _)| *at <= now)
-                .map(|(_, id)| *id)
-                .collect();
-            due.into_iter().filter_map(|id| leases.remove(id)).collect()
-        };
+        let expired = self.shared.leases.lock().expect("leases").take_expired(now);
         for entry in expired {
-            let reason = if entry.renew {
+            let reason = if entry.lease_mode == Lease::Watchdog {
                 LostReason::Unreachable
             } else {
                 LostReason::Expired
@@ -508,11 +455,4 @@ impl Actor {
         }))
         .await;
     }
-}
-
-/// When the holder of a lease sent to Redis at `sent_at` must be told it is lost, unless a
-/// renewal succeeds first: a tenth of the lease before Redis may let it go, a margin for
-/// late timers and for this machine's clock running at another rate than Redis's.
-pub(crate) fn lost_deadline(sent_at: Instant, lease: Duration) -> Instant {
-    sent_at + lease - lease / 10
 }
