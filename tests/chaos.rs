@@ -1,4 +1,4 @@
-//! The chaos run: several worker processes (`examples/chaos_worker.rs`), each behind its own
+//! The chaos run: several worker processes (`tools/programs/chaos_worker.rs`), each behind its own
 //! fault proxy, take hot and cold keys while faults are injected at random; then the checker
 //! reads every process's log.
 //!

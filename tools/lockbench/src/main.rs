@@ -1,7 +1,7 @@
 //! Load benchmark: this library against the `rslock` crate and a naive `SET NX` lock, on the
 //! same workloads and the same Redis, in one go.
 //!
-//! Workloads, each run for every lock kind: uncontended (1 and 16 workers, each on its own
+//! Workloads, each run for every implementation: uncontended (1 and 16 workers, each on its own
 //! key) and contended on one key (2, 8 and 32 workers), the contended ones both in one
 //! process and spread over two. The second process is this binary re-run with `--child`; the
 //! parent drives it over its stdin and stdout (JSON lines) and both start their workers at
@@ -27,7 +27,7 @@
 //! Exit codes: 0 done, 1 a mutual-exclusion violation in some run, 2 usage, 3 the benchmark
 //! could not run (Redis or the child process failed).
 
-#[path = "../../../examples/support/commandstats.rs"]
+#[path = "../../programs/commandstats.rs"]
 mod commandstats;
 
 use std::collections::BTreeMap;
@@ -108,7 +108,7 @@ struct Settings {
     redis: String,
     seconds: f64,
     reps: usize,
-    locks: Vec<LockKind>,
+    locks: Vec<Implementation>,
     workloads: Vec<Workload>,
 }
 
@@ -118,7 +118,7 @@ fn parse(args: Vec<String>) -> Result<Settings, String> {
         redis: String::new(),
         seconds: 2.0,
         reps: 3,
-        locks: LockKind::ALL.to_vec(),
+        locks: Implementation::ALL.to_vec(),
         workloads: Workload::ALL.to_vec(),
     };
     let mut args = args.into_iter();
@@ -131,7 +131,7 @@ fn parse(args: Vec<String>) -> Result<Settings, String> {
             "--redis" => redis = Some(value),
             "--seconds" => settings.seconds = positive_number(&flag, &value)?,
             "--reps" => settings.reps = positive_count(&flag, &value)?,
-            "--only" => settings.locks = list(&value, LockKind::from_name)?,
+            "--only" => settings.locks = list(&value, Implementation::from_name)?,
             "--workload" => settings.workloads = list(&value, Workload::from_name)?,
             _ => return Err(format!("unknown option {flag}")),
         }
@@ -168,8 +168,9 @@ fn list<T>(value: &str, lookup: fn(&str) -> Option<T>) -> Result<Vec<T>, String>
 // What is compared, on what
 // ---------------------------------------------------------------------------------------
 
+/// A lock implementation the benchmark compares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-enum LockKind {
+enum Implementation {
     /// This library: one `LockClient` per process, cloned by its workers.
     Ours,
     /// The `rslock` crate (Redlock on one server): one `LockManager` per process.
@@ -178,7 +179,7 @@ enum LockKind {
     Naive,
 }
 
-impl LockKind {
+impl Implementation {
     const ALL: [Self; 3] = [Self::Ours, Self::Rslock, Self::Naive];
 
     fn name(self) -> &'static str {
@@ -280,7 +281,7 @@ impl Workload {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct RunSpec {
     redis: String,
-    lock: LockKind,
+    lock: Implementation,
     workload: Workload,
     process: usize,
     /// Prefix of every key of this run; unique, so no run sees another's leftovers.
@@ -389,11 +390,11 @@ enum Held {
 }
 
 impl Backend {
-    async fn connect(kind: LockKind, url: &str) -> Res<Self> {
+    async fn connect(kind: Implementation, url: &str) -> Res<Self> {
         Ok(match kind {
-            LockKind::Ours => Self::Ours(LockClient::connect(url).await?),
-            LockKind::Rslock => Self::Rslock(rslock::LockManager::new(vec![url])),
-            LockKind::Naive => Self::Naive(NaiveLock::connect(url).await?),
+            Implementation::Ours => Self::Ours(LockClient::connect(url).await?),
+            Implementation::Rslock => Self::Rslock(rslock::LockManager::new(vec![url])),
+            Implementation::Naive => Self::Naive(NaiveLock::connect(url).await?),
         })
     }
 
@@ -823,7 +824,7 @@ async fn ping_probe(conn: &mut MultiplexedConnection, pings: usize) -> Res<Ping>
 }
 
 struct RunReport {
-    lock: LockKind,
+    lock: Implementation,
     workload: Workload,
     rep: usize,
     figures: Figures,
@@ -875,11 +876,11 @@ async fn bench(settings: &Settings) -> Res<bool> {
         .all(|report| report.figures.overlaps + report.figures.lost_updates == 0))
 }
 
-/// One run of one lock kind on one workload, over as many processes as it asks for.
+/// One run of one implementation on one workload, over as many processes as it asks for.
 async fn run_once(
     settings: &Settings,
     control: &mut MultiplexedConnection,
-    lock: LockKind,
+    lock: Implementation,
     workload: Workload,
     tag: String,
 ) -> Res<Figures> {
@@ -1112,7 +1113,7 @@ fn lost_updates(per_key: &[Vec<Record>], counters: &[u64]) -> u64 {
 /// included, as the server's statistics are): the benchmark's own commands are taken out.
 fn count_commands(
     figures: &mut Figures,
-    lock: LockKind,
+    lock: Implementation,
     results: &[ProcessResult],
     calls: &BTreeMap<String, u64>,
 ) {
@@ -1164,7 +1165,7 @@ fn sent_outside_scripts(lock_calls: &BTreeMap<String, u64>, inside: &[&str]) -> 
 
 /// The naive lock is counted both ways: if the two counts part, the server-side count used
 /// for rslock cannot be trusted either.
-fn warn_if_counts_disagree(lock: LockKind, client: u64, server: u64) {
+fn warn_if_counts_disagree(lock: Implementation, client: u64, server: u64) {
     if client.abs_diff(server) > 2 + client / 100 {
         eprintln!(
             "warning: {} round trips: {client} counted in the client, {server} at the server",
@@ -1178,7 +1179,7 @@ fn warn_if_counts_disagree(lock: LockKind, client: u64, server: u64) {
 // ---------------------------------------------------------------------------------------
 
 struct SummaryRow {
-    lock: LockKind,
+    lock: Implementation,
     workload: Workload,
     reps: usize,
     figures: Figures,
@@ -1269,7 +1270,7 @@ impl Target {
 /// A figure of one summary row.
 fn figure(
     rows: &[SummaryRow],
-    lock: LockKind,
+    lock: Implementation,
     workload: Workload,
     field: fn(&Figures) -> Option<f64>,
 ) -> Option<f64> {
@@ -1285,7 +1286,7 @@ fn best_other(
     field: fn(&Figures) -> Option<f64>,
     lower_is_better: bool,
 ) -> Option<f64> {
-    let others = [LockKind::Rslock, LockKind::Naive]
+    let others = [Implementation::Rslock, Implementation::Naive]
         .into_iter()
         .filter_map(|lock| figure(rows, lock, workload, field));
     if lower_is_better {
@@ -1333,7 +1334,7 @@ fn targets(rows: &[SummaryRow], ping: Ping) -> Vec<Target> {
 
 fn wait_target(rows: &[SummaryRow], workload: Workload) -> Target {
     let field = |f: &Figures| f.wait_p99_us;
-    let ours = figure(rows, LockKind::Ours, workload, field);
+    let ours = figure(rows, Implementation::Ours, workload, field);
     let other = best_other(rows, workload, field, true);
     Target {
         name: "p99 wait <= 1/50 of the better of rslock and naive",
@@ -1345,7 +1346,9 @@ fn wait_target(rows: &[SummaryRow], workload: Workload) -> Target {
 }
 
 fn retake_target(rows: &[SummaryRow], workload: Workload) -> Target {
-    let share = figure(rows, LockKind::Ours, workload, |f| f.same_worker_share);
+    let share = figure(rows, Implementation::Ours, workload, |f| {
+        f.same_worker_share
+    });
     Target {
         name: "same-worker re-take share (reported; 2/W for comparison)",
         workload: workload.name(),
@@ -1362,9 +1365,13 @@ fn retake_target(rows: &[SummaryRow], workload: Workload) -> Target {
 /// Read against the PING probes taken just before this library's runs of the workload (the
 /// median over the repetitions); the probe at the start of the benchmark is shown too.
 fn gap_target(rows: &[SummaryRow], workload: Workload, start: Ping) -> Target {
-    let gap = figure(rows, LockKind::Ours, workload, |f| f.gap_change_p50_us);
-    let across = figure(rows, LockKind::Ours, workload, |f| f.gap_xproc_p50_us);
-    let ping = figure(rows, LockKind::Ours, workload, |f| Some(f.ping_p50_us));
+    let gap = figure(rows, Implementation::Ours, workload, |f| {
+        f.gap_change_p50_us
+    });
+    let across = figure(rows, Implementation::Ours, workload, |f| f.gap_xproc_p50_us);
+    let ping = figure(rows, Implementation::Ours, workload, |f| {
+        Some(f.ping_p50_us)
+    });
     Target {
         name: "hand-over gap p50 on worker changes <= 1.5 x PING p50",
         workload: workload.name(),
@@ -1382,7 +1389,9 @@ fn gap_target(rows: &[SummaryRow], workload: Workload, start: Ping) -> Target {
 }
 
 fn round_trip_target(rows: &[SummaryRow], workload: Workload) -> Target {
-    let round_trips = figure(rows, LockKind::Ours, workload, |f| f.round_trips_per_acq);
+    let round_trips = figure(rows, Implementation::Ours, workload, |f| {
+        f.round_trips_per_acq
+    });
     Target {
         name: "round trips per contended acquisition <= 2.2",
         workload: workload.name(),
@@ -1394,7 +1403,7 @@ fn round_trip_target(rows: &[SummaryRow], workload: Workload) -> Target {
 
 fn contended_throughput_target(rows: &[SummaryRow], workload: Workload) -> Target {
     let field = |f: &Figures| Some(f.acq_per_s);
-    let ours = figure(rows, LockKind::Ours, workload, field);
+    let ours = figure(rows, Implementation::Ours, workload, field);
     let other = best_other(rows, workload, field, false);
     Target {
         name: "acquisitions/s >= 5 x the better of rslock and naive",
@@ -1411,8 +1420,8 @@ fn contended_throughput_target(rows: &[SummaryRow], workload: Workload) -> Targe
 
 fn uncontended_throughput_target(rows: &[SummaryRow], workload: Workload) -> Target {
     let field = |f: &Figures| Some(f.acq_per_s);
-    let ours = figure(rows, LockKind::Ours, workload, field);
-    let rslock = figure(rows, LockKind::Rslock, workload, field);
+    let ours = figure(rows, Implementation::Ours, workload, field);
+    let rslock = figure(rows, Implementation::Rslock, workload, field);
     Target {
         name: "acquisitions/s >= 1.0 x rslock",
         workload: workload.name(),
@@ -1424,8 +1433,8 @@ fn uncontended_throughput_target(rows: &[SummaryRow], workload: Workload) -> Tar
 
 fn uncontended_latency_target(rows: &[SummaryRow], workload: Workload) -> Target {
     let field = |f: &Figures| f.acq_release_p50_us;
-    let ours = figure(rows, LockKind::Ours, workload, field);
-    let rslock = figure(rows, LockKind::Rslock, workload, field);
+    let ours = figure(rows, Implementation::Ours, workload, field);
+    let rslock = figure(rows, Implementation::Rslock, workload, field);
     Target {
         name: "acquire+release p50 <= 1.0 x rslock",
         workload: workload.name(),
@@ -1467,11 +1476,11 @@ fn print_header(label: &str, width: usize) {
     eprintln!("{line}");
 }
 
-fn print_row(label: &str, figures: &Figures, lock: LockKind) {
+fn print_row(label: &str, figures: &Figures, lock: Implementation) {
     print_labelled_row(label, 8, figures, lock);
 }
 
-fn print_labelled_row(label: &str, width: usize, f: &Figures, lock: LockKind) {
+fn print_labelled_row(label: &str, width: usize, f: &Figures, lock: Implementation) {
     let marker = if lock.counted_at_server() { "*" } else { "" };
     let cells = [
         fixed(Some(f.acq_per_s), 0),

@@ -11,7 +11,7 @@
 //!         [--requests 3000] [--tenants 40] [--hot 3] [--concurrency 48]
 //! ```
 
-#[path = "support/commandstats.rs"]
+#[path = "commandstats.rs"]
 mod commandstats;
 
 use std::collections::BTreeMap;
