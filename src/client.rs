@@ -69,6 +69,10 @@ impl LockClient {
     /// own; credentials or certificates Redis refuses make them fail with
     /// [`ErrorKind::AccessDenied`]. Must be called within a Tokio runtime.
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: nothing is started before it returns.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidConfig`] when the URL cannot be parsed.
@@ -142,6 +146,11 @@ impl LockClient {
     /// one, with no quarantine; ends a quarantine that runs. Returns whether it waived one.
     /// `lockctl waive-quarantine` does the same from a shell.
     ///
+    /// # Cancel safety
+    ///
+    /// Once sent, the script runs whether or not the caller waits for its answer: cancelling
+    /// does not undo it.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
@@ -181,6 +190,11 @@ impl LockClient {
     /// Releases every lock this client holds (their lost signals fire with
     /// [`LostReason::ShutDown`](crate::LostReason::ShutDown)), wakes every waiter (they return
     /// [`ErrorKind::ShutDown`]), and stops both actors and the pool.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling leaves the shutdown begun: the client refuses new work at once, and what
+    /// it held is released when its lease runs out if the release was not sent yet.
     pub async fn shutdown(&self) {
         self.engine.shared.shutdown().await;
     }
@@ -322,6 +336,10 @@ impl LockClientBuilder {
     ///
     /// The first client of a `rediss://` URL installs rustls's `ring` crypto provider as the
     /// process default, unless the application installed one before.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the actors start when it returns, not before.
     ///
     /// # Errors
     ///

@@ -39,6 +39,10 @@ impl LostSignal {
     }
 
     /// Resolves when the lease is lost; never resolves for a lock that is released normally.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only waits.
     pub async fn lost(&self) -> LostReason {
         let mut lost = self.lost.clone();
         // Copy the reason out so no borrow of the channel lives across an await.

@@ -155,6 +155,10 @@ impl Lock {
 
     /// What Redis holds for this lock: owners, hold counts, lease left, last fencing token.
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::RedisUnavailable`](crate::ErrorKind::RedisUnavailable) or [`ErrorKind::Redis`](crate::ErrorKind::Redis) when Redis fails,
@@ -187,6 +191,10 @@ impl Lock {
 
     /// Whether anyone holds the lock.
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    ///
     /// # Errors
     ///
     /// As [`Lock::inspect`].
@@ -195,6 +203,10 @@ impl Lock {
     }
 
     /// Time left on the current holder's lease; `None` when the lock is free.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
     ///
     /// # Errors
     ///
@@ -205,6 +217,10 @@ impl Lock {
 
     /// The holder's hold count (1 plus its re-entries; of a read-write lock, every holder's
     /// together); 0 when the lock is free.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
     ///
     /// # Errors
     ///
@@ -217,6 +233,11 @@ impl Lock {
     /// read-write lock: one writer, or the readers first in line together); for operators.
     /// The holder learns of it at its next renewal (its lost signal fires). Returns whether a
     /// lock was removed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Once sent, the script runs whether or not the caller waits for its answer: cancelling
+    /// does not undo it.
     ///
     /// # Errors
     ///
@@ -271,6 +292,11 @@ impl LockClient {
     ///
     /// Bound the wait with `tokio::time::timeout`: dropping the future releases what it took.
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidName`](crate::ErrorKind::InvalidName) for a bad name (before anything is taken), and the errors
@@ -289,6 +315,11 @@ impl LockClient {
     /// whose names a handler finds in the request body, which the layer never sees: take them
     /// with the layer's `key_prefix`, and answer a failure as the layer would with
     /// [`Rejection::from_lock_error`](crate::layer::Rejection::from_lock_error).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
     ///
     /// # Errors
     ///

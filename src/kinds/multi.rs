@@ -70,6 +70,11 @@ impl MultiLock {
     /// Waits until every lock is held, however long that takes. Cancel by dropping the
     /// future: every lock taken so far is released and every pending wait given up.
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
+    ///
     /// # Errors
     ///
     /// The errors of [`Lock::acquire`] for any of the locks; the locks taken before the
@@ -79,6 +84,11 @@ impl MultiLock {
     }
 
     /// Waits at most `wait` for every lock; on timeout, the locks taken so far are released.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
     ///
     /// # Errors
     ///
@@ -91,6 +101,11 @@ impl MultiLock {
 
     /// Takes every lock if all are free now; `Ok(None)`, holding none of them, when any is
     /// held (here or elsewhere).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
     ///
     /// # Errors
     ///
@@ -183,6 +198,11 @@ impl MultiGuard {
     }
 
     /// Releases every lock (at once, in parallel) and waits for Redis to confirm each.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling the call leaves the release to finish in the background, as a dropped guard's
+    /// does.
     ///
     /// # Errors
     ///

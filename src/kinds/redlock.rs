@@ -205,6 +205,11 @@ impl RedLock {
     /// random back-off while others hold it. Cancel by dropping the future: every part
     /// taken is released.
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidConfig`] for a fixed lease too short to outlast the allowed clock
@@ -222,6 +227,11 @@ impl RedLock {
     /// finish, so this returns at most one attempt bound (plus the release of its parts)
     /// after `wait`.
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::Timeout`] when the servers answer but others keep the lock past `wait`,
@@ -233,6 +243,11 @@ impl RedLock {
 
     /// One attempt: the lock if a quorum grants it now, `Ok(None)` (holding nothing) when
     /// the servers answer but too few grant it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
     ///
     /// # Errors
     ///
@@ -418,6 +433,11 @@ impl RedLockGuard {
     }
 
     /// Releases the lock on every server that holds a part (in parallel) and waits for each.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling the call leaves the release to finish in the background, as a dropped guard's
+    /// does.
     ///
     /// # Errors
     ///

@@ -136,6 +136,11 @@ impl SegmentedLock {
     /// holders), or else the first to be freed, however long that takes. Cancel by dropping
     /// the future: nothing stays held or queued.
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
+    ///
     /// # Errors
     ///
     /// The errors of [`Lock::acquire`].
@@ -144,6 +149,11 @@ impl SegmentedLock {
     }
 
     /// [`SegmentedLock::acquire`], waiting at most `wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
     ///
     /// # Errors
     ///
@@ -154,6 +164,11 @@ impl SegmentedLock {
     }
 
     /// Takes one free segment; `Ok(None)` when every segment is held.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
     ///
     /// # Errors
     ///
@@ -168,6 +183,11 @@ impl SegmentedLock {
     /// of several segments never deadlock, whatever counts they ask for.
     ///
     /// Cancel by dropping the future: nothing stays held or queued.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
     ///
     /// # Errors
     ///
@@ -189,6 +209,11 @@ impl SegmentedLock {
 
     /// [`SegmentedLock::acquire_many`], waiting at most `wait`.
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::Timeout`] when `wait` passes first
@@ -207,6 +232,11 @@ impl SegmentedLock {
     }
 
     /// Takes `count` free segments; `Ok(None)`, holding none, when fewer are free.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases what it took (in the background) and leaves no
+    /// place queued or subscribed.
     ///
     /// # Errors
     ///
@@ -335,6 +365,11 @@ impl SegmentGuard {
     }
 
     /// Releases every segment (in parallel) and waits for Redis to confirm each.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling the call leaves the release to finish in the background, as a dropped guard's
+    /// does.
     ///
     /// # Errors
     ///

@@ -92,6 +92,10 @@ impl LockContext {
     }
 
     /// Resolves when any of the request's leases is lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only waits.
     pub async fn lost(&self) -> LostReason {
         if self.held.is_empty() {
             return std::future::pending().await;
