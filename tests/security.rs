@@ -34,6 +34,28 @@ fn add_user(server: &RedisServer, name: &str, keys: &str, channels: &str, comman
     let () = server.cmd(&args);
 }
 
+/// The URL of the ACL user `locker`: the lock prefix's keys and wake channels, and the
+/// commands the library sends.
+fn locker_url(server: &RedisServer) -> String {
+    add_user(
+        server,
+        "locker",
+        "~lock:*",
+        "&lock:wake:*",
+        LIBRARY_COMMANDS,
+    );
+    server.url_as("locker", PASSWORD)
+}
+
+/// A client of `url` whose watchdog lease is `lease`.
+async fn client_with_lease(url: &str, lease: Duration) -> LockClient {
+    LockClient::builder(url)
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .unwrap()
+}
+
 /// A client whose waiters rely on pub/sub alone: their re-poll bound is far beyond the
 /// tests' bounds, so a waiter that gets the lock in time was woken by its grant message.
 fn woken_only_by_pubsub(url: &str) -> LockClientBuilder {
@@ -141,20 +163,9 @@ async fn a_wrong_or_missing_password_is_access_denied_quickly() {
 #[tokio::test]
 async fn an_acl_user_of_the_lock_prefix_acquires_waits_renews_and_releases() {
     let server = RedisServer::start();
-    add_user(
-        &server,
-        "locker",
-        "~lock:*",
-        "&lock:wake:*",
-        LIBRARY_COMMANDS,
-    );
-    let url = server.url_as("locker", PASSWORD);
+    let url = locker_url(&server);
     let lease = Duration::from_millis(600);
-    let holder = LockClient::builder(&url)
-        .watchdog_lease(lease)
-        .build()
-        .await
-        .unwrap();
+    let holder = client_with_lease(&url, lease).await;
     let waiter = woken_only_by_pubsub(&url).build().await.unwrap();
 
     // The scripts are not loaded yet: the user loads them itself.
@@ -183,20 +194,9 @@ async fn an_acl_user_of_the_lock_prefix_acquires_waits_renews_and_releases() {
 #[tokio::test]
 async fn an_acl_user_of_the_lock_prefix_shares_reads_renews_readers_and_expires_dead_ones() {
     let server = RedisServer::start();
-    add_user(
-        &server,
-        "locker",
-        "~lock:*",
-        "&lock:wake:*",
-        LIBRARY_COMMANDS,
-    );
-    let url = server.url_as("locker", PASSWORD);
+    let url = locker_url(&server);
     let lease = Duration::from_millis(600);
-    let readers = LockClient::builder(&url)
-        .watchdog_lease(lease)
-        .build()
-        .await
-        .unwrap();
+    let readers = client_with_lease(&url, lease).await;
     let writer = woken_only_by_pubsub(&url).build().await.unwrap();
     let rw = readers.read_write_lock("shared").unwrap();
 
