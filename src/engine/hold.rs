@@ -67,7 +67,12 @@ impl Budget {
     }
 
     pub(crate) fn allows_handoff(&self) -> bool {
-        self.tokens_left > 0 && Instant::now() < self.until
+        self.allows_handoff_at(Instant::now())
+    }
+
+    /// Whether a token is left and `now` is within the window.
+    fn allows_handoff_at(&self, now: Instant) -> bool {
+        self.tokens_left > 0 && now < self.until
     }
 
     /// The next token of the block; `None` once the block is spent.
@@ -257,21 +262,24 @@ impl Drop for Holder {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn a_budget_hands_out_its_block_in_order_within_its_window() {
+    // Time is given, not slept: the budget is read at chosen instants.
+    #[test]
+    fn a_budget_hands_out_its_block_in_order_within_its_window() {
         let window = Duration::from_millis(25);
+        let start = Instant::now();
         // An acquisition's own token is the block's first; the rest go to local successors.
         let mut budget = Budget::new(100, 3, window);
-        assert!(budget.allows_handoff());
+        assert!(budget.allows_handoff_at(start));
         assert_eq!(budget.take_token(), Some(101));
         assert_eq!(budget.take_token(), Some(102));
-        assert!(!budget.allows_handoff(), "the block is spent");
+        assert!(!budget.allows_handoff_at(start), "the block is spent");
         assert_eq!(budget.take_token(), None);
 
         let budget = Budget::new(200, 17, window);
-        tokio::time::advance(window).await;
+        assert!(budget.allows_handoff_at(start + window / 2));
+        let past = start + window + Duration::from_millis(1);
         assert!(
-            !budget.allows_handoff(),
+            !budget.allows_handoff_at(past),
             "past the window, whatever tokens are left"
         );
     }

@@ -1,7 +1,8 @@
 //! The state of one lease, shared by the local holders of an acquisition and the watchdog:
 //! the lost signal, the deadline, and the current holder's turn on the key.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -19,7 +20,7 @@ pub(crate) struct LeaseState<B> {
     lost: watch::Sender<Option<LostReason>>,
     /// When the holder must be told the lease is lost unless a renewal succeeds first; the
     /// watchdog moves it on. Past it the lease is not used, even before the watchdog fires.
-    deadline: Mutex<Instant>,
+    deadline: AtomicU64,
     /// Kept until the lock is released in Redis or handed to the next local task, so no task
     /// of this client overtakes the release; given up as soon as the lease is lost, so this
     /// client's other tasks compete for the lock again instead of queueing behind a guard
@@ -33,7 +34,7 @@ impl<B> LeaseState<B> {
     pub(crate) fn new(turn: Option<LocalTurn<B>>, deadline: Instant) -> Self {
         Self {
             lost: watch::Sender::new(None),
-            deadline: Mutex::new(deadline),
+            deadline: AtomicU64::new(nanos_since_base(deadline)),
             turn: Mutex::new(turn),
         }
     }
@@ -45,12 +46,13 @@ impl<B> LeaseState<B> {
     /// Whether the lease can still be vouched for: not reported lost, and its deadline not
     /// passed (a stalled runtime may not have run the watchdog yet).
     pub(crate) fn is_live(&self) -> bool {
-        !self.is_lost() && Instant::now() < *self.deadline.lock().expect("lease deadline")
+        nanos_since_base(Instant::now()) < self.deadline.load(Ordering::Acquire) && !self.is_lost()
     }
 
     /// Moves the deadline to `deadline` (a renewal, or a registration with the watchdog).
     pub(crate) fn extend_to(&self, deadline: Instant) {
-        *self.deadline.lock().expect("lease deadline") = deadline;
+        self.deadline
+            .store(nanos_since_base(deadline), Ordering::Release);
     }
 
     /// Gives up the holder's turn on the key: the next local task may go on.
@@ -115,4 +117,13 @@ impl<B: Send + std::fmt::Debug> Watched for LeaseState<B> {
     fn extend_to(&self, deadline: Instant) {
         LeaseState::extend_to(self, deadline);
     }
+}
+
+/// `at` as nanoseconds since the first moment this process asked: a deadline is checked on
+/// every local hand-over, and an atomic number reads without a lock. A moment before that
+/// first one counts as 0, past. A u64 of nanoseconds lasts 584 years.
+fn nanos_since_base(at: Instant) -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    u64::try_from(at.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
 }
