@@ -1,5 +1,7 @@
 //! Lock names to Redis keys: escaping, the hash tag, and the keys one lock owns.
 
+use std::sync::OnceLock;
+
 use crate::error::{ErrorKind, LockError, Result};
 
 /// The longest lock name accepted, in bytes (before escaping).
@@ -18,7 +20,8 @@ pub struct LockKeys {
     fence: String,
     queue: String,
     waiters: String,
-    readers: String,
+    /// Built on first use: only read-write locks and renewals name it.
+    readers: OnceLock<String>,
 }
 
 impl LockKeys {
@@ -54,7 +57,7 @@ impl LockKeys {
             fence: format!("{hash}:fence"),
             queue: format!("{hash}:queue"),
             waiters: format!("{hash}:waiters"),
-            readers: format!("{hash}:readers"),
+            readers: OnceLock::new(),
             hash,
         })
     }
@@ -82,7 +85,8 @@ impl LockKeys {
     /// The readers of a read-write lock by lease deadline (a sorted set: owner id to
     /// deadline in server ms), while it is read-held.
     pub fn readers(&self) -> &str {
-        &self.readers
+        self.readers
+            .get_or_init(|| format!("{}:readers", self.hash))
     }
 }
 
