@@ -7,6 +7,9 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::engine::acquire::Target;
 use crate::engine::release::OwnedHold;
+// The docs name the error kinds.
+#[cfg(doc)]
+use crate::error::ErrorKind;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::keys::{LockKeys, shown, shown_all};
@@ -102,12 +105,12 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::RedisUnavailable`](crate::ErrorKind::RedisUnavailable) or [`ErrorKind::Redis`](crate::ErrorKind::Redis) when Redis fails,
-    /// [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when it refuses this client (credentials, ACL, certificate),
-    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a
+    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
+    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate),
+    /// [`ErrorKind::InvalidConfig`] for a
     /// [`Lease::Fixed`] shorter than a millisecond or longer than
     /// [`MAX_LEASE`](crate::MAX_LEASE) (before anything is written), and
-    /// [`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown) after shutdown.
+    /// [`ErrorKind::ShutDown`] after shutdown.
     pub async fn acquire(&self) -> Result<LockGuard> {
         self.acquire_inner(true)
             .await
@@ -127,8 +130,8 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when `wait` passes first
-    /// ([`ErrorKind::RestartQuarantine`](crate::ErrorKind::RestartQuarantine) when it passes while Redis recovers from a loss of
+    /// [`ErrorKind::Timeout`] when `wait` passes first
+    /// ([`ErrorKind::RestartQuarantine`] when it passes while Redis recovers from a loss of
     /// its data), and the errors of [`Lock::acquire`].
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LockGuard> {
         match tokio::time::timeout(wait, self.acquire()).await {
@@ -161,8 +164,8 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::RedisUnavailable`](crate::ErrorKind::RedisUnavailable) or [`ErrorKind::Redis`](crate::ErrorKind::Redis) when Redis fails,
-    /// [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when it refuses this client (credentials, ACL, certificate).
+    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
+    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate).
     pub async fn inspect(&self) -> Result<LockState> {
         let keys = self.target.keys.clone();
         let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<u64>) = self
@@ -241,8 +244,8 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::RedisUnavailable`](crate::ErrorKind::RedisUnavailable) or [`ErrorKind::Redis`](crate::ErrorKind::Redis) when Redis fails,
-    /// [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when it refuses this client (credentials, ACL, certificate).
+    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
+    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate).
     pub async fn force_unlock(&self) -> Result<bool> {
         let keys = self.target.keys.clone();
         self.client
@@ -262,7 +265,7 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidName`](crate::ErrorKind::InvalidName) when the name is empty or longer than
+    /// [`ErrorKind::InvalidName`] when the name is empty or longer than
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes.
     pub fn lock(&self, name: &str) -> Result<Lock> {
         self.lock_of_kind(name, LockKind::Exclusive)
@@ -299,7 +302,7 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidName`](crate::ErrorKind::InvalidName) for a bad name (before anything is taken), and the errors
+    /// [`ErrorKind::InvalidName`] for a bad name (before anything is taken), and the errors
     /// of [`Lock::acquire`].
     pub async fn acquire_all<N: AsRef<str>>(
         &self,
@@ -323,7 +326,7 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when `wait` passes first ([`ErrorKind::RestartQuarantine`](crate::ErrorKind::RestartQuarantine) when
+    /// [`ErrorKind::Timeout`] when `wait` passes first ([`ErrorKind::RestartQuarantine`] when
     /// it passes while Redis recovers from a loss of its data), and the errors of
     /// [`LockClient::acquire_all`].
     pub async fn acquire_all_timeout<N: AsRef<str>>(

@@ -9,8 +9,8 @@
 //!    other instance waits.
 //! 3. **Release** ([`release_last`]): nobody of this client waits: the release script frees
 //!    the lock (every hold of its owner) and grants it to the first waiting instance.
-//! 4. **Give back in the background** (`Acquisition::give_back`): a release Redis did not confirm is
-//!    retried on fresh connections while what it left could still keep the lock.
+//! 4. **Give back in the background** (`Acquisition::give_back`): a release Redis did not
+//!    confirm is retried on fresh connections while what it left could still keep the lock.
 //!
 //! A release on purpose takes the lease out of the watchdog first, so it is not reported
 //! lost.

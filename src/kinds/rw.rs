@@ -25,9 +25,9 @@ use crate::lock::Lock;
 /// - **Every reader's lease is its own.** A reader that dies frees its share when its own
 ///   lease runs out, whatever the other readers do; the lock's key lives as long as the
 ///   longest lease among the live readers.
-/// - **Reading inside the write lock.** [`LockGuard::read_within`](crate::LockGuard::read_within) takes a read hold for the
-///   writer, which survives the write lock's release: the lock is then read-held by that
-///   owner (a downgrade), and other readers may join.
+/// - **Reading inside the write lock.** [`read_within`](crate::LockGuard::read_within) takes
+///   a read hold for the writer, which survives the write lock's release: the lock is then
+///   read-held by that owner (a downgrade), and other readers may join.
 /// - Every acquisition, read or write, gets a fencing token; a writer's is above every
 ///   earlier reader's.
 ///
