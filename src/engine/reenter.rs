@@ -62,6 +62,7 @@ pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
             "only the write guard of a read-write lock can read within its lock",
         ));
     }
+    acquisition.shared.ensure_running()?;
     run_detached(holder, async move {
         let terms = Terms {
             kind: LockKind::Read,
@@ -108,15 +109,14 @@ pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
 }
 
 /// Runs `work` in a task of its own on the client's runtime and waits for its outcome; a
-/// hold it yields after the caller left is dropped there, which releases it.
+/// hold it yields after the caller left is dropped there, which releases it. The caller
+/// checks first that the client runs.
 async fn run_detached<T: Send + 'static>(
     holder: Arc<Holder>,
     work: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
-    let shared = &holder.acquisition.shared;
-    shared.ensure_running()?;
     let (deliver, delivered) = oneshot::channel();
-    shared.runtime.spawn(async move {
+    holder.acquisition.shared.runtime.spawn(async move {
         let _ = deliver.send(work.await);
     });
     delivered
