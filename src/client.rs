@@ -6,7 +6,7 @@ use std::time::Duration;
 use deadpool_redis::{Manager, Pool, Runtime};
 
 use crate::engine::Engine;
-use crate::engine::config::Config;
+use crate::engine::config::{Config, ReplicaAck};
 use crate::engine::shared::Shared;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{DEFAULT_PREFIX, epoch_key, validate_prefix};
@@ -94,6 +94,7 @@ impl LockClient {
                 local_handoff_limit: DEFAULT_LOCAL_HANDOFF_LIMIT,
                 local_handoff_window: DEFAULT_LOCAL_HANDOFF_WINDOW,
                 restart_quarantine: DEFAULT_RESTART_QUARANTINE,
+                replica_ack: None,
             },
             renew_interval: None,
         }
@@ -297,6 +298,26 @@ impl LockClientBuilder {
     /// At most [`MAX_LEASE`](crate::MAX_LEASE).
     pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
         self.config.restart_quarantine = quarantine;
+        self
+    }
+
+    /// Waits until `replicas` replicas have acknowledged an acquisition (Redis's `WAIT`, for
+    /// up to `timeout`) before its holder is told it holds the lock (default: off). Applies
+    /// to a lock taken directly, to one granted from the queue (the waiter first renews it,
+    /// so that its own connection's WAIT covers the grant) and to a re-entry.
+    ///
+    /// A failover promotes a replica, and a replica that had not received a lock grants it
+    /// again: with this setting, no holder is told it holds a lock that fewer than
+    /// `replicas` replicas have. It costs one more round trip per acquisition (plus the
+    /// replication delay). Not acknowledged in time: the acquisition is released and the
+    /// caller gets [`ErrorKind::ReplicasBehind`]; a waiter stops waiting with that error too.
+    /// It does not cover a failover to a replica that was not among those that acknowledged,
+    /// nor the writes of later renewals.
+    ///
+    /// Checked by [`Self::build`]: `replicas` at least 1, `timeout` from 1 ms to half the
+    /// watchdog lease, or [`ErrorKind::InvalidConfig`].
+    pub fn min_replicas_acked(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.config.replica_ack = Some(ReplicaAck { replicas, timeout });
         self
     }
 

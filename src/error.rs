@@ -42,6 +42,11 @@ pub enum ErrorKind {
     /// ([`LockClientBuilder::restart_quarantine`](crate::LockClientBuilder::restart_quarantine)).
     /// Retry once it ends ([`LockClient::restart_quarantine_left`](crate::LockClient::restart_quarantine_left)).
     RestartQuarantine,
+    /// Fewer replicas than
+    /// [`LockClientBuilder::min_replicas_acked`](crate::LockClientBuilder::min_replicas_acked)
+    /// asks for acknowledged the acquisition in time: it was released, as a failover could
+    /// have lost it. Retry once the replicas catch up.
+    ReplicasBehind,
 }
 
 impl fmt::Display for ErrorKind {
@@ -57,6 +62,7 @@ impl fmt::Display for ErrorKind {
             Self::AccessDenied => "access denied by redis",
             Self::QuorumUnreachable => "quorum of redis servers unreachable",
             Self::RestartQuarantine => "no lock granted during the restart quarantine",
+            Self::ReplicasBehind => "too few replicas acknowledged the acquisition",
         })
     }
 }

@@ -14,6 +14,7 @@ use crate::engine::deadlines::{Registration, lost_deadline};
 use crate::engine::hold::{Acquisition, Baton, Budget, Holder};
 use crate::engine::lease::LeaseState;
 use crate::engine::local::LocalTurn;
+use crate::engine::replicas;
 use crate::engine::shared::Shared;
 use crate::engine::waiter::Waiter;
 use crate::error::{ErrorKind, LockError, Result};
@@ -206,7 +207,7 @@ impl Asking<'_> {
                     if let Some(expires_at) = self.waiter.grant_deadline(grant) {
                         let granted = Duration::from_millis(grant.lease_ms);
                         let how = "lock handed over by Redis";
-                        let handed = self.hand_out(grant.token, expires_at, granted, how);
+                        let handed = self.hand_out(grant.token, expires_at, granted, how, true);
                         if let Some(holder) = Box::pin(handed).await? {
                             return Ok(Some(holder));
                         }
@@ -228,7 +229,8 @@ impl Asking<'_> {
                     let expires_at = lost_deadline(sent_at, granted);
                     // A reply read back past its deadline (a stall) is not handed out either.
                     if Instant::now() < expires_at {
-                        let handed = self.hand_out(token, expires_at, granted, "lock acquired");
+                        let handed =
+                            self.hand_out(token, expires_at, granted, "lock acquired", false);
                         if let Some(holder) = Box::pin(handed).await? {
                             return Ok(Some(holder));
                         }
@@ -267,17 +269,25 @@ impl Asking<'_> {
         expires_at: Instant,
         granted: Duration,
         how: &'static str,
+        by_release: bool,
     ) -> Result<Option<Holder>> {
         let terms = self.terms;
         let asked = Duration::from_millis(terms.lease_ms);
-        let expires_at = if self.target.lease == Lease::Watchdog || granted >= asked {
-            expires_at
-        } else {
-            match self.waiter.extend_to(terms.lease_ms).await? {
-                Some(sent_at) => lost_deadline(sent_at, asked),
-                None => return Ok(None),
-            }
-        };
+        let key = self.target.keys.hash();
+        // A grant was written by the releaser's connection: a write of this owner's own
+        // makes its WAIT cover the grant too.
+        let own_write_needed = replicas::asked(self.shared) && by_release;
+        let expires_at =
+            if !own_write_needed && (self.target.lease == Lease::Watchdog || granted >= asked) {
+                expires_at
+            } else {
+                match self.waiter.extend_to(terms.lease_ms).await? {
+                    Some(sent_at) => lost_deadline(sent_at, asked),
+                    None => return Ok(None),
+                }
+            };
+        // Not acknowledged: the error drops the waiter, which gives the lock back.
+        replicas::acknowledged(self.shared, key).await?;
         let granted = Granted {
             owner: self.waiter.settle(),
             token,

@@ -18,6 +18,15 @@ pub(crate) struct Config {
     pub(crate) local_handoff_limit: u32,
     pub(crate) local_handoff_window: Duration,
     pub(crate) restart_quarantine: Duration,
+    /// Replicas that must acknowledge an acquisition before its holder is told it holds it.
+    pub(crate) replica_ack: Option<ReplicaAck>,
+}
+
+/// How many replicas must acknowledge an acquisition (Redis's WAIT), and how long it waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAck {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
 }
 
 impl Config {
@@ -26,7 +35,7 @@ impl Config {
     /// names the setting and its bound.
     pub(crate) fn validate(&self) -> Result<()> {
         let lease = self.watchdog_lease;
-        let checks: [(bool, &str); 8] = [
+        let checks: [(bool, &str); 9] = [
             (
                 lease >= Duration::from_millis(3) && lease <= MAX_LEASE,
                 "the watchdog lease must be from 3 ms to MAX_LEASE (a year)",
@@ -60,6 +69,13 @@ impl Config {
             (
                 self.restart_quarantine <= MAX_LEASE,
                 "the restart quarantine must be at most MAX_LEASE (a year)",
+            ),
+            (
+                self.replica_ack.is_none_or(|ack| {
+                    ack.replicas > 0 && !ack.timeout.is_zero() && ack.timeout < lease / 2
+                }),
+                "replica acknowledgement needs at least one replica and a timeout from 1 ms to \
+                 half the watchdog lease (WAIT 0 would block forever)",
             ),
         ];
         match checks.iter().find(|(holds, _)| !holds) {
@@ -129,6 +145,7 @@ mod tests {
             local_handoff_limit: 16,
             local_handoff_window: Duration::from_millis(25),
             restart_quarantine: Duration::from_secs(5),
+            replica_ack: None,
         }
     }
 

@@ -18,6 +18,7 @@ pub(crate) mod local;
 pub(crate) mod pubsub;
 pub(crate) mod reenter;
 pub(crate) mod release;
+pub(crate) mod replicas;
 pub(crate) mod shared;
 pub(crate) mod waiter;
 pub(crate) mod watchdog;

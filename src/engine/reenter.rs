@@ -13,6 +13,7 @@ use crate::engine::acquire::{Granted, Target};
 use crate::engine::deadlines::lost_deadline;
 use crate::engine::hold::Holder;
 use crate::engine::release::OwnedHold;
+use crate::engine::replicas;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::kind::LockKind;
 use crate::lease::Lease;
@@ -41,7 +42,12 @@ pub(crate) async fn reenter(holder: Arc<Holder>) -> Result<OwnedHold> {
                 .is_ok();
         holder.reentering.fetch_sub(1, Ordering::SeqCst);
         match reply {
-            Ok(_) if counted => Ok(OwnedHold::new(holder.clone())),
+            Ok(_) if counted => {
+                let hold = OwnedHold::new(holder.clone());
+                // Not acknowledged: dropping the hold releases it.
+                replicas::acknowledged(&acquisition.shared, acquisition.keys.hash()).await?;
+                Ok(hold)
+            }
             Ok(_) => Err(LockError::new(
                 ErrorKind::NotOwner,
                 "the lock is no longer held by this owner",
@@ -102,8 +108,10 @@ pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
         };
         // The owner's read holds may be other read guards': each releases only its own.
         let shared = &acquisition.shared;
-        let read = target.grant_of(shared, None, granted, false);
-        Ok(OwnedHold::new(Arc::new(read)))
+        let read = OwnedHold::new(Arc::new(target.grant_of(shared, None, granted, false)));
+        // Not acknowledged: dropping the hold releases it.
+        replicas::acknowledged(shared, acquisition.keys.hash()).await?;
+        Ok(read)
     })
     .await
 }

@@ -152,8 +152,19 @@ impl Connections {
         key: &str,
         command: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
+        self.bounded_by(key, self.command_timeout, command).await
+    }
+
+    /// [`Self::bounded`] within `limit` instead of the command timeout, for a command that
+    /// blocks on the server (WAIT).
+    pub(crate) async fn bounded_by<T>(
+        &self,
+        key: &str,
+        limit: Duration,
+        command: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
         self.note_sent();
-        let outcome = match tokio::time::timeout(self.command_timeout, command).await {
+        let outcome = match tokio::time::timeout(limit, command).await {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(err)) => LockError::from(err),
             Err(_) => LockError::command_timeout(),

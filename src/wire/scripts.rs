@@ -433,3 +433,17 @@ pub(crate) async fn waive_quarantine(
     let waived: i64 = EPOCH_WAIVE.key(epoch_key).invoke_async(conn).await?;
     Ok(waived == 1)
 }
+
+/// `WAIT replicas timeout_ms`: how many replicas acknowledged every write this connection
+/// sent before it.
+pub(crate) async fn wait_for_replicas(
+    conn: &mut MultiplexedConnection,
+    replicas: u32,
+    timeout_ms: u64,
+) -> redis::RedisResult<u32> {
+    redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(timeout_ms)
+        .query_async(conn)
+        .await
+}

@@ -166,6 +166,22 @@ impl RedisServer {
         command.query(&mut self.conn()).expect("redis command")
     }
 
+    /// Starts a replica of this server that reaches it on `via_port` (this server's port,
+    /// or a [`proxy::FaultProxy`]'s in front of it, to make the replica lag), and waits
+    /// until it has every write so far (`WAIT 1`), the epoch marker included.
+    pub fn start_replica(&self, via_port: u16) -> Self {
+        let master = via_port.to_string();
+        // Not provisioned: a replica takes the master's data, epoch marker included.
+        let replica = Self::spawn_on(free_port(), None, &["--replicaof", "127.0.0.1", &master])
+            .unwrap_or_else(|err| panic!("redis-server could not start: {err}"));
+        let acked: i64 = self.cmd(&["WAIT", "1", &STARTUP_BOUND.as_millis().to_string()]);
+        assert_eq!(
+            acked, 1,
+            "the replica did not catch up within {STARTUP_BOUND:?}"
+        );
+        replica
+    }
+
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

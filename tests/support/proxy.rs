@@ -61,6 +61,11 @@ impl FaultProxy {
         }
     }
 
+    /// The port clients reach Redis through.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The URL clients use to reach Redis through the proxy.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)

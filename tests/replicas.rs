@@ -1,0 +1,215 @@
+//! Replica acknowledgement (`min_replicas_acked`) on a real master and replica: the failover
+//! hole it closes, shown with a replica that lags while the master dies (SIGKILL).
+//!
+//! The replica reaches its master through a fault proxy, which makes it lag by holding the
+//! replication stream back. A frozen replica (SIGSTOP) does not lag: the kernel still takes
+//! the stream into its socket buffer, and the replica applies it when it goes on.
+
+mod support;
+
+use std::time::Duration;
+
+use support::RedisServer;
+use support::proxy::FaultProxy;
+use tower_redis_lock::{ErrorKind, LockClient, LostReason};
+
+/// The leases of these tests: short, so a holder cut off from its Redis is told soon.
+const LEASE: Duration = Duration::from_secs(3);
+/// How long a client waits for a replica's acknowledgement.
+const ACK_TIMEOUT: Duration = Duration::from_millis(300);
+/// Generous bound for what should take a few milliseconds (shared, busy machines).
+const PROMPTLY: Duration = Duration::from_secs(10);
+
+async fn client(url: &str, acked: bool) -> LockClient {
+    let builder = LockClient::builder(url)
+        .watchdog_lease(LEASE)
+        .command_timeout(Duration::from_millis(500));
+    let builder = if acked {
+        builder.min_replicas_acked(1, ACK_TIMEOUT)
+    } else {
+        builder
+    };
+    builder.build().await.expect("client")
+}
+
+/// A master with a replica behind a fault proxy.
+async fn master_and_replica() -> (RedisServer, FaultProxy, RedisServer) {
+    let master = RedisServer::start();
+    let link = FaultProxy::start(master.port()).await;
+    let replica = master.start_replica(link.port());
+    (master, link, replica)
+}
+
+/// Turns the lagging replica into the master after its master died, as a failover does:
+/// what the link held back is lost with the link.
+fn promote(replica: &RedisServer, link: &FaultProxy) {
+    link.cut_all();
+    let _: () = replica.cmd(&["REPLICAOF", "NO", "ONE"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_acknowledgement_a_failover_to_a_lagging_replica_makes_two_holders() {
+    let (mut master, link, replica) = master_and_replica().await;
+    link.black_hole();
+    let first = client(&master.url(), false).await;
+    let first_guard = first.lock("account-7").unwrap().acquire().await.unwrap();
+
+    master.kill();
+    promote(&replica, &link);
+    let second = client(&replica.url(), false).await;
+    let second_guard = tokio::time::timeout(PROMPTLY, async {
+        second.lock("account-7").unwrap().acquire().await
+    })
+    .await
+    .expect("the promoted replica never had the lock")
+    .unwrap();
+    // The hole: both are told they hold it, until the first hears otherwise.
+    assert!(
+        first_guard.is_held() && second_guard.is_held(),
+        "first {:?}, second {:?}",
+        first_guard.lost_signal().reason(),
+        second_guard.lost_signal().reason()
+    );
+    assert!(second_guard.fencing_token() != first_guard.fencing_token());
+
+    // The first cannot reach its Redis any more: its lost signal fires within its lease.
+    let lost = tokio::time::timeout(LEASE + PROMPTLY, first_guard.lost_signal().lost())
+        .await
+        .expect("the first holder was never told");
+    assert_eq!(lost, LostReason::Unreachable);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_acknowledgement_no_acquisition_succeeds_while_the_replica_lags() {
+    let (mut master, link, replica) = master_and_replica().await;
+    let first = client(&master.url(), true).await;
+
+    // With the replica up, an acknowledged acquisition is on the replica when it returns.
+    let guard = first.lock("account-7").unwrap().acquire().await.unwrap();
+    let on_replica: i64 = replica.cmd(&["EXISTS", "lock:{account-7}"]);
+    assert_eq!(
+        on_replica, 1,
+        "the holder was told before the replica had it"
+    );
+    // A re-entry the replica does not get is refused, and its hold taken back.
+    link.black_hole();
+    let err = guard
+        .reenter()
+        .await
+        .expect_err("re-entered while the replica lags");
+    assert_eq!(err.kind(), ErrorKind::ReplicasBehind, "{err}");
+    let holds = || master.cmd::<i64>(&["HGET", "lock:{account-7}", guard.owner_id()]);
+    assert!(
+        support::eventually(PROMPTLY, || holds() == 1).await,
+        "the refused re-entry's hold was left on the master"
+    );
+    link.heal();
+    guard.release().await.unwrap();
+
+    link.black_hole();
+    let err = first
+        .lock("account-7")
+        .unwrap()
+        .acquire()
+        .await
+        .expect_err("acquired while the only replica was lagging");
+    assert_eq!(err.kind(), ErrorKind::ReplicasBehind, "{err}");
+    // Not acknowledged, so given back: the master does not keep it.
+    assert!(
+        support::eventually(PROMPTLY, || master
+            .cmd::<i64>(&["EXISTS", "lock:{account-7}"])
+            == 0)
+        .await,
+        "the unacknowledged acquisition was left on the master"
+    );
+
+    master.kill();
+    promote(&replica, &link);
+    let second = client(&replica.url(), false).await;
+    let taken = tokio::time::timeout(PROMPTLY, second.lock("account-7").unwrap().acquire())
+        .await
+        .expect("the promoted replica did not grant the lock")
+        .unwrap();
+    assert!(taken.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_is_told_only_once_a_replica_has_its_grant() {
+    let (master, link, replica) = master_and_replica().await;
+    let holder_client = client(&master.url(), true).await;
+    let waiter_client = client(&master.url(), true).await;
+
+    // Acknowledged grant from the queue.
+    let held = holder_client
+        .lock("order-1")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let lock = waiter_client.lock("order-1").unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    assert!(
+        support::eventually(PROMPTLY, || !support::queued(&master, "order-1").is_empty()).await,
+        "the waiter never queued"
+    );
+    held.release().await.unwrap();
+    let granted = tokio::time::timeout(PROMPTLY, waiting)
+        .await
+        .expect("the waiter was never granted the lock")
+        .unwrap()
+        .unwrap();
+    let on_replica: i64 = replica.cmd(&["EXISTS", "lock:{order-1}"]);
+    assert_eq!(
+        on_replica, 1,
+        "the waiter was told before the replica had its grant"
+    );
+    granted.release().await.unwrap();
+
+    // Unacknowledged grant: the replica is lagging when the lock passes to the waiter.
+    let held = holder_client
+        .lock("order-1")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let lock = waiter_client.lock("order-1").unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    assert!(
+        support::eventually(PROMPTLY, || !support::queued(&master, "order-1").is_empty()).await,
+        "the waiter never queued"
+    );
+    link.black_hole();
+    // The release itself is not acknowledged: it has nothing to vouch for.
+    held.release().await.unwrap();
+    let outcome = tokio::time::timeout(PROMPTLY, waiting)
+        .await
+        .expect("the waiter never finished")
+        .unwrap();
+    assert_eq!(
+        outcome
+            .expect_err("told it holds a grant no replica has")
+            .kind(),
+        ErrorKind::ReplicasBehind
+    );
+    assert!(
+        support::eventually(PROMPTLY, || master
+            .cmd::<i64>(&["EXISTS", "lock:{order-1}"])
+            == 0)
+        .await,
+        "the unacknowledged grant was left on the master"
+    );
+    link.heal();
+}
+
+#[tokio::test]
+async fn replica_acknowledgement_settings_are_checked() {
+    for (replicas, timeout) in [(0, ACK_TIMEOUT), (1, Duration::ZERO), (1, LEASE)] {
+        let err = LockClient::builder("redis://127.0.0.1:1")
+            .watchdog_lease(LEASE)
+            .min_replicas_acked(replicas, timeout)
+            .build()
+            .await
+            .expect_err("an unusable replica acknowledgement was accepted");
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    }
+}
