@@ -4,12 +4,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::{Manager, Pool, Runtime};
+use futures_util::{StreamExt, TryStreamExt};
+use redis::cluster::ClusterClientBuilder;
 
 use crate::engine::Engine;
 use crate::engine::config::{Config, ReplicaAck};
+use crate::engine::pubsub::WakeSource;
 use crate::engine::shared::Shared;
 use crate::error::{ErrorKind, LockError, Result};
-use crate::keys::{DEFAULT_PREFIX, epoch_key, validate_prefix};
+use crate::keys::{DEFAULT_PREFIX, validate_prefix};
+use crate::lease::MAX_LEASE;
 use crate::wire::conn::Connections;
 use crate::wire::endpoint::Endpoint;
 use crate::wire::scripts;
@@ -37,6 +41,9 @@ pub const DEFAULT_LOCAL_HANDOFF_WINDOW: Duration = Duration::from_millis(25);
 /// longest lease the client knows of).
 pub const DEFAULT_RESTART_QUARANTINE: Duration = Duration::from_secs(5);
 
+/// Epoch scripts a waiver has on their way at once (a cluster has one epoch per slot).
+const WAIVE_CONCURRENCY: usize = 256;
+
 /// A client for distributed locks on one Redis. Cheap to clone: clones share the pool, the
 /// watchdog, the pub/sub connection and the local key table.
 ///
@@ -53,6 +60,8 @@ pub struct LockClient {
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct LockClientBuilder {
     endpoint: Endpoint,
+    /// The seed URLs of a cluster, for a client of a Redis Cluster.
+    cluster: Option<Vec<String>>,
     pool: Option<Pool>,
     config: Config,
     renew_interval: Option<Duration>,
@@ -80,10 +89,38 @@ impl LockClient {
         Self::builder(url).build().await
     }
 
+    /// A builder for a client of the Redis Cluster that `seed_urls` reach (one or more of its
+    /// nodes, each `redis://[[user]:password@]host:port`; the client learns the rest).
+    ///
+    /// Commands go through redis-rs's cluster client, which follows redirections (`MOVED`,
+    /// `ASK` while a slot migrates), node failovers and topology changes. Every script
+    /// touches only keys of its lock's own slot: each slot has its own epoch key, so a node
+    /// that fails over to a replica without the data quarantines and loses only its own
+    /// slots' locks. Wake-ups use sharded pub/sub (SPUBLISH in the lock's slot, SSUBSCRIBE on
+    /// the node that owns it), one channel per slot an instance waits in. Needs Redis 7.0.
+    ///
+    /// A multi-lock whose locks live in different slots takes them one by one, in the same
+    /// canonical order as on one server. Custom TLS certificates and a pool of the caller's
+    /// are for one server only ([`ErrorKind::InvalidConfig`] at [`LockClientBuilder::build`]).
+    pub fn builder_cluster<I, S>(seed_urls: I) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let seeds: Vec<String> = seed_urls
+            .into_iter()
+            .map(|url| url.as_ref().to_owned())
+            .collect();
+        let mut builder = Self::builder(seeds.first().map_or("", String::as_str));
+        builder.cluster = Some(seeds);
+        builder
+    }
+
     /// A builder for a client of the Redis at `url`.
     pub fn builder(url: &str) -> LockClientBuilder {
         LockClientBuilder {
             endpoint: Endpoint::new(url),
+            cluster: None,
             pool: None,
             config: Config {
                 prefix: DEFAULT_PREFIX.to_owned(),
@@ -157,18 +194,23 @@ impl LockClient {
     /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
     /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate).
     pub async fn waive_restart_quarantine(&self) -> Result<bool> {
-        let key = epoch_key(&self.engine.shared.config.prefix);
-        let waived = self
-            .engine
-            .shared
-            .connections
-            .run(&key, |mut conn| {
-                let key = key.clone();
-                async move { scripts::waive_quarantine(&mut conn, &key).await }
+        let shared = &self.engine.shared;
+        // One epoch on a server; one per slot on a cluster, each waived on its own node.
+        let waived = futures_util::stream::iter(shared.placement.scopes())
+            .map(|scope| async move {
+                let key = &shared.placement.names(scope).epoch_key;
+                shared
+                    .connections
+                    .run(key, |mut conn| async move {
+                        scripts::waive_quarantine(&mut conn, key).await
+                    })
+                    .await
             })
+            .buffer_unordered(WAIVE_CONCURRENCY)
+            .try_fold(false, |any, waived| async move { Ok(any || waived) })
             .await?;
         if waived {
-            self.engine.shared.watchdog.epoch().waived();
+            shared.watchdog.epoch().waived();
         }
         Ok(waived)
     }
@@ -374,6 +416,29 @@ impl LockClientBuilder {
         config.renew_interval = self.renew_interval.unwrap_or(config.watchdog_lease / 3);
         validate_prefix(&config.prefix)?;
         config.validate()?;
+        if let Some(seeds) = &self.cluster {
+            if self.pool.is_some() || self.endpoint.tls.is_set() {
+                return Err(LockError::new(
+                    ErrorKind::InvalidConfig,
+                    "a cluster client takes neither a pool of the caller's nor TLS certificates",
+                ));
+            }
+            let connections = Arc::new(Connections::cluster(
+                cluster_builder(seeds, config.command_timeout)
+                    .build()
+                    .map_err(|err| {
+                        LockError::with_source(ErrorKind::InvalidConfig, "invalid cluster url", err)
+                    })?,
+                config.command_timeout,
+            ));
+            let wake_source =
+                WakeSource::Cluster(Box::new(cluster_builder(seeds, config.command_timeout)));
+            let server = format!("cluster {}", seeds.join(","));
+            let shared = Shared::start(config, connections, wake_source, server);
+            return Ok(LockClient {
+                engine: Arc::new(Engine::new(shared)),
+            });
+        }
         // One client for the pool and the pub/sub connection: the same credentials and TLS.
         let redis_client = self.endpoint.client()?;
         let info = redis_client.get_connection_info();
@@ -387,11 +452,21 @@ impl LockClientBuilder {
             ),
         };
         let connections = Arc::new(Connections::new(pool, shards, config.command_timeout));
-        let shared = Shared::start(config, connections, redis_client, server);
+        let wake_source = WakeSource::Server(Box::new(redis_client));
+        let shared = Shared::start(config, connections, wake_source, server);
         Ok(LockClient {
             engine: Arc::new(Engine::new(shared)),
         })
     }
+}
+
+/// The settings of a cluster client of `seeds`: connections time out with the command
+/// timeout, and replies are bounded by the callers alone (as `Connections::get` does for
+/// one server), so a reply to a script that took a lock is never cut off unseen.
+fn cluster_builder(seeds: &[String], command_timeout: Duration) -> ClusterClientBuilder {
+    ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+        .connection_timeout(command_timeout)
+        .response_timeout(MAX_LEASE)
 }
 
 /// A pool of connections to the client's Redis. Their response timeout is lifted when the

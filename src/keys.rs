@@ -146,18 +146,6 @@ impl std::fmt::Display for ShownAll<'_> {
     }
 }
 
-/// The prefix of every wake channel under `prefix`: an instance listens on this followed by
-/// its instance id, and a release tells the one waiting instance it hands the lock to.
-pub(crate) fn wake_channel_prefix(prefix: &str) -> String {
-    format!("{prefix}wake:")
-}
-
-/// The key naming the epoch of this Redis's data (see `wire/lua/epoch.lua`); outside every
-/// lock's braces, so no lock name reaches it.
-pub(crate) fn epoch_key(prefix: &str) -> String {
-    format!("{prefix}epoch")
-}
-
 /// Rejects prefixes that would break the hash tag.
 pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
     if prefix.contains(['{', '}']) {

@@ -42,6 +42,7 @@ pub mod kinds;
 pub mod layer;
 mod lease;
 mod lock;
+mod slots;
 mod wire;
 
 pub use client::{

@@ -254,7 +254,13 @@ impl Lock {
             .connections
             .run(self.target.keys.hash(), |mut conn| async move {
                 let shared = &self.client.engine.shared;
-                scripts::force_unlock(&mut conn, &keys, self.target.kind, &shared.wake_prefix).await
+                scripts::force_unlock(
+                    &mut conn,
+                    &keys,
+                    self.target.kind,
+                    &shared.names(&keys).wake_prefix,
+                )
+                .await
             })
             .await
     }

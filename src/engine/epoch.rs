@@ -2,25 +2,30 @@
 //! Redis data it has seen, and the longest lease granted in it. A Redis without its epoch
 //! (it lost its data, or is new) is noticed by the first script that runs there: a
 //! quarantine then covers every lease the client knows of, and the holders of the lost locks
-//! are told before anyone else can take them.
+//! are told before anyone else can take them. On a cluster each slot has an epoch of its own
+//! (see `slots.rs`), so a node that fails over to a replica without the data quarantines and
+//! loses only the locks of its own slots.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until};
 
+use crate::keys::LockKeys;
+use crate::slots::Placement;
 use crate::wire::scripts::EpochTerms;
 
 #[derive(Debug)]
 pub(crate) struct Epoch {
-    key: String,
+    /// Where each scope's epoch key is: one for a server, one per slot of a cluster.
+    placement: Arc<Placement>,
     /// The shortest quarantine this client starts on a missing epoch (`restart_quarantine`).
     quarantine_floor_ms: u64,
     /// This client's watchdog lease: its own holders may believe they hold a lock this long.
     own_lease_ms: u64,
-    /// What a script told last. Learning a new epoch and collecting the leases it ends happen
-    /// under this mutex, so no lease taken in the new epoch is counted among them.
-    known: Mutex<Known>,
+    /// What a script told last, per scope. Learning a new epoch and collecting the leases it
+    /// ends happen under this mutex, so no lease taken in the new epoch is counted among them.
+    known: Mutex<Vec<Known>>,
     /// When the restart quarantine this client last heard of ends, on this client's clock;
     /// `None` once its end has been logged.
     quarantine_until: Arc<Mutex<Option<Instant>>>,
@@ -35,24 +40,39 @@ struct Known {
 }
 
 impl Epoch {
-    pub(crate) fn new(key: String, quarantine: Duration, watchdog_lease: Duration) -> Self {
+    pub(crate) fn new(
+        placement: Arc<Placement>,
+        quarantine: Duration,
+        watchdog_lease: Duration,
+    ) -> Self {
+        let scopes = placement.scopes().len();
         Self {
-            key,
+            placement,
             quarantine_floor_ms: quarantine.as_millis() as u64,
             own_lease_ms: watchdog_lease.as_millis() as u64,
-            known: Mutex::default(),
+            known: Mutex::new(vec![Known::default(); scopes]),
             quarantine_until: Arc::default(),
         }
+    }
+
+    /// The scope of the lock with `keys` (its slot on a cluster).
+    pub(crate) fn scope_of(&self, keys: &LockKeys) -> u16 {
+        self.placement.scope_of(keys)
+    }
+
+    /// [`Self::terms`] for the lock with `keys`.
+    pub(crate) fn terms_for(&self, keys: &LockKeys, lease_ms: u64) -> EpochTerms<'_> {
+        self.terms(self.scope_of(keys), lease_ms)
     }
 
     /// What a script that asks for a lease of `lease_ms` needs: the key, the epoch known now
     /// and its longest lease (at least this one: a client need not learn a lease it set), and
     /// the quarantine to start on a missing epoch, long enough for every lease it knows of to
     /// run out.
-    pub(crate) fn terms(&self, lease_ms: u64) -> EpochTerms<'_> {
-        let known = *self.known.lock().expect("epoch");
+    pub(crate) fn terms(&self, scope: u16, lease_ms: u64) -> EpochTerms<'_> {
+        let known = self.known.lock().expect("epoch")[usize::from(scope)];
         EpochTerms {
-            key: &self.key,
+            key: &self.placement.names(scope).epoch_key,
             known: known.epoch,
             known_lease_ms: known.longest_lease_ms.max(lease_ms),
             quarantine_ms: self
@@ -62,18 +82,19 @@ impl Epoch {
         }
     }
 
-    /// Records the epoch and longest lease a script told; when the epoch replaces an earlier
-    /// one, Redis lost the data of that one, and `lost` collects what went with it (while no
-    /// new lease can start).
+    /// Records the epoch and longest lease a script told of `scope`; when the epoch replaces
+    /// an earlier one, Redis lost the data of that one, and `lost` collects what went with it
+    /// (while no new lease can start).
     pub(crate) fn learn<T>(
         &self,
+        scope: u16,
         epoch: u64,
         longest_lease_ms: u64,
         lost: impl FnOnce() -> T,
     ) -> Option<T> {
         let mut known = self.known.lock().expect("epoch");
         let earlier = std::mem::replace(
-            &mut *known,
+            &mut known[usize::from(scope)],
             Known {
                 epoch,
                 longest_lease_ms,
@@ -152,28 +173,28 @@ mod tests {
     #[test]
     fn a_quarantine_covers_every_lease_the_client_knows_of() {
         let epoch = Epoch::new(
-            "lock:epoch".into(),
+            Arc::new(Placement::single("lock:")),
             Duration::from_secs(5),
             Duration::from_secs(30),
         );
-        let fresh = epoch.terms(30_000);
+        let fresh = epoch.terms(0, 30_000);
         assert_eq!((fresh.known, fresh.known_lease_ms), (0, 30_000));
         // Its own watchdog lease, over a shorter quarantine setting.
         assert_eq!(fresh.quarantine_ms, 30_000);
         // A longer lease another client recorded in this epoch.
-        assert_eq!(epoch.learn(7, 60_000, || ()), None);
-        let learned = epoch.terms(1_000);
+        assert_eq!(epoch.learn(0, 7, 60_000, || ()), None);
+        let learned = epoch.terms(0, 1_000);
         assert_eq!((learned.known, learned.known_lease_ms), (7, 60_000));
         assert_eq!(learned.quarantine_ms, 60_000);
         // A new epoch: the data of the earlier one is lost.
-        assert_eq!(epoch.learn(8, 2_000, || "lost"), Some("lost"));
-        assert_eq!(epoch.terms(1_000).quarantine_ms, 30_000);
+        assert_eq!(epoch.learn(0, 8, 2_000, || "lost"), Some("lost"));
+        assert_eq!(epoch.terms(0, 1_000).quarantine_ms, 30_000);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_quarantine_is_known_until_it_ends_and_a_later_report_extends_it() {
         let epoch = Epoch::new(
-            "lock:epoch".into(),
+            Arc::new(Placement::single("lock:")),
             Duration::from_secs(5),
             Duration::from_secs(30),
         );

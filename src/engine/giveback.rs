@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use crate::wire::conn::Conn;
 use tokio::time::Instant;
 
 use crate::engine::shared::Shared;
@@ -27,7 +27,7 @@ pub(crate) fn give_back(
     keys: Arc<LockKeys>,
     kind: LockKind,
     owner: Arc<str>,
-    conn: Option<MultiplexedConnection>,
+    conn: Option<Conn>,
     within: Duration,
 ) {
     shared.runtime.clone().spawn(async move {
@@ -45,7 +45,7 @@ pub(crate) fn give_back(
                         &mut conn,
                         &keys,
                         kind,
-                        &shared.wake_prefix,
+                        &shared.names(&keys).wake_prefix,
                         &owner,
                         ReleaseScope::All,
                     )

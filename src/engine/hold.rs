@@ -31,6 +31,9 @@ use crate::wire::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms}
 
 /// What one task of a client leaves for the next task waiting on the same key.
 #[derive(Debug, Default)]
+// Not boxed: a place passed on in the queue is the hand-over path between instances, and a
+// box would allocate on it; the baton lives once per key in the local table.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Baton {
     /// Nothing: the next task goes to Redis.
     #[default]
@@ -182,11 +185,15 @@ impl Acquisition {
         self.shared
             .connections
             .run(self.keys.hash(), |mut conn| async move {
-                let epoch = self.shared.watchdog.epoch().terms(terms.lease_ms);
+                let epoch = self
+                    .shared
+                    .watchdog
+                    .epoch()
+                    .terms_for(&self.keys, terms.lease_ms);
                 scripts::acquire(
                     &mut conn,
                     &self.keys,
-                    &self.shared.wake_prefix,
+                    &self.shared.names(&self.keys).wake_prefix,
                     &self.owner,
                     terms,
                     mode,
@@ -207,7 +214,7 @@ impl Acquisition {
                     &mut conn,
                     &self.keys,
                     self.terms.kind,
-                    &self.shared.wake_prefix,
+                    &self.shared.names(&self.keys).wake_prefix,
                     &self.owner,
                     scope,
                 )

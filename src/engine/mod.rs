@@ -19,8 +19,10 @@ pub(crate) mod pubsub;
 pub(crate) mod reenter;
 pub(crate) mod release;
 pub(crate) mod replicas;
+pub(crate) mod sharded;
 pub(crate) mod shared;
 pub(crate) mod waiter;
+pub(crate) mod wake;
 pub(crate) mod watchdog;
 
 use std::sync::Arc;

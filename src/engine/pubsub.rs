@@ -1,21 +1,25 @@
 //! The notification actor: ONE pub/sub connection per client, subscribed to ONE channel, this
-//! instance's wake channel, whatever the number of locks it waits for.
+//! instance's wake channel, whatever the number of locks it waits for (on a cluster, the
+//! sharded actor of `sharded.rs` listens instead).
 //!
-//! A release that hands a lock to a waiter of this instance publishes
-//! `<owner id> <fencing token> <server ms> <lease ms>` there, so only that instance hears of it, and the
-//! actor passes it to that waiter only. A waiter registers its owner id in a shared table (no
-//! await, no round trip) before it joins a queue in Redis, so no grant can arrive unheard.
-//! After a lost connection the actor reconnects with backoff and wakes every waiter: grants
-//! may have been missed meanwhile, and the next look at the lock finds them.
+//! A release that hands a lock to a waiter of this instance publishes the grant there (see
+//! `wake.rs`), so only that instance hears of it, and the actor passes it to that waiter
+//! only. After a lost connection the actor reconnects with backoff and wakes every waiter:
+//! grants may have been missed meanwhile, and the next look at the lock finds them.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use redis::cluster::ClusterClientBuilder;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
+
+use crate::engine::sharded::Sharded;
+use crate::engine::wake::WakeSlot;
+use crate::engine::wake::WakeTable;
+use crate::slots::Placement;
 
 /// First reconnect delay after the connection is lost; doubles on each failure.
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -24,85 +28,72 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often an idle connection is checked with PING, so a silently dead one is noticed.
 const PING_INTERVAL: Duration = Duration::from_secs(5);
 
-/// A lock handed to a waiter by a release, as announced on the wake channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Grant {
-    /// The first fencing token of the block reserved for the waiter.
-    pub(crate) token: u64,
-    /// The server's clock when the lock was handed over.
-    pub(crate) server_ms: u64,
-    /// The lease it was handed over with (the waiter's watchdog extends it).
-    pub(crate) lease_ms: u64,
-}
-
-/// What a waiter sees of its slot.
-#[derive(Debug, Clone, Copy, Default)]
-struct Wake {
-    /// Bumped on every (re)subscription and on shutdown: look at the lock again.
-    wakeups: u64,
-    grant: Option<Grant>,
-}
-
-type Slots = Arc<Mutex<HashMap<Arc<str>, watch::Sender<Wake>>>>;
-
-fn wake_all(slots: &Slots) {
-    for slot in slots.lock().expect("wake slots").values() {
-        slot.send_modify(|wake| wake.wakeups += 1);
-    }
+/// Where wake-ups come from: the one server's pub/sub, or a cluster's sharded pub/sub.
+pub(crate) enum WakeSource {
+    /// A pub/sub connection made by this client of the server.
+    Server(Box<redis::Client>),
+    /// The cluster client these settings build (the actor adds RESP3 and its push channel).
+    Cluster(Box<ClusterClientBuilder>),
 }
 
 /// Handle on the notification actor. Cheap to clone; the actor ends with the last handle.
 #[derive(Debug, Clone)]
 pub(crate) struct PubSub {
-    slots: Slots,
+    table: WakeTable,
+    /// The cluster's listener, which waiters join per slot.
+    sharded: Option<Sharded>,
     shutdown: mpsc::UnboundedSender<oneshot::Sender<()>>,
 }
 
-/// One waiting owner's slot; dropping it forgets the owner.
-#[derive(Debug)]
-pub(crate) struct WakeSlot {
-    slots: Slots,
-    owner: Arc<str>,
-    wake: watch::Receiver<Wake>,
-    /// The grant already returned: it is returned once, so a waiter that found it stale and
-    /// looked again is never handed it a second time.
-    delivered: Option<Grant>,
-}
-
 impl PubSub {
-    /// Spawns the actor on the current runtime, listening on `channel`. It connects in the
-    /// background, so a Redis that is down at start only delays wake-ups (waiters poll
-    /// meanwhile).
-    pub(crate) fn start(client: redis::Client, channel: String, command_timeout: Duration) -> Self {
+    /// Spawns the actor on the current runtime, listening on this instance's channel(s). It
+    /// connects in the background, so a Redis that is down at start only delays wake-ups
+    /// (waiters poll meanwhile).
+    pub(crate) fn start(
+        source: WakeSource,
+        placement: Arc<Placement>,
+        instance_id: String,
+        command_timeout: Duration,
+    ) -> Self {
         let (shutdown, receiver) = mpsc::unbounded_channel();
-        let slots = Slots::default();
-        let actor = Actor {
-            client,
-            channel,
-            command_timeout,
-            slots: slots.clone(),
-            shutdown: receiver,
-            connection: None,
-            backoff: MIN_BACKOFF,
-            reconnect_at: Instant::now(),
+        let table = WakeTable::default();
+        let sharded = match source {
+            WakeSource::Server(client) => {
+                let prefix = &placement.names(0).wake_prefix;
+                let actor = Actor {
+                    client: *client,
+                    channel: format!("{prefix}{instance_id}"),
+                    command_timeout,
+                    table: table.clone(),
+                    shutdown: receiver,
+                    connection: None,
+                    backoff: MIN_BACKOFF,
+                    reconnect_at: Instant::now(),
+                };
+                tokio::spawn(actor.run());
+                None
+            }
+            WakeSource::Cluster(builder) => Some(Sharded::start(
+                *builder,
+                table.clone(),
+                placement,
+                instance_id,
+                command_timeout,
+                receiver,
+            )),
         };
-        tokio::spawn(actor.run());
-        Self { slots, shutdown }
+        Self {
+            table,
+            sharded,
+            shutdown,
+        }
     }
 
-    /// Registers `owner`, so a grant to it reaches the returned slot.
-    pub(crate) fn register(&self, owner: Arc<str>) -> WakeSlot {
-        let (sender, wake) = watch::channel(Wake::default());
-        self.slots
-            .lock()
-            .expect("wake slots")
-            .insert(owner.clone(), sender);
-        WakeSlot {
-            slots: self.slots.clone(),
-            owner,
-            wake,
-            delivered: None,
-        }
+    /// Registers `owner`, waiting for a lock in `scope`, so a grant to it reaches the
+    /// returned slot.
+    pub(crate) fn register(&self, owner: Arc<str>, scope: u16) -> WakeSlot {
+        let listening = self.sharded.as_ref().map(|sharded| sharded.listen(scope));
+        self.table.register(owner, listening)
     }
 
     /// Stops the actor and wakes every waiter.
@@ -115,51 +106,7 @@ impl PubSub {
 
     /// How many owners of this client wait in a Redis queue right now.
     pub(crate) fn waiting(&self) -> usize {
-        self.slots.lock().expect("wake slots").len()
-    }
-}
-
-impl WakeSlot {
-    /// Marks every wake-up so far as seen; call before each look at the lock.
-    pub(crate) fn mark_seen(&mut self) {
-        self.wake.borrow_and_update();
-    }
-
-    /// Sleeps until the lock is granted to this owner (a grant not returned before), or a
-    /// wake-up not yet seen, or `bound` (`None`).
-    pub(crate) async fn wait(&mut self, bound: Duration) -> Option<Grant> {
-        let pending = self.wake.borrow().grant;
-        if let Some(grant) = self.fresh(pending) {
-            return Some(grant);
-        }
-        let deadline = Instant::now() + bound;
-        match timeout(bound, self.wake.changed()).await {
-            Ok(Ok(())) => {
-                let granted = self.wake.borrow_and_update().grant;
-                self.fresh(granted)
-            }
-            Ok(Err(_)) => {
-                // The sender is gone (only if the table was torn down): poll instead.
-                sleep_until(deadline).await;
-                None
-            }
-            Err(_) => None,
-        }
-    }
-
-    /// `grant`, unless it was returned before.
-    fn fresh(&mut self, grant: Option<Grant>) -> Option<Grant> {
-        if grant.is_none() || grant == self.delivered {
-            return None;
-        }
-        self.delivered = grant;
-        grant
-    }
-}
-
-impl Drop for WakeSlot {
-    fn drop(&mut self) {
-        self.slots.lock().expect("wake slots").remove(&self.owner);
+        self.table.waiting()
     }
 }
 
@@ -167,7 +114,7 @@ struct Actor {
     client: redis::Client,
     channel: String,
     command_timeout: Duration,
-    slots: Slots,
+    table: WakeTable,
     shutdown: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
     connection: Option<(PubSubSink, PubSubStream)>,
     backoff: Duration,
@@ -202,7 +149,7 @@ impl Actor {
             };
             match event {
                 Event::Shutdown(done) => {
-                    wake_all(&self.slots);
+                    self.table.wake_all();
                     if let Some(done) = done {
                         let _ = done.send(());
                     }
@@ -216,19 +163,10 @@ impl Actor {
         }
     }
 
-    /// Passes a grant to the waiter it names; grants to owners that stopped waiting are
-    /// ignored, because their undo releases them.
+    /// Passes a grant to the waiter it names.
     fn deliver(&self, message: &redis::Msg) {
-        let Some((owner, grant)) = parse_grant(message.get_payload_bytes()) else {
-            tracing::warn!(
-                channel = message.get_channel_name(),
-                "unreadable wake message"
-            );
-            return;
-        };
-        if let Some(slot) = self.slots.lock().expect("wake slots").get(owner) {
-            slot.send_modify(|wake| wake.grant = Some(grant));
-        }
+        self.table
+            .deliver(message.get_channel_name(), message.get_payload_bytes());
     }
 
     async fn connect(&mut self) {
@@ -244,7 +182,7 @@ impl Actor {
                 self.connection = Some(connection);
                 self.backoff = MIN_BACKOFF;
                 // Grants made while nobody listened are found by the waiters' next look.
-                wake_all(&self.slots);
+                self.table.wake_all();
             }
             Ok(Err(err)) => self.retry_later(&err.to_string()),
             Err(_) => self.retry_later("connecting timed out"),
@@ -275,47 +213,7 @@ impl Actor {
     fn disconnect(&mut self, reason: &str) {
         self.connection = None;
         // Waiters look at their locks again at once and poll until the connection is back.
-        wake_all(&self.slots);
+        self.table.wake_all();
         self.retry_later(reason);
-    }
-}
-
-/// Reads `<owner id> <token> <server ms> <lease ms>`.
-fn parse_grant(payload: &[u8]) -> Option<(&str, Grant)> {
-    let text = std::str::from_utf8(payload).ok()?;
-    let mut parts = text.split(' ');
-    let owner = parts.next()?;
-    let token = parts.next()?.parse().ok()?;
-    let server_ms = parts.next()?.parse().ok()?;
-    let lease_ms = parts.next()?.parse().ok()?;
-    Some((
-        owner,
-        Grant {
-            token,
-            server_ms,
-            lease_ms,
-        },
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grants_are_read_from_the_wake_message() {
-        let (owner, grant) = parse_grant(b"ab12:7 1763682600000001 1763682600000 2500").unwrap();
-        assert_eq!(owner, "ab12:7");
-        assert_eq!(
-            grant,
-            Grant {
-                token: 1_763_682_600_000_001,
-                server_ms: 1_763_682_600_000,
-                lease_ms: 2500,
-            }
-        );
-        assert!(parse_grant(b"ab12:7 x 1 1").is_none());
-        assert!(parse_grant(b"ab12:7 1 1").is_none());
-        assert!(parse_grant(b"ab12:7").is_none());
     }
 }

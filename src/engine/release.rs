@@ -144,7 +144,10 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
     shared.watchdog.unregister(acquisition.watchdog_id);
     let next_owner = shared.new_owner();
     // Registered before the script runs, so the grant to it cannot arrive unheard.
-    let slot = shared.pubsub.register(next_owner.clone());
+    let slot = shared.pubsub.register(
+        next_owner.clone(),
+        shared.placement.scope_of(&acquisition.keys),
+    );
     let sent_at = Instant::now();
     let reply = shared
         .connections
@@ -154,7 +157,7 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
                 scripts::handoff(
                     &mut conn,
                     &acquisition.keys,
-                    &shared.wake_prefix,
+                    &shared.names(&acquisition.keys).wake_prefix,
                     &acquisition.owner,
                     &next_owner,
                     &acquisition.terms,

@@ -33,7 +33,7 @@ pub(crate) async fn acknowledged(shared: &Shared, key: &str) -> Result<()> {
         .bounded_by(
             key,
             limit,
-            scripts::wait_for_replicas(&mut conn, ack.replicas, millis(ack.timeout)),
+            scripts::wait_for_replicas(&mut conn, key, ack.replicas, millis(ack.timeout)),
         )
         .await?;
     if acked >= ack.replicas {

@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::engine::config::Config;
 use crate::engine::epoch::Epoch;
-use crate::engine::pubsub::PubSub;
+use crate::engine::pubsub::{PubSub, WakeSource};
 use crate::engine::watchdog::Watchdog;
 use crate::error::{LockError, Result};
-use crate::keys::{epoch_key, wake_channel_prefix};
+use crate::keys::LockKeys;
+use crate::slots::{Names, Placement};
 use crate::wire::conn::Connections;
 
 /// The shared state of one client and its clones.
@@ -22,8 +23,8 @@ pub(crate) struct Shared {
     pub(crate) watchdog: Watchdog,
     pub(crate) pubsub: PubSub,
     pub(crate) runtime: tokio::runtime::Handle,
-    /// Prefix of every instance's wake channel (see [`wake_channel_prefix`]).
-    pub(crate) wake_prefix: String,
+    /// Where each lock's epoch key and wake channel are.
+    pub(crate) placement: Arc<Placement>,
     /// Which Redis this is, without credentials (`host:port/db`).
     pub(crate) server: String,
     pub(crate) instance_id: String,
@@ -33,32 +34,36 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Starts the watchdog and the pub/sub actor on the current runtime, for a client of
-    /// `server` (its pub/sub connection made by `redis_client`) with this random instance id.
+    /// `server` (its wake-ups heard through `wake_source`) with a random instance id.
     pub(crate) fn start(
         config: Config,
         connections: Arc<Connections>,
-        redis_client: redis::Client,
+        wake_source: WakeSource,
         server: String,
     ) -> Self {
         let instance_id = format!("{:032x}", rand::random::<u128>());
-        let wake_prefix = wake_channel_prefix(&config.prefix);
+        let placement = Arc::new(match wake_source {
+            WakeSource::Server(_) => Placement::single(&config.prefix),
+            WakeSource::Cluster(_) => Placement::cluster(&config.prefix),
+        });
         let watchdog = Watchdog::start(
             connections.clone(),
-            wake_prefix.clone(),
+            placement.clone(),
             config.watchdog_lease,
             config.renew_interval,
             // Often enough to extend a hand-over's short claim lease well before it runs out.
             config.renew_interval.min(config.waiter_alive() / 3),
             config.waiter_alive(),
             Epoch::new(
-                epoch_key(&config.prefix),
+                placement.clone(),
                 config.restart_quarantine,
                 config.watchdog_lease,
             ),
         );
         let pubsub = PubSub::start(
-            redis_client,
-            format!("{wake_prefix}{instance_id}"),
+            wake_source,
+            placement.clone(),
+            instance_id.clone(),
             config.command_timeout,
         );
         Self {
@@ -66,7 +71,7 @@ impl Shared {
             watchdog,
             pubsub,
             runtime: tokio::runtime::Handle::current(),
-            wake_prefix,
+            placement,
             server,
             instance_id,
             next_holder: AtomicU64::new(1),
@@ -94,6 +99,11 @@ impl Shared {
         self.watchdog.shutdown().await;
         self.pubsub.shutdown().await;
         self.connections.close();
+    }
+
+    /// The epoch key and wake channel of the lock with `keys`.
+    pub(crate) fn names(&self, keys: &LockKeys) -> &Names {
+        self.placement.of(keys)
     }
 
     /// A fresh owner id: `<instance id>:<holder number>`.

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use crate::wire::conn::Conn;
 use tokio::time::Instant;
 
 use crate::engine::deadlines::lost_deadline;
 use crate::engine::giveback::give_back;
-use crate::engine::pubsub::{Grant, WakeSlot};
 use crate::engine::shared::Shared;
+use crate::engine::wake::{Grant, WakeSlot};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
@@ -32,7 +32,7 @@ pub(crate) struct Waiter {
     /// ran: a later grant is dated against these.
     last_look: Option<(Instant, u64)>,
     /// The connection of the last attempt: the undo goes out after it on the same one.
-    conn: Option<MultiplexedConnection>,
+    conn: Option<Conn>,
     /// Redis may know this owner (queued, or granted).
     armed: bool,
     /// How long the undo keeps trying: a grant nobody saw runs out after its lease anyway.
@@ -45,7 +45,9 @@ impl Waiter {
     /// A fresh owner, registered for wake-ups before it ever reaches Redis.
     pub(crate) fn new(shared: &Arc<Shared>, keys: Arc<LockKeys>, kind: LockKind) -> Self {
         let owner = shared.new_owner();
-        let slot = shared.pubsub.register(owner.clone());
+        let slot = shared
+            .pubsub
+            .register(owner.clone(), shared.placement.scope_of(&keys));
         Self {
             shared: shared.clone(),
             keys,
@@ -111,6 +113,11 @@ impl Waiter {
         mode: AcquireMode,
     ) -> Result<AcquireReply> {
         let shared = &self.shared;
+        if mode == AcquireMode::Wait {
+            // On a cluster, the first waiter of a slot subscribes to its channel first, so a
+            // grant after it joins the queue is heard.
+            self.slot.listening(shared.config.command_timeout).await;
+        }
         self.slot.mark_seen();
         let mut conn = shared.connections.get(self.keys.hash()).await?;
         self.conn = Some(conn.clone());
@@ -120,7 +127,10 @@ impl Waiter {
         let mut reconnected = false;
         let (sent_at, reply) = loop {
             let sent_at = Instant::now();
-            let epoch = shared.watchdog.epoch().terms(terms.lease_ms);
+            let epoch = shared
+                .watchdog
+                .epoch()
+                .terms_for(&self.keys, terms.lease_ms);
             let reply = shared
                 .connections
                 .bounded(
@@ -128,7 +138,7 @@ impl Waiter {
                     scripts::acquire(
                         &mut conn,
                         &self.keys,
-                        &shared.wake_prefix,
+                        &shared.names(&self.keys).wake_prefix,
                         &self.owner,
                         terms,
                         mode,
@@ -155,7 +165,11 @@ impl Waiter {
                     epoch,
                     longest_lease_ms,
                 } if epochs_learned < MAX_EPOCHS_LEARNED => {
-                    shared.watchdog.learn_epoch(epoch, longest_lease_ms);
+                    shared.watchdog.learn_epoch(
+                        shared.placement.scope_of(&self.keys),
+                        epoch,
+                        longest_lease_ms,
+                    );
                     epochs_learned += 1;
                 }
                 AcquireReply::Quarantined { left_ms, .. } => {
@@ -217,7 +231,7 @@ impl Waiter {
         let mut conn = shared.connections.get(self.keys.hash()).await?;
         self.conn = Some(conn.clone());
         let sent_at = Instant::now();
-        let epoch = shared.watchdog.epoch().terms(lease_ms);
+        let epoch = shared.watchdog.epoch().terms_for(&self.keys, lease_ms);
         let locks = [(&*self.keys, &*self.owner)];
         let reply = shared
             .connections
@@ -233,7 +247,11 @@ impl Waiter {
                 epoch,
                 longest_lease_ms,
             } => {
-                shared.watchdog.learn_epoch(epoch, longest_lease_ms);
+                shared.watchdog.learn_epoch(
+                    shared.placement.scope_of(&self.keys),
+                    epoch,
+                    longest_lease_ms,
+                );
                 None
             }
         })

@@ -24,8 +24,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::wire::conn::Conn;
 use futures_util::future::join_all;
-use redis::aio::MultiplexedConnection;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
 
@@ -34,11 +34,15 @@ use crate::engine::epoch::Epoch;
 use crate::error::LockError;
 use crate::keys::{LockKeys, shown};
 use crate::lease::{Lease, LostReason};
+use crate::slots::Placement;
 use crate::wire::conn::Connections;
 use crate::wire::scripts::{self, ReleaseScope, RenewReply};
 
 /// Locks renewed by one script call.
 const BATCH: usize = 500;
+
+/// A lease due for renewal: its watchdog id, its lock's keys and its owner.
+type Due = (u64, Arc<LockKeys>, Arc<str>);
 
 /// A place a waiter of this client holds in a lock's Redis queue.
 #[derive(Debug)]
@@ -58,15 +62,19 @@ struct Shared {
 }
 
 impl Shared {
-    /// Learns the epoch a script told, and fires `DataLost` on every lease of an earlier one.
-    fn learn_epoch(&self, epoch: u64, longest_lease_ms: u64) {
-        let lost = self.epoch.learn(epoch, longest_lease_ms, || {
+    /// Learns the epoch a script told of `scope`, and fires `DataLost` on every lease of an
+    /// earlier one there (every lease on one server; the slot's on a cluster).
+    fn learn_epoch(&self, scope: u16, epoch: u64, longest_lease_ms: u64) {
+        let lost = self.epoch.learn(scope, epoch, longest_lease_ms, || {
             let mut leases = self.leases.lock().expect("leases");
-            leases.deadlines.clear();
-            leases
+            let gone: Vec<u64> = leases
                 .entries
-                .drain()
-                .map(|(_, entry)| entry)
+                .values()
+                .filter(|entry| self.epoch.scope_of(&entry.keys) == scope)
+                .map(|entry| entry.id)
+                .collect();
+            gone.into_iter()
+                .filter_map(|id| leases.remove(id))
                 .collect::<Vec<_>>()
         });
         let Some(lost) = lost else {
@@ -74,6 +82,7 @@ impl Shared {
         };
         tracing::warn!(
             epoch,
+            scope,
             held = lost.len(),
             "Redis lost its data (its epoch changed): every lock held there before is gone, \
              and this client's holders are told (LostReason::DataLost)"
@@ -97,7 +106,7 @@ impl Watchdog {
     /// claim lease), and gives every waiting place `waiter_alive` more to live.
     pub(crate) fn start(
         connections: Arc<Connections>,
-        wake_prefix: String,
+        placement: Arc<Placement>,
         lease: Duration,
         renew_interval: Duration,
         tick: Duration,
@@ -113,7 +122,7 @@ impl Watchdog {
         });
         let actor = Actor {
             connections,
-            wake_prefix,
+            placement,
             lease,
             renew_interval,
             tick,
@@ -163,9 +172,10 @@ impl Watchdog {
         &self.shared.epoch
     }
 
-    /// Learns the epoch a script told; leases of an earlier epoch are lost (`DataLost`).
-    pub(crate) fn learn_epoch(&self, epoch: u64, longest_lease_ms: u64) {
-        self.shared.learn_epoch(epoch, longest_lease_ms);
+    /// Learns the epoch a script told of `scope`; leases of an earlier epoch there are lost
+    /// (`DataLost`).
+    pub(crate) fn learn_epoch(&self, scope: u16, epoch: u64, longest_lease_ms: u64) {
+        self.shared.learn_epoch(scope, epoch, longest_lease_ms);
     }
 
     pub(crate) fn unregister(&self, id: u64) {
@@ -185,8 +195,9 @@ impl Watchdog {
 
 struct Actor {
     connections: Arc<Connections>,
-    /// Releases at shutdown hand the lock to the next waiting instance.
-    wake_prefix: String,
+    /// Where the wake channels are: releases at shutdown hand the lock to the next waiting
+    /// instance.
+    placement: Arc<Placement>,
     lease: Duration,
     renew_interval: Duration,
     tick: Duration,
@@ -228,23 +239,40 @@ impl Actor {
     async fn renew(&self) {
         let batch = self.due();
         if batch.is_empty() {
-            // Nothing due, but a lock is held: a look at the epoch alone tells its holder
-            // within a tick when Redis lost its data, before the quarantine ends.
-            if let Some(keys) = self.any_held() {
-                self.check_epoch(&keys).await;
-            }
+            // Nothing due, but locks are held: a look at the epoch alone (of each scope held)
+            // tells their holders within a tick when Redis lost their data, before the
+            // quarantine ends.
+            let held = self.held_scopes();
+            join_all(held.iter().map(|keys| self.check_epoch(keys))).await;
             return;
         }
+        // One script per scope (a cluster runs a script in one slot only), all sent at once:
+        // the cluster client pipelines those of one node.
+        let mut by_scope: HashMap<u16, Vec<Due>> = HashMap::new();
+        for due in batch {
+            let scope = self.shared.epoch.scope_of(&due.1);
+            by_scope.entry(scope).or_default().push(due);
+        }
+        join_all(
+            by_scope
+                .iter()
+                .map(|(scope, due)| self.renew_scope(*scope, due)),
+        )
+        .await;
+    }
+
+    /// Renews the leases `due` of one scope, in chunks.
+    async fn renew_scope(&self, scope: u16, due: &[Due]) {
         let lease_ms = self.lease.as_millis() as u64;
         // A renewal that takes longer than the interval is no use; the deadline takes over.
         let limit = self.connections.command_timeout().min(self.renew_interval);
-        for chunk in batch.chunks(BATCH) {
+        for chunk in due.chunks(BATCH) {
             let sent_at = Instant::now();
             let pairs: Vec<(&LockKeys, &str)> = chunk
                 .iter()
                 .map(|(_, keys, owner)| (&**keys, &**owner))
                 .collect();
-            let epoch = self.shared.epoch.terms(lease_ms);
+            let epoch = self.shared.epoch.terms(scope, lease_ms);
             // Any shard will do: renewals need no order with other commands.
             let shard = chunk[0].1.hash();
             let reply = self
@@ -257,7 +285,7 @@ impl Actor {
                     epoch,
                     longest_lease_ms,
                 }) => {
-                    self.shared.learn_epoch(epoch, longest_lease_ms);
+                    self.shared.learn_epoch(scope, epoch, longest_lease_ms);
                     return;
                 }
                 Some(RenewReply::Renewed(renewed)) => self.renewed(chunk, &renewed, sent_at),
@@ -268,7 +296,7 @@ impl Actor {
 
     /// The leases due for renewal: renewed at least `renew_interval` ago, i.e. less than
     /// `lease - renew_interval` left; the deadlines are ordered, so only those are visited.
-    fn due(&self) -> Vec<(u64, Arc<LockKeys>, Arc<str>)> {
+    fn due(&self) -> Vec<Due> {
         let due = lost_deadline(Instant::now(), self.lease) - self.renew_interval;
         let leases = self.shared.leases.lock().expect("leases");
         leases
@@ -281,25 +309,21 @@ impl Actor {
             .collect()
     }
 
-    /// The keys of some lock this client holds, if it holds any.
-    fn any_held(&self) -> Option<Arc<LockKeys>> {
+    /// The keys of one lock this client holds in each scope it holds locks in.
+    fn held_scopes(&self) -> Vec<Arc<LockKeys>> {
         let leases = self.shared.leases.lock().expect("leases");
-        leases
-            .entries
-            .values()
-            .next()
-            .map(|entry| entry.keys.clone())
+        let mut scopes = HashMap::new();
+        for entry in leases.entries.values() {
+            let scope = self.shared.epoch.scope_of(&entry.keys);
+            scopes.entry(scope).or_insert_with(|| entry.keys.clone());
+        }
+        scopes.into_values().collect()
     }
 
     /// Applies a renewal sent at `sent_at`: the leases still held get a new deadline, the
     /// others are told they were taken. Locks released meanwhile are no longer in the table
     /// and are skipped.
-    fn renewed(
-        &self,
-        chunk: &[(u64, Arc<LockKeys>, Arc<str>)],
-        renewed: &[bool],
-        sent_at: Instant,
-    ) {
+    fn renewed(&self, chunk: &[Due], renewed: &[bool], sent_at: Instant) {
         let taken: Vec<Registration> = {
             let mut leases = self.shared.leases.lock().expect("leases");
             chunk
@@ -355,7 +379,7 @@ impl Actor {
         key: &str,
         limit: Duration,
         what: &str,
-        script: impl FnOnce(MultiplexedConnection) -> F,
+        script: impl FnOnce(Conn) -> F,
     ) -> Option<T>
     where
         F: Future<Output = redis::RedisResult<T>>,
@@ -395,10 +419,11 @@ impl Actor {
         }
     }
 
-    /// Checks the epoch alone, on the connection of `keys`' shard.
+    /// Checks the epoch alone of the scope of `keys`, on the connection of its shard.
     async fn check_epoch(&self, keys: &LockKeys) {
         let limit = self.connections.command_timeout().min(self.renew_interval);
-        let epoch = self.shared.epoch.terms(0);
+        let scope = self.shared.epoch.scope_of(keys);
+        let epoch = self.shared.epoch.terms(scope, 0);
         let reply = self
             .round_trip(keys.hash(), limit, "epoch check", |mut conn| async move {
                 scripts::renew(&mut conn, &[], 0, &epoch).await
@@ -409,7 +434,7 @@ impl Actor {
             longest_lease_ms,
         }) = reply
         {
-            self.shared.learn_epoch(epoch, longest_lease_ms);
+            self.shared.learn_epoch(scope, epoch, longest_lease_ms);
         }
     }
 
@@ -433,8 +458,9 @@ impl Actor {
             leases.entries.drain().map(|(_, entry)| entry).collect()
         };
         let connections = &self.connections;
-        let wake_prefix = self.wake_prefix.as_str();
+        let placement = &self.placement;
         join_all(entries.iter().map(|entry| async move {
+            let wake_prefix = &placement.of(&entry.keys).wake_prefix;
             let released = connections
                 .run(entry.keys.hash(), |mut conn| async move {
                     scripts::release(

@@ -1,5 +1,6 @@
 //! Command connections: the pool's multiplexed connections checked out once and shared, one
-//! per shard of lock keys.
+//! per shard of lock keys; on a cluster, one cluster connection (itself one multiplexed
+//! connection per node, routing each command by its first key's slot).
 //!
 //! A multiplexed connection already pipelines every caller's commands, so checking one out
 //! per command would only add the pool's recycle PING to each round trip. Every key always
@@ -13,12 +14,66 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_redis::Pool;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::error::{ErrorKind, LockError, Result};
 
+/// A connection to the server, or to the cluster (boxed: waiters keep one, and most
+/// clients talk to one server).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Server(MultiplexedConnection),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Server(_) => "Conn::Server",
+            Self::Cluster(_) => "Conn::Cluster",
+        })
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Server(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Server(conn) => conn.req_packed_commands(cmd, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Server(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// Where connections come from.
+enum Source {
+    Pool(Pool),
+    Cluster(Box<ClusterClient>),
+}
+
 pub(crate) struct Connections {
-    pool: Pool,
+    source: Source,
     command_timeout: Duration,
     /// One shared connection per shard, checked out when first needed.
     shards: Vec<Shard>,
@@ -35,8 +90,8 @@ struct Shard {
 
 struct Checkout {
     // Kept so that the pool counts the connection as in use and recycles it when replaced.
-    _pooled: deadpool_redis::Connection,
-    shared: MultiplexedConnection,
+    _pooled: Option<deadpool_redis::Connection>,
+    shared: Conn,
 }
 
 impl std::fmt::Debug for Connections {
@@ -48,7 +103,7 @@ impl std::fmt::Debug for Connections {
 }
 
 impl Shard {
-    fn cached(&self) -> Option<MultiplexedConnection> {
+    fn cached(&self) -> Option<Conn> {
         let cached = self.cached.lock().expect("connection shard");
         cached.as_ref().map(|checkout| checkout.shared.clone())
     }
@@ -57,14 +112,24 @@ impl Shard {
 impl Connections {
     /// Commands over `shards` connections of `pool` (at most its size), kept checked out.
     pub(crate) fn new(pool: Pool, shards: usize, command_timeout: Duration) -> Self {
+        let shards = shards.clamp(1, pool.status().max_size.max(1));
+        Self::of(Source::Pool(pool), shards, command_timeout)
+    }
+
+    /// Commands over one connection to the cluster of `client`, made when first needed.
+    pub(crate) fn cluster(client: ClusterClient, command_timeout: Duration) -> Self {
+        Self::of(Source::Cluster(Box::new(client)), 1, command_timeout)
+    }
+
+    fn of(source: Source, shards: usize, command_timeout: Duration) -> Self {
         Self {
-            shards: (0..shards.clamp(1, pool.status().max_size.max(1)))
+            shards: (0..shards)
                 .map(|_| Shard {
                     cached: Mutex::new(None),
                     checking_out: tokio::sync::Mutex::new(()),
                 })
                 .collect(),
-            pool,
+            source,
             command_timeout,
             sent: AtomicU64::new(0),
         }
@@ -93,7 +158,7 @@ impl Connections {
 
     /// A handle on the connection of `key`'s shard, checking a new one out of the pool when
     /// needed.
-    pub(crate) async fn get(&self, key: &str) -> Result<MultiplexedConnection> {
+    pub(crate) async fn get(&self, key: &str) -> Result<Conn> {
         let shard = self.shard(key);
         if let Some(shared) = shard.cached() {
             return Ok(shared);
@@ -103,16 +168,28 @@ impl Connections {
             if let Some(shared) = shard.cached() {
                 return Ok(shared);
             }
-            let pooled = self.pool.get().await?;
-            let mut shared = (*pooled).clone();
-            // redis-rs cuts a reply off after its response timeout (500 ms by default), and a
-            // cut reply to a script that took a lock can no longer be undone once the caller
-            // has gone: only the command timeout, which the callers apply, bounds a reply.
-            shared.set_response_timeout(Duration::MAX);
-            *shard.cached.lock().expect("connection shard") = Some(Checkout {
-                shared: shared.clone(),
-                _pooled: pooled,
-            });
+            let checkout = match &self.source {
+                Source::Pool(pool) => {
+                    let pooled = pool.get().await?;
+                    let mut shared = (*pooled).clone();
+                    // redis-rs cuts a reply off after its response timeout (500 ms by
+                    // default), and a cut reply to a script that took a lock can no longer be
+                    // undone once the caller has gone: only the command timeout, which the
+                    // callers apply, bounds a reply.
+                    shared.set_response_timeout(Duration::MAX);
+                    Checkout {
+                        shared: Conn::Server(shared),
+                        _pooled: Some(pooled),
+                    }
+                }
+                // Its response timeout is lifted where the cluster client is built.
+                Source::Cluster(client) => Checkout {
+                    shared: Conn::Cluster(Box::new(client.get_async_connection().await?)),
+                    _pooled: None,
+                },
+            };
+            let shared = checkout.shared.clone();
+            *shard.cached.lock().expect("connection shard") = Some(checkout);
             Ok(shared)
         })
         .await
@@ -138,7 +215,7 @@ impl Connections {
     /// Runs one command (or script) about `key` on its connection within the command timeout.
     pub(crate) async fn run<T, F, Fut>(&self, key: &str, command: F) -> Result<T>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let conn = self.get(key).await?;
@@ -177,6 +254,8 @@ impl Connections {
         for shard in &self.shards {
             shard.cached.lock().expect("connection shard").take();
         }
-        self.pool.close();
+        if let Source::Pool(pool) = &self.source {
+            pool.close();
+        }
     }
 }

@@ -6,11 +6,13 @@
 
 use std::sync::LazyLock;
 
-use redis::aio::MultiplexedConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, FromRedisValue, Script, ServerErrorKind};
 
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
+use crate::slots::slot_of;
+use crate::wire::conn::Conn;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -218,7 +220,7 @@ fn with_terms(cmd: &mut Cmd, terms: &Terms) {
 /// Runs an EVALSHA command, loading the script once if the server does not know it (first
 /// use, or after `SCRIPT FLUSH` or a restart).
 async fn run<T: FromRedisValue>(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     script: &Script,
     cmd: &Cmd,
 ) -> redis::RedisResult<T> {
@@ -265,7 +267,7 @@ fn rw_role(kind: LockKind) -> Option<&'static str> {
 }
 
 pub(crate) async fn acquire(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     wake: &str,
     owner: &str,
@@ -313,7 +315,7 @@ pub(crate) async fn acquire(
 
 /// Returns the owner's remaining hold count, or `None` when it held nothing.
 pub(crate) async fn release(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     kind: LockKind,
     wake: &str,
@@ -335,7 +337,7 @@ pub(crate) async fn release(
 
 /// Releases the last hold of `owner` while `next_owner`, a task of the same instance, waits.
 pub(crate) async fn handoff(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     wake: &str,
     owner: &str,
@@ -366,7 +368,7 @@ pub(crate) async fn handoff(
 /// Renews `(keys, owner)` pairs in one call, after checking the epoch; answers per pair
 /// whether it is still held. With no pairs, only checks the epoch.
 pub(crate) async fn renew(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     locks: &[(&LockKeys, &str)],
     lease_ms: u64,
     epoch: &EpochTerms<'_>,
@@ -395,7 +397,7 @@ pub(crate) async fn renew(
 /// Extends the liveness of `(keys, owner)` places in their queues in one call; answers per
 /// place whether it is still queued.
 pub(crate) async fn heartbeat(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     places: &[(&LockKeys, &str)],
     alive_ms: u64,
 ) -> redis::RedisResult<Vec<bool>> {
@@ -409,7 +411,7 @@ pub(crate) async fn heartbeat(
 }
 
 pub(crate) async fn force_unlock(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     kind: LockKind,
     wake: &str,
@@ -426,24 +428,29 @@ pub(crate) async fn force_unlock(
 
 /// Waives the restart quarantine of the epoch at `epoch_key` (or gives a server without an
 /// epoch its first one, without a quarantine); returns whether one was waived.
-pub(crate) async fn waive_quarantine(
-    conn: &mut MultiplexedConnection,
-    epoch_key: &str,
-) -> redis::RedisResult<bool> {
+pub(crate) async fn waive_quarantine(conn: &mut Conn, epoch_key: &str) -> redis::RedisResult<bool> {
     let waived: i64 = EPOCH_WAIVE.key(epoch_key).invoke_async(conn).await?;
     Ok(waived == 1)
 }
 
-/// `WAIT replicas timeout_ms`: how many replicas acknowledged every write this connection
-/// sent before it.
+/// `WAIT replicas timeout_ms` on the connection that wrote `key` (on a cluster, to the
+/// master of its slot): how many replicas acknowledged every write this connection sent
+/// there before it.
 pub(crate) async fn wait_for_replicas(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
+    key: &str,
     replicas: u32,
     timeout_ms: u64,
 ) -> redis::RedisResult<u32> {
-    redis::cmd("WAIT")
-        .arg(replicas)
-        .arg(timeout_ms)
-        .query_async(conn)
-        .await
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(replicas).arg(timeout_ms);
+    match conn {
+        Conn::Server(conn) => wait.query_async(conn).await,
+        Conn::Cluster(conn) => {
+            let node = Route::new(slot_of(key), SlotAddr::Master);
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(node));
+            let acked = conn.route_command(wait, routing).await?;
+            Ok(redis::from_redis_value(acked)?)
+        }
+    }
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod checker;
+pub mod cluster;
 pub mod logs;
 pub mod proxy;
 pub mod tls;
@@ -171,8 +172,14 @@ impl RedisServer {
     /// until it has every write so far (`WAIT 1`), the epoch marker included.
     pub fn start_replica(&self, via_port: u16) -> Self {
         let master = via_port.to_string();
+        // A replica writes the data it receives to `dump.rdb` in its directory, which every
+        // server started later there would load: it gets a directory of its own.
+        let dir = std::env::temp_dir().join(format!("tower-redis-lock-replica-{}", free_port()));
+        std::fs::create_dir_all(&dir).expect("replica directory");
+        let dir = dir.to_str().expect("a UTF-8 temp path").to_owned();
+        let args = ["--replicaof", "127.0.0.1", &master, "--dir", &dir];
         // Not provisioned: a replica takes the master's data, epoch marker included.
-        let replica = Self::spawn_on(free_port(), None, &["--replicaof", "127.0.0.1", &master])
+        let replica = Self::spawn_on(free_port(), None, &args)
             .unwrap_or_else(|err| panic!("redis-server could not start: {err}"));
         let acked: i64 = self.cmd(&["WAIT", "1", &STARTUP_BOUND.as_millis().to_string()]);
         assert_eq!(

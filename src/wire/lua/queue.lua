@@ -84,10 +84,13 @@ local function claim_lease(now, claim, alive_until)
 end
 
 -- Tells `owner`'s instance, and only it, that the lock is its owner's:
--- '<owner> <first token> <server ms> <lease ms>'.
+-- '<owner> <first token> <server ms> <lease ms>'. A wake prefix with a hash tag is a cluster's
+-- (one channel per slot and instance, in the lock's slot): it is told with sharded pub/sub,
+-- which stays on the slot's node instead of crossing the whole cluster bus.
 local function announce_grant(owner, token, now, lease)
   local instance = string.match(owner, '^([^:]+)')
-  redis.call('publish', ARGV[1] .. instance, string.format('%s %d %d %d', owner, token, now, lease))
+  local publish = string.find(ARGV[1], '{', 1, true) and 'spublish' or 'publish'
+  redis.call(publish, ARGV[1] .. instance, string.format('%s %d %d %d', owner, token, now, lease))
 end
 
 -- Hands a free lock to the first live waiter and tells that waiter's instance.

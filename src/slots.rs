@@ -1,0 +1,183 @@
+//! Where a lock's companions live: the epoch key its scripts check and the channel its
+//! grants are announced on.
+//!
+//! On one Redis server, one epoch key and one wake channel per instance serve every lock.
+//! On a cluster a script may touch only keys of its own slot, and SPUBLISH only to a channel
+//! of its own slot, so both exist once per slot: `<prefix>epoch:{<tag>}` and
+//! `<prefix>wake:{<tag>}:<instance id>`, where `<tag>` is a short string that hashes to that
+//! slot. An instance thus listens on at most one channel per slot it waits in, however many
+//! locks it waits for, and a Redis that loses a slot's data (a failover to a replica that had
+//! not received it) is noticed per slot.
+
+use std::sync::{Arc, OnceLock};
+
+use crate::keys::LockKeys;
+
+/// Slots of a Redis Cluster.
+pub(crate) const SLOTS: u16 = 16384;
+
+/// The slot of a key, as the cluster computes it: CRC16 of its hash tag (every lock key has
+/// one: the escaped name between `{` and `}`), or of the whole key.
+pub(crate) fn slot_of(key: &str) -> u16 {
+    let hashed = key
+        .find('{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.find('}')
+                .filter(|close| *close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(hashed.as_bytes()) % SLOTS
+}
+
+/// A hash tag of each slot: of the strings of `[a-z0-9]` in order of length, the first to
+/// hash to it. Computed once, in about a millisecond: every slot is hit by a string of at
+/// most four characters.
+fn slot_tag(slot: u16) -> &'static str {
+    static TAGS: OnceLock<Vec<String>> = OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+        let mut tags = vec![String::new(); usize::from(SLOTS)];
+        let mut missing = usize::from(SLOTS);
+        let mut tag = Vec::new();
+        'lengths: for length in 1..=8u32 {
+            tag.resize(length as usize, 0);
+            for mut index in 0..ALPHABET.len().pow(length) {
+                for byte in tag.iter_mut() {
+                    *byte = ALPHABET[index % ALPHABET.len()];
+                    index /= ALPHABET.len();
+                }
+                let text = std::str::from_utf8(&tag).expect("ASCII");
+                let slot = usize::from(slot_of(text));
+                if tags[slot].is_empty() {
+                    tags[slot] = text.to_owned();
+                    missing -= 1;
+                    if missing == 0 {
+                        break 'lengths;
+                    }
+                }
+            }
+        }
+        tags
+    });
+    &tags[usize::from(slot)]
+}
+
+/// Which epoch and wake channel a script about a lock uses.
+#[derive(Debug)]
+pub(crate) enum Placement {
+    /// One Redis server: one of each for every lock.
+    Single(Arc<Names>),
+    /// A cluster: one of each per slot, named when first used.
+    Cluster {
+        prefix: String,
+        names: Box<[OnceLock<Arc<Names>>]>,
+    },
+}
+
+/// The epoch key and the wake channel prefix (the instance id follows it) of a scope.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Names {
+    /// The scope: the slot on a cluster, 0 on one server.
+    pub(crate) scope: u16,
+    pub(crate) epoch_key: String,
+    pub(crate) wake_prefix: String,
+}
+
+impl Placement {
+    /// The placement of a single server's locks under `prefix`.
+    pub(crate) fn single(prefix: &str) -> Self {
+        Self::Single(Arc::new(Names {
+            scope: 0,
+            epoch_key: format!("{prefix}epoch"),
+            wake_prefix: format!("{prefix}wake:"),
+        }))
+    }
+
+    /// The placement of a cluster's locks under `prefix`.
+    pub(crate) fn cluster(prefix: &str) -> Self {
+        Self::Cluster {
+            prefix: prefix.to_owned(),
+            names: (0..SLOTS).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// The scope of the lock with `keys`: its slot on a cluster, 0 on one server.
+    pub(crate) fn scope_of(&self, keys: &LockKeys) -> u16 {
+        match self {
+            Self::Single(_) => 0,
+            Self::Cluster { .. } => slot_of(keys.hash()),
+        }
+    }
+
+    /// The names of `scope`.
+    pub(crate) fn names(&self, scope: u16) -> &Arc<Names> {
+        match self {
+            Self::Single(names) => names,
+            Self::Cluster { prefix, names } => {
+                names[usize::from(scope % SLOTS)].get_or_init(|| {
+                    let tag = slot_tag(scope);
+                    Arc::new(Names {
+                        scope,
+                        epoch_key: format!("{prefix}epoch:{{{tag}}}"),
+                        wake_prefix: format!("{prefix}wake:{{{tag}}}:"),
+                    })
+                })
+            }
+        }
+    }
+
+    /// The names of the lock with `keys`.
+    pub(crate) fn of(&self, keys: &LockKeys) -> &Arc<Names> {
+        self.names(self.scope_of(keys))
+    }
+
+    /// Every scope there is: one on a server, every slot on a cluster.
+    pub(crate) fn scopes(&self) -> std::ops::Range<u16> {
+        match self {
+            Self::Single(_) => 0..1,
+            Self::Cluster { .. } => 0..SLOTS,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_the_clusters() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot_of("123456789"), 0x31C3);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(slot_of("{user1000}.following"), slot_of("user1000"));
+        assert_ne!(slot_of("foo{}{bar}"), slot_of("bar"));
+    }
+
+    #[test]
+    fn every_slot_has_a_tag_of_its_own() {
+        for slot in 0..SLOTS {
+            let tag = slot_tag(slot);
+            assert!(!tag.is_empty() && tag.len() <= 4, "slot {slot}: {tag:?}");
+            assert_eq!(slot_of(tag), slot);
+        }
+    }
+
+    #[test]
+    fn a_locks_companions_share_its_slot() {
+        let placement = Placement::cluster("lock:");
+        for name in ["account-7", "tenant/{weird}", "ü", "x"] {
+            let keys = LockKeys::new("lock:", name).unwrap();
+            let names = placement.of(&keys);
+            let slot = slot_of(keys.hash());
+            assert_eq!(names.scope, slot);
+            assert_eq!(slot_of(&names.epoch_key), slot);
+            assert_eq!(slot_of(&format!("{}abc123", names.wake_prefix)), slot);
+        }
+        let single = Placement::single("lock:");
+        let keys = LockKeys::new("lock:", "account-7").unwrap();
+        assert_eq!(single.of(&keys).epoch_key, "lock:epoch");
+        assert_eq!(single.of(&keys).wake_prefix, "lock:wake:");
+    }
+}

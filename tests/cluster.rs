@@ -1,0 +1,269 @@
+//! Locks on a real Redis Cluster of three masters: every script stays in its lock's slot,
+//! wake-ups travel by sharded pub/sub on the slot's node, and an instance listens on one
+//! connection per node however many locks it waits for.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use support::cluster::RedisCluster;
+use tokio::sync::Mutex;
+use tower_redis_lock::LockClient;
+use tower_redis_lock::kinds::MultiLock;
+
+/// Generous bound for what should take milliseconds (shared, busy machines).
+const PROMPTLY: Duration = Duration::from_secs(10);
+
+/// A client of `cluster` that re-polls only every minute: a waiter served sooner than that
+/// was woken by its grant.
+async fn client(cluster: &RedisCluster) -> LockClient {
+    LockClient::builder_cluster(cluster.urls())
+        .repoll_interval(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("cluster client")
+}
+
+/// A cluster whose every slot has its epoch, as an operator gives a new cluster
+/// (`waive_restart_quarantine`): otherwise each slot's first lock waits a quarantine.
+async fn provisioned_cluster() -> RedisCluster {
+    let cluster = RedisCluster::start(3);
+    let operator = client(&cluster).await;
+    operator
+        .waive_restart_quarantine()
+        .await
+        .expect("every slot's epoch is written");
+    operator.shutdown().await;
+    let epochs = cluster.keys();
+    assert_eq!(epochs, 16384, "one epoch key per slot");
+    cluster
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mutual_exclusion_and_fencing_hold_on_keys_spread_over_every_node() {
+    let cluster = provisioned_cluster().await;
+    let names: Vec<String> = (0..24).map(|n| format!("tenant-{n}")).collect();
+    let nodes: HashSet<u16> = names
+        .iter()
+        .map(|name| cluster.node_of(&format!("lock:{{{name}}}")))
+        .collect();
+    assert_eq!(nodes.len(), 3, "the keys do not reach every node");
+
+    let clients = [
+        client(&cluster).await,
+        client(&cluster).await,
+        client(&cluster).await,
+    ];
+    let in_use: Arc<HashMap<String, AtomicBool>> = Arc::new(
+        names
+            .iter()
+            .map(|name| (name.clone(), AtomicBool::new(false)))
+            .collect(),
+    );
+    let tokens: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for (index, locks) in clients.iter().enumerate() {
+        for worker in 0..4 {
+            let locks = locks.clone();
+            let names = names.clone();
+            let in_use = in_use.clone();
+            let tokens = tokens.clone();
+            tasks.push(tokio::spawn(async move {
+                for round in 0..30 {
+                    let name = &names[(index * 7 + worker * 3 + round) % names.len()];
+                    let guard = locks
+                        .lock(name)
+                        .unwrap()
+                        .acquire_timeout(PROMPTLY * 3)
+                        .await
+                        .expect("acquired");
+                    let flag = &in_use[name];
+                    assert!(!flag.swap(true, Ordering::SeqCst), "two holders of {name}");
+                    {
+                        let mut tokens = tokens.lock().await;
+                        let last = tokens.entry(name.clone()).or_default();
+                        assert!(guard.fencing_token() > *last, "token of {name} went back");
+                        *last = guard.fencing_token();
+                    }
+                    tokio::task::yield_now().await;
+                    flag.store(false, Ordering::SeqCst);
+                    guard.release().await.expect("released");
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("a worker failed");
+    }
+    for locks in &clients {
+        locks.shutdown().await;
+    }
+    // Nothing left but the epochs and the fencing counters (which expire with the last
+    // lease, so tokens keep growing across holders).
+    let left: Vec<String> = cluster
+        .ports()
+        .iter()
+        .flat_map(|port| cluster.cmd::<Vec<String>>(*port, &["KEYS", "lock:{*"]))
+        .filter(|key| !key.ends_with(":fence"))
+        .collect();
+    assert!(left.is_empty(), "keys left: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hand_over_wakes_the_waiter_through_sharded_pub_sub_on_the_slots_node() {
+    let cluster = provisioned_cluster().await;
+    let holder = client(&cluster).await;
+    let waiter = client(&cluster).await;
+    let node = cluster.node_of("lock:{order-1}");
+    for port in cluster.ports() {
+        let _: () = cluster.cmd(port, &["CONFIG", "RESETSTAT"]);
+    }
+
+    let held = holder.lock("order-1").unwrap().acquire().await.unwrap();
+    let lock = waiter.lock("order-1").unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    assert!(
+        support::eventually(PROMPTLY, || {
+            cluster.cmd::<i64>(node, &["ZCARD", "lock:{order-1}:queue"]) == 1
+        })
+        .await,
+        "the waiter never queued"
+    );
+    held.release().await.unwrap();
+    // Far sooner than the minute-long re-poll: the grant woke it.
+    let granted = tokio::time::timeout(PROMPTLY, waiting)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap()
+        .unwrap();
+    assert!(granted.is_held());
+
+    assert!(
+        cluster.command_calls(node, "spublish") >= 1,
+        "no SPUBLISH on the slot's node"
+    );
+    for port in cluster.ports() {
+        assert_eq!(
+            cluster.command_calls(port, "publish"),
+            0,
+            "a PUBLISH on node {port}"
+        );
+        if port != node {
+            assert_eq!(
+                cluster.command_calls(port, "spublish"),
+                0,
+                "SPUBLISH on node {port}"
+            );
+        }
+    }
+    granted.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn thousands_of_awaited_keys_use_one_pub_sub_connection_per_node() {
+    const KEYS: usize = 10_000;
+    let cluster = provisioned_cluster().await;
+    let holder = client(&cluster).await;
+    let waiter = client(&cluster).await;
+    let names: Vec<String> = (0..KEYS).map(|n| format!("account-{n}")).collect();
+
+    let mut held = Vec::with_capacity(KEYS);
+    for chunk in names.chunks(500) {
+        let guards = futures_util::future::join_all(
+            chunk
+                .iter()
+                .map(|name| async { holder.lock(name).unwrap().acquire().await }),
+        )
+        .await;
+        held.extend(guards.into_iter().map(|guard| guard.expect("held")));
+    }
+    let waiting: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let lock = waiter.lock(name).unwrap();
+            tokio::spawn(async move { lock.acquire().await })
+        })
+        .collect();
+    assert!(
+        support::eventually(PROMPTLY * 6, || {
+            cluster
+                .ports()
+                .iter()
+                .map(|port| {
+                    let queued: Vec<redis::Value> = cluster.cmd(*port, &["KEYS", "lock:*:queue"]);
+                    queued.len()
+                })
+                .sum::<usize>()
+                == KEYS
+        })
+        .await,
+        "not every waiter queued"
+    );
+    let mut channels = 0;
+    for port in cluster.ports() {
+        let listeners: String = cluster.cmd(port, &["CLIENT", "LIST", "TYPE", "pubsub"]);
+        assert!(
+            listeners.lines().count() <= 1,
+            "node {port} has {} pub/sub connections",
+            listeners.lines().count()
+        );
+        let shard_channels: Vec<String> = cluster.cmd(port, &["PUBSUB", "SHARDCHANNELS"]);
+        channels += shard_channels.len();
+    }
+    // One channel per slot waited in: 10,000 names hash to at most that many slots, and
+    // never to more channels than slots.
+    assert!(
+        channels > 0 && channels <= KEYS.min(16384),
+        "{channels} channels"
+    );
+
+    drop(held);
+    for task in waiting {
+        let guard = tokio::time::timeout(PROMPTLY * 6, task)
+            .await
+            .expect("a waiter was never served")
+            .unwrap()
+            .expect("acquired");
+        drop(guard);
+    }
+    holder.shutdown().await;
+    waiter.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_multi_lock_over_several_nodes_is_all_or_nothing() {
+    let cluster = provisioned_cluster().await;
+    let first = client(&cluster).await;
+    let second = client(&cluster).await;
+    let names = ["transfer-a", "transfer-b", "transfer-c", "transfer-d"];
+    let nodes: HashSet<u16> = names
+        .iter()
+        .map(|name| cluster.node_of(&format!("lock:{{{name}}}")))
+        .collect();
+    assert!(nodes.len() > 1, "the locks should live on several nodes");
+    let multi = move |locks: &LockClient| {
+        MultiLock::new(names.iter().map(|name| locks.lock(name).unwrap()))
+    };
+
+    let held = multi(&first).acquire().await.unwrap();
+    assert!(held.is_held());
+    // One of the locks is taken: the other client gets none of them.
+    assert!(multi(&second).try_acquire().await.unwrap().is_none());
+    for name in names {
+        let holders: i64 = cluster.cmd(
+            cluster.node_of(&format!("lock:{{{name}}}")),
+            &["HLEN", &format!("lock:{{{name}}}")],
+        );
+        assert_eq!(holders, 1, "{name} has {holders} holders");
+    }
+    let waiting = tokio::spawn(async move { multi(&second).acquire().await.map(|_| ()) });
+    held.release().await.unwrap();
+    tokio::time::timeout(PROMPTLY, waiting)
+        .await
+        .expect("the second multi-lock was not granted")
+        .unwrap()
+        .unwrap();
+}
