@@ -17,6 +17,7 @@ use crate::lease::MAX_LEASE;
 use crate::wire::conn::Connections;
 use crate::wire::endpoint::Endpoint;
 use crate::wire::scripts;
+use crate::wire::sentinel::Dialer;
 
 /// Default lease of a watchdog-mode lock: renewed while held, gone this long after the
 /// holder dies.
@@ -62,6 +63,8 @@ pub struct LockClientBuilder {
     endpoint: Endpoint,
     /// The seed URLs of a cluster, for a client of a Redis Cluster.
     cluster: Option<Vec<String>>,
+    /// The sentinel URLs and the master's name, for a client of a master behind Sentinel.
+    sentinel: Option<(Vec<String>, String)>,
     pool: Option<Pool>,
     config: Config,
     renew_interval: Option<Duration>,
@@ -116,11 +119,39 @@ impl LockClient {
         builder
     }
 
+    /// A builder for a client of the master named `master_name` that the Redis Sentinels at
+    /// `sentinel_urls` (each `redis://[[user]:password@]host:port` of a sentinel) monitor.
+    ///
+    /// Every new connection, for commands and for pub/sub, asks the sentinels for the master
+    /// of the moment, so after a failover the client follows the new master: a command that
+    /// fails on the old one drops its connection, and the next one goes where the sentinels
+    /// point. A failover to a replica that had not received a lock is the known Redis hole:
+    /// the old holder's next renewal on the new master finds the lock gone or taken, and its
+    /// lost signal fires ([`LockClientBuilder::min_replicas_acked`] closes most of it).
+    ///
+    /// The master is reached without credentials and on database 0; custom TLS certificates
+    /// and a pool of the caller's are for one server only ([`ErrorKind::InvalidConfig`] at
+    /// [`LockClientBuilder::build`]).
+    pub fn builder_sentinel<I, S>(sentinel_urls: I, master_name: &str) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let urls: Vec<String> = sentinel_urls
+            .into_iter()
+            .map(|url| url.as_ref().to_owned())
+            .collect();
+        let mut builder = Self::builder(urls.first().map_or("", String::as_str));
+        builder.sentinel = Some((urls, master_name.to_owned()));
+        builder
+    }
+
     /// A builder for a client of the Redis at `url`.
     pub fn builder(url: &str) -> LockClientBuilder {
         LockClientBuilder {
             endpoint: Endpoint::new(url),
             cluster: None,
+            sentinel: None,
             pool: None,
             config: Config {
                 prefix: DEFAULT_PREFIX.to_owned(),
@@ -439,6 +470,26 @@ impl LockClientBuilder {
                 engine: Arc::new(Engine::new(shared)),
             });
         }
+        if let Some((urls, master_name)) = &self.sentinel {
+            if self.pool.is_some() || self.endpoint.tls.is_set() {
+                return Err(LockError::new(
+                    ErrorKind::InvalidConfig,
+                    "a Sentinel client takes neither a pool of the caller's nor TLS certificates",
+                ));
+            }
+            let dialer = Dialer::sentinel(urls, master_name)?;
+            let connections = Arc::new(Connections::sentinel(
+                dialer.clone(),
+                DEFAULT_POOL_SIZE,
+                config.command_timeout,
+            ));
+            let wake_source = WakeSource::Server(dialer);
+            let server = format!("sentinel {master_name}");
+            let shared = Shared::start(config, connections, wake_source, server);
+            return Ok(LockClient {
+                engine: Arc::new(Engine::new(shared)),
+            });
+        }
         // One client for the pool and the pub/sub connection: the same credentials and TLS.
         let redis_client = self.endpoint.client()?;
         let info = redis_client.get_connection_info();
@@ -452,7 +503,7 @@ impl LockClientBuilder {
             ),
         };
         let connections = Arc::new(Connections::new(pool, shards, config.command_timeout));
-        let wake_source = WakeSource::Server(Box::new(redis_client));
+        let wake_source = WakeSource::Server(Dialer::Direct(Box::new(redis_client)));
         let shared = Shared::start(config, connections, wake_source, server);
         Ok(LockClient {
             engine: Arc::new(Engine::new(shared)),

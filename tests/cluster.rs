@@ -18,10 +18,12 @@ use tower_redis_lock::kinds::MultiLock;
 const PROMPTLY: Duration = Duration::from_secs(10);
 
 /// A client of `cluster` that re-polls only every minute: a waiter served sooner than that
-/// was woken by its grant.
+/// was woken by its grant. Its command timeout is generous: a test sends 10,000 scripts at
+/// once, on a shared 2-core machine that runs other clusters' tests meanwhile.
 async fn client(cluster: &RedisCluster) -> LockClient {
     LockClient::builder_cluster(cluster.urls())
         .repoll_interval(Duration::from_secs(60))
+        .command_timeout(Duration::from_secs(10))
         .build()
         .await
         .expect("cluster client")
@@ -207,7 +209,7 @@ async fn thousands_of_awaited_keys_use_one_pub_sub_connection_per_node() {
         let listeners: String = cluster.cmd(port, &["CLIENT", "LIST", "TYPE", "pubsub"]);
         assert!(
             listeners.lines().count() <= 1,
-            "node {port} has {} pub/sub connections",
+            "node {port} has {} pub/sub connections:\n{listeners}",
             listeners.lines().count()
         );
         let shard_channels: Vec<String> = cluster.cmd(port, &["PUBSUB", "SHARDCHANNELS"]);

@@ -200,6 +200,11 @@ impl Asking<'_> {
         let mut look = !self.waiter.is_queued();
         loop {
             shared.ensure_running()?;
+            // Subscribed just now (on a cluster, the first wait in a slot): a grant may have
+            // come before, so the lock is looked at again first.
+            if !look && self.waiter.start_listening().await {
+                look = true;
+            }
             if !look {
                 if let Some(grant) = self.waiter.wait(nap).await {
                     // A grant that cannot be vouched for any more (it lapsed while this task

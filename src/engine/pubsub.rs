@@ -17,9 +17,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::engine::sharded::Sharded;
-use crate::engine::wake::WakeSlot;
 use crate::engine::wake::WakeTable;
+use crate::engine::wake::{Listening, WakeSlot};
 use crate::slots::Placement;
+use crate::wire::sentinel::Dialer;
 
 /// First reconnect delay after the connection is lost; doubles on each failure.
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -30,8 +31,8 @@ const PING_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Where wake-ups come from: the one server's pub/sub, or a cluster's sharded pub/sub.
 pub(crate) enum WakeSource {
-    /// A pub/sub connection made by this client of the server.
-    Server(Box<redis::Client>),
+    /// A pub/sub connection to the server (or the master Sentinel names) this dials.
+    Server(Dialer),
     /// The cluster client these settings build (the actor adds RESP3 and its push channel).
     Cluster(Box<ClusterClientBuilder>),
 }
@@ -61,7 +62,7 @@ impl PubSub {
             WakeSource::Server(client) => {
                 let prefix = &placement.names(0).wake_prefix;
                 let actor = Actor {
-                    client: *client,
+                    dialer: client,
                     channel: format!("{prefix}{instance_id}"),
                     command_timeout,
                     table: table.clone(),
@@ -89,11 +90,15 @@ impl PubSub {
         }
     }
 
-    /// Registers `owner`, waiting for a lock in `scope`, so a grant to it reaches the
-    /// returned slot.
-    pub(crate) fn register(&self, owner: Arc<str>, scope: u16) -> WakeSlot {
-        let listening = self.sharded.as_ref().map(|sharded| sharded.listen(scope));
-        self.table.register(owner, listening)
+    /// Registers `owner`, so a grant to it reaches the returned slot.
+    pub(crate) fn register(&self, owner: Arc<str>) -> WakeSlot {
+        self.table.register(owner)
+    }
+
+    /// On a cluster, a share of the subscription to the channel of `scope` (a slot), for a
+    /// waiter queued there; `None` on one server, whose one channel is always subscribed.
+    pub(crate) fn listen(&self, scope: u16) -> Option<Box<dyn Listening>> {
+        self.sharded.as_ref().map(|sharded| sharded.listen(scope))
     }
 
     /// Stops the actor and wakes every waiter.
@@ -111,7 +116,7 @@ impl PubSub {
 }
 
 struct Actor {
-    client: redis::Client,
+    dialer: Dialer,
     channel: String,
     command_timeout: Duration,
     table: WakeTable,
@@ -171,7 +176,8 @@ impl Actor {
 
     async fn connect(&mut self) {
         let connected = timeout(self.command_timeout, async {
-            let (mut sink, stream) = self.client.get_async_pubsub().await?.split();
+            let client = self.dialer.client().await?;
+            let (mut sink, stream) = client.get_async_pubsub().await?.split();
             sink.subscribe(&self.channel).await?;
             Ok::<_, redis::RedisError>((sink, stream))
         })

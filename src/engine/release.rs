@@ -144,10 +144,7 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
     shared.watchdog.unregister(acquisition.watchdog_id);
     let next_owner = shared.new_owner();
     // Registered before the script runs, so the grant to it cannot arrive unheard.
-    let slot = shared.pubsub.register(
-        next_owner.clone(),
-        shared.placement.scope_of(&acquisition.keys),
-    );
+    let slot = shared.pubsub.register(next_owner.clone());
     let sent_at = Instant::now();
     let reply = shared
         .connections

@@ -259,9 +259,8 @@ impl Actor {
                     retry_in_ms = self.backoff.as_millis() as u64,
                     "sharded subscription failed"
                 );
-                if err.is_unrecoverable_error() || err.is_connection_dropped() {
-                    self.connection = None;
-                }
+                // The connection is kept: the cluster client reconnects its nodes itself, and a
+                // second one would hold a second pub/sub connection per node.
                 self.retry.insert(scope);
                 self.retry_at = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(MAX_BACKOFF);

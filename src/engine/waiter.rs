@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::engine::deadlines::lost_deadline;
 use crate::engine::giveback::give_back;
 use crate::engine::shared::Shared;
-use crate::engine::wake::{Grant, WakeSlot};
+use crate::engine::wake::{Grant, Listening, WakeSlot};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
@@ -39,15 +39,15 @@ pub(crate) struct Waiter {
     undo_within: Duration,
     /// The watchdog's heartbeat for this owner's place in the queue, once it has one.
     place: Option<u64>,
+    /// On a cluster, this waiter's share of its slot's subscription, once it queued.
+    listening: Option<Box<dyn Listening>>,
 }
 
 impl Waiter {
     /// A fresh owner, registered for wake-ups before it ever reaches Redis.
     pub(crate) fn new(shared: &Arc<Shared>, keys: Arc<LockKeys>, kind: LockKind) -> Self {
         let owner = shared.new_owner();
-        let slot = shared
-            .pubsub
-            .register(owner.clone(), shared.placement.scope_of(&keys));
+        let slot = shared.pubsub.register(owner.clone());
         Self {
             shared: shared.clone(),
             keys,
@@ -59,6 +59,7 @@ impl Waiter {
             armed: false,
             undo_within: Duration::ZERO,
             place: None,
+            listening: None,
         }
     }
 
@@ -84,6 +85,7 @@ impl Waiter {
             armed: true,
             undo_within: Duration::from_millis(claim_ms),
             place: None,
+            listening: None,
         };
         queued.keep_place();
         queued
@@ -100,6 +102,24 @@ impl Waiter {
         }
     }
 
+    /// On a cluster, makes sure this waiter's slot channel is subscribed before it sleeps in
+    /// the queue. Returns `true` when it subscribed just now: a grant may have been published
+    /// before, unheard, so the lock must be looked at again. A lock taken at once never
+    /// subscribes; on one server this does nothing.
+    pub(crate) async fn start_listening(&mut self) -> bool {
+        if self.listening.is_some() {
+            return false;
+        }
+        let shared = &self.shared;
+        let Some(listening) = shared.pubsub.listen(shared.placement.scope_of(&self.keys)) else {
+            return false;
+        };
+        // Bounded: a subscription that fails leaves this waiter to its re-poll bound.
+        let _ = tokio::time::timeout(shared.config.command_timeout, listening.ready()).await;
+        self.listening = Some(listening);
+        true
+    }
+
     /// Whether this owner already has a place in the queue.
     pub(crate) fn is_queued(&self) -> bool {
         self.last_look.is_some()
@@ -113,11 +133,6 @@ impl Waiter {
         mode: AcquireMode,
     ) -> Result<AcquireReply> {
         let shared = &self.shared;
-        if mode == AcquireMode::Wait {
-            // On a cluster, the first waiter of a slot subscribes to its channel first, so a
-            // grant after it joins the queue is heard.
-            self.slot.listening(shared.config.command_timeout).await;
-        }
         self.slot.mark_seen();
         let mut conn = shared.connections.get(self.keys.hash()).await?;
         self.conn = Some(conn.clone());

@@ -38,20 +38,16 @@ pub(crate) struct WakeTable {
     slots: Arc<Mutex<HashMap<Arc<str>, watch::Sender<Wake>>>>,
 }
 
-/// Something a waiter holds while it waits and drops with its slot: on a cluster, its share
-/// of the subscription to its slot's channel.
+/// What a waiter on a cluster holds while it waits in a queue: its share of the
+/// subscription to its slot's channel, given up when dropped.
 pub(crate) trait Listening: Send + Sync + std::fmt::Debug {
-    /// Resolves once grants to the waiter can be heard (at once on one server).
+    /// Resolves once the server confirmed the subscription.
     fn ready(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>>;
 }
 
 impl WakeTable {
     /// Registers `owner`, so a grant to it reaches the returned slot.
-    pub(crate) fn register(
-        &self,
-        owner: Arc<str>,
-        listening: Option<Box<dyn Listening>>,
-    ) -> WakeSlot {
+    pub(crate) fn register(&self, owner: Arc<str>) -> WakeSlot {
         let (sender, wake) = watch::channel(Wake::default());
         self.slots
             .lock()
@@ -62,7 +58,6 @@ impl WakeTable {
             owner,
             wake,
             delivered: None,
-            listening,
         }
     }
 
@@ -100,18 +95,9 @@ pub(crate) struct WakeSlot {
     /// The grant already returned: it is returned once, so a waiter that found it stale and
     /// looked again is never handed it a second time.
     delivered: Option<Grant>,
-    listening: Option<Box<dyn Listening>>,
 }
 
 impl WakeSlot {
-    /// Waits until grants to this owner can be heard, at most `bound` (a listener that
-    /// cannot subscribe leaves the waiter to its re-poll bound).
-    pub(crate) async fn listening(&self, bound: Duration) {
-        if let Some(listening) = &self.listening {
-            let _ = timeout(bound, listening.ready()).await;
-        }
-    }
-
     /// Marks every wake-up so far as seen; call before each look at the lock.
     pub(crate) fn mark_seen(&mut self) {
         self.wake.borrow_and_update();

@@ -20,6 +20,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::error::{ErrorKind, LockError, Result};
+use crate::wire::sentinel::Dialer;
 
 /// A connection to the server, or to the cluster (boxed: waiters keep one, and most
 /// clients talk to one server).
@@ -70,6 +71,8 @@ impl ConnectionLike for Conn {
 enum Source {
     Pool(Pool),
     Cluster(Box<ClusterClient>),
+    /// New connections go to the master Sentinel names at the time.
+    Sentinel(Dialer),
 }
 
 pub(crate) struct Connections {
@@ -119,6 +122,12 @@ impl Connections {
     /// Commands over one connection to the cluster of `client`, made when first needed.
     pub(crate) fn cluster(client: ClusterClient, command_timeout: Duration) -> Self {
         Self::of(Source::Cluster(Box::new(client)), 1, command_timeout)
+    }
+
+    /// Commands over `shards` connections to the master the sentinels of `dialer` name, each
+    /// made again after a failure (a failover), asking the sentinels anew.
+    pub(crate) fn sentinel(dialer: Dialer, shards: usize, command_timeout: Duration) -> Self {
+        Self::of(Source::Sentinel(dialer), shards.max(1), command_timeout)
     }
 
     fn of(source: Source, shards: usize, command_timeout: Duration) -> Self {
@@ -180,6 +189,18 @@ impl Connections {
                     Checkout {
                         shared: Conn::Server(shared),
                         _pooled: Some(pooled),
+                    }
+                }
+                Source::Sentinel(dialer) => {
+                    let mut shared = dialer
+                        .client()
+                        .await?
+                        .get_multiplexed_async_connection()
+                        .await?;
+                    shared.set_response_timeout(Duration::MAX);
+                    Checkout {
+                        shared: Conn::Server(shared),
+                        _pooled: None,
                     }
                 }
                 // Its response timeout is lifted where the cluster client is built.

@@ -6,4 +6,5 @@ pub(crate) mod conn;
 pub(crate) mod endpoint;
 mod redis_error;
 pub(crate) mod scripts;
+pub(crate) mod sentinel;
 pub(crate) mod tls;

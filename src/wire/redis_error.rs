@@ -16,6 +16,8 @@ impl From<redis::RedisError> for LockError {
                 K::Server(
                     S::BusyLoading | S::TryAgain | S::ClusterDown | S::MasterDown | S::ReadOnly
                 ) | K::ClusterConnectionNotFound
+                    // The sentinels name no master for now: a failover is under way.
+                    | K::MasterNameNotFoundBySentinel
             );
         let kind = if access_denied(&err) {
             ErrorKind::AccessDenied

@@ -8,6 +8,7 @@ pub mod checker;
 pub mod cluster;
 pub mod logs;
 pub mod proxy;
+pub mod sentinel;
 pub mod tls;
 
 use std::net::TcpListener;
