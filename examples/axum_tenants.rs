@@ -9,6 +9,7 @@
 //!
 //! `--port 0` takes any free port; the first line on stdout says which
 //! (`{"event":"listening","addr":..,"instance":..}`). SIGTERM or Ctrl-C stops it gracefully.
+//! On a Redis Cluster, pass `--cluster` and one `--redis` per seed node.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -16,8 +17,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
-use redis::AsyncCommands;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Value as RedisValue};
 use serde_json::{Value, json};
 use tower_redis_lock::layer::RouteParamKey;
 use tower_redis_lock::{LockClient, LockContext, LockLayer};
@@ -28,7 +31,39 @@ const WORK: Duration = Duration::from_millis(2);
 #[derive(Clone)]
 struct App {
     instance: String,
-    data: MultiplexedConnection,
+    data: Data,
+}
+
+/// The tenants' data: on the one Redis, or on the cluster.
+#[derive(Clone)]
+enum Data {
+    Server(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Data {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, RedisValue> {
+        match self {
+            Self::Server(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<RedisValue>> {
+        match self {
+            Self::Server(conn) => conn.req_packed_commands(cmd, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
 }
 
 /// Reads the tenant's order counter, works a little, writes it back plus one.
@@ -66,25 +101,38 @@ fn now_us() -> u64 {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let (mut redis_url, mut port, mut instance) = (
-        "redis://127.0.0.1:6379".to_owned(),
-        3000_u16,
-        "a".to_owned(),
-    );
+    let (mut urls, mut port, mut instance, mut cluster) =
+        (Vec::new(), 3000_u16, "a".to_owned(), false);
     while let Some(flag) = args.next() {
+        if flag == "--cluster" {
+            cluster = true;
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
-            "--redis" => redis_url = value,
+            "--redis" => urls.push(value),
             "--port" => port = value.parse()?,
             "--instance" => instance = value,
             _ => return Err(format!("unknown option {flag}").into()),
         }
     }
 
-    let locks = LockClient::connect(&redis_url).await?;
-    let data = redis::Client::open(redis_url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    if urls.is_empty() {
+        urls.push("redis://127.0.0.1:6379".to_owned());
+    }
+    let (locks, data) = if cluster {
+        let locks = LockClient::builder_cluster(&urls).build().await?;
+        let data = ClusterClient::new(urls.clone())?
+            .get_async_connection()
+            .await?;
+        (locks, Data::Cluster(data))
+    } else {
+        let locks = LockClient::connect(&urls[0]).await?;
+        let data = redis::Client::open(urls[0].as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        (locks, Data::Server(data))
+    };
     let app = Router::new()
         .route("/tenants/{tenant}/orders", post(create_order))
         .with_state(App {

@@ -6,19 +6,40 @@
 # check failed. Every process it starts is stopped at the end.
 #
 # Options go to the load generator, e.g. ./scripts/demo.sh --requests 10000 --concurrency 64
+# With --cluster (first), the same runs on a throw-away Redis Cluster of three masters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 source scripts/lib.sh
 
+cluster=false
+if [ "${1:-}" = "--cluster" ]; then
+    cluster=true
+    shift
+fi
 cargo build --locked --quiet --examples
-start_redis
 out=$(mktemp -d)
 trap 'cleanup; rm -rf "$out"' EXIT
+redis_args=()
+if $cluster; then
+    cargo build --locked --quiet --features cli --bin lockctl
+    start_cluster "$out/cluster"
+    redis_args+=(--cluster)
+    for url in "${CLUSTER_URLS[@]}"; do
+        redis_args+=(--redis "$url")
+    done
+    # A new cluster: every slot's epoch without a restart quarantine, as an operator does.
+    target/debug/lockctl "${redis_args[@]/--redis/--url}" waive-quarantine >/dev/null
+    where="a Redis Cluster of ${#CLUSTER_URLS[@]} masters"
+else
+    start_redis
+    redis_args+=(--redis "$REDIS_URL")
+    where="redis-server on port $REDIS_PORT"
+fi
 
 targets=()
 for instance in a b c; do
-    target/debug/examples/axum_tenants --redis "$REDIS_URL" --port 0 --instance "$instance" \
+    target/debug/examples/axum_tenants "${redis_args[@]}" --port 0 --instance "$instance" \
         >"$out/$instance.log" 2>&1 &
     started_pids+=($!)
     addr=""
@@ -32,6 +53,6 @@ for instance in a b c; do
     targets+=("http://$addr")
 done
 
-echo "redis-server on port $REDIS_PORT; sending load"
+echo "$where; sending load"
 targets_csv=$(IFS=,; echo "${targets[*]}")
-target/debug/examples/loadgen --redis "$REDIS_URL" --targets "$targets_csv" "$@"
+target/debug/examples/loadgen "${redis_args[@]}" --targets "$targets_csv" "$@"

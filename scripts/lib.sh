@@ -46,3 +46,43 @@ start_redis() {
     echo "could not start redis-server" >&2
     return 1
 }
+
+# Starts a Redis Cluster of three masters on free ports, each node in a directory of its own
+# under $1, joined by `redis-cli --cluster create`; sets CLUSTER_URLS (one per master).
+start_cluster() {
+    local dir=$1 port pid ports=() addresses=()
+    while [ "${#ports[@]}" -lt 3 ]; do
+        port=$((20000 + RANDOM % 40000))
+        if redis-cli -p "$port" ping >/dev/null 2>&1; then
+            continue # taken by someone else's server
+        fi
+        mkdir -p "$dir/$port"
+        (cd "$dir/$port" && exec redis-server --port "$port" --bind 127.0.0.1 --save "" \
+            --appendonly no --daemonize no --loglevel warning --cluster-enabled yes \
+            --cluster-config-file nodes.conf) >/dev/null 2>&1 &
+        pid=$!
+        for _ in $(seq 1 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            redis-cli -p "$port" ping >/dev/null 2>&1 && break
+            sleep 0.05
+        done
+        if redis-cli -p "$port" ping >/dev/null 2>&1; then
+            started_pids+=("$pid")
+            ports+=("$port")
+            addresses+=("127.0.0.1:$port")
+        else
+            kill "$pid" 2>/dev/null || true
+        fi
+    done
+    redis-cli --cluster create "${addresses[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
+    for port in "${ports[@]}"; do
+        for _ in $(seq 1 200); do
+            redis-cli -p "$port" cluster info | grep -q cluster_state:ok && break
+            sleep 0.05
+        done
+    done
+    CLUSTER_URLS=()
+    for port in "${ports[@]}"; do
+        CLUSTER_URLS+=("redis://127.0.0.1:$port")
+    done
+}

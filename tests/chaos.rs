@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use support::RedisServer;
-use support::checker::{Failure, Section, check, read_log};
+use support::checker::{Failure, Section, check, env_number, read_logs};
 use support::proxy::FaultProxy;
 use tokio::process::{Child, Command};
 use tokio::time::{Instant, sleep};
@@ -83,14 +83,6 @@ const FAULTS: [Fault; 10] = [
     Fault::CutHolderDuringRestart,
     Fault::StallRuntime,
 ];
-
-fn env_number(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|value| {
-        value
-            .parse()
-            .unwrap_or_else(|err| panic!("{name}={value}: {err}"))
-    })
-}
 
 fn spawn_worker(index: usize, url: &str, log: &str, seconds: u64, seed: u64) -> Child {
     Command::new(support::example_path("chaos_worker"))
@@ -246,16 +238,7 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
         .filter(|key| !key.ends_with(":fence"))
         .collect();
 
-    let (mut sections, mut failures): (Vec<Section>, Vec<Failure>) = (Vec::new(), Vec::new());
-    for (index, log) in logs.iter().enumerate() {
-        let text = std::fs::read_to_string(log).expect("a worker's log");
-        let (more_sections, more_failures) = read_log(index, &text);
-        sections.extend(more_sections);
-        failures.extend(more_failures);
-    }
-    if std::env::var_os("CHAOS_KEEP_LOGS").is_none() {
-        std::fs::remove_dir_all(&dir).expect("remove the logs");
-    }
+    let (sections, failures) = read_logs(&dir, &logs);
     let bound = (WAIT + WAIT_SLACK).as_nanos() as i64;
     let verdict = check(&sections, &failures, bound);
     println!(

@@ -29,18 +29,11 @@ async fn client(cluster: &RedisCluster) -> LockClient {
         .expect("cluster client")
 }
 
-/// A cluster whose every slot has its epoch, as an operator gives a new cluster
-/// (`waive_restart_quarantine`): otherwise each slot's first lock waits a quarantine.
+/// A cluster whose every slot has its epoch, as an operator gives a new cluster.
 async fn provisioned_cluster() -> RedisCluster {
     let cluster = RedisCluster::start(3);
-    let operator = client(&cluster).await;
-    operator
-        .waive_restart_quarantine()
-        .await
-        .expect("every slot's epoch is written");
-    operator.shutdown().await;
-    let epochs = cluster.keys();
-    assert_eq!(epochs, 16384, "one epoch key per slot");
+    cluster.provision_epochs().await;
+    assert_eq!(cluster.keys(), 16384, "one epoch key per slot");
     cluster
 }
 
@@ -268,4 +261,90 @@ async fn a_multi_lock_over_several_nodes_is_all_or_nothing() {
         .expect("the second multi-lock was not granted")
         .unwrap()
         .unwrap();
+}
+
+/// `lockctl --cluster --url <seed> ...` followed by `args`, its output piped.
+fn lockctl(cluster: &RedisCluster, args: &[&str]) -> std::process::Child {
+    let mut command = std::process::Command::new(support::lockctl_path());
+    command.arg("--cluster");
+    for url in cluster.urls() {
+        command.arg("--url").arg(url);
+    }
+    command
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("lockctl starts")
+}
+
+/// Runs lockctl to the end: its exit code and its last event.
+fn lockctl_run(cluster: &RedisCluster, args: &[&str]) -> (i32, serde_json::Value) {
+    support::lockctl_outcome(lockctl(cluster, args))
+}
+
+#[test]
+fn lockctl_waives_holds_inspects_and_force_unlocks_on_a_cluster() {
+    use std::io::BufRead;
+
+    let cluster = RedisCluster::start(3);
+    let (code, waived) = lockctl_run(&cluster, &["waive-quarantine"]);
+    assert_eq!((code, &waived["waived"]), (0, &serde_json::json!(true)));
+    assert_eq!(cluster.keys(), 16384, "one epoch per slot");
+
+    let mut holder = lockctl(&cluster, &["hold", "order-7", "--for", "60s"]);
+    let mut events = std::io::BufReader::new(holder.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    events.read_line(&mut line).expect("the acquired event");
+    let acquired: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(acquired["event"], "acquired", "{line}");
+
+    let (code, inspected) = lockctl_run(&cluster, &["inspect", "order-7"]);
+    assert_eq!(code, 0);
+    assert_eq!(inspected["locked"], true, "{inspected}");
+    assert_eq!(inspected["hold_count"], 1, "{inspected}");
+    // The fencing counter ends the token block reserved for the holder.
+    let (fence, token) = (inspected["fence"].as_u64(), acquired["token"].as_u64());
+    assert!(fence >= token && token.is_some(), "{inspected}");
+
+    let (code, unlocked) = lockctl_run(&cluster, &["force-unlock", "order-7"]);
+    assert_eq!((code, &unlocked["removed"]), (0, &serde_json::json!(true)));
+    // The holder's next renewal finds the lock gone: it is told, and exits 4.
+    let status = holder.wait().expect("the holder ends");
+    assert_eq!(
+        status.code(),
+        Some(4),
+        "the holder was not told its lock was taken"
+    );
+}
+
+#[tokio::test]
+async fn unusable_cluster_and_sentinel_settings_are_refused() {
+    let no_seeds = LockClient::builder_cluster(Vec::<String>::new())
+        .build()
+        .await;
+    let bad_seed = LockClient::builder_cluster(["not a url"]).build().await;
+    let certificates_on_a_cluster = LockClient::builder_cluster(["redis://127.0.0.1:1"])
+        .tls_root_certificate(b"-----BEGIN CERTIFICATE-----".to_vec())
+        .build()
+        .await;
+    let no_sentinels = LockClient::builder_sentinel(Vec::<String>::new(), "locks")
+        .build()
+        .await;
+    let bad_sentinel = LockClient::builder_sentinel(["not a url"], "locks")
+        .build()
+        .await;
+    for (what, built) in [
+        ("no seeds", no_seeds),
+        ("a bad seed", bad_seed),
+        ("certificates on a cluster", certificates_on_a_cluster),
+        ("no sentinels", no_sentinels),
+        ("a bad sentinel URL", bad_sentinel),
+    ] {
+        let err = built.expect_err(what);
+        assert_eq!(
+            err.kind(),
+            tower_redis_lock::ErrorKind::InvalidConfig,
+            "{what}: {err}"
+        );
+    }
 }

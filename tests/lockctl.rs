@@ -26,13 +26,7 @@ fn next_event(stdout: &mut BufReader<ChildStdout>) -> Value {
 
 /// Runs lockctl to the end; its exit code and its last event.
 fn run(server: &RedisServer, args: &[&str]) -> (i32, Value) {
-    let output = lockctl(server, args)
-        .wait_with_output()
-        .expect("lockctl runs");
-    let stdout = String::from_utf8(output.stdout).expect("UTF-8 output");
-    let last = stdout.lines().last().expect("at least one event");
-    let event = serde_json::from_str(last).unwrap_or_else(|err| panic!("bad JSON {last:?}: {err}"));
-    (output.status.code().expect("exit code"), event)
+    support::lockctl_outcome(lockctl(server, args))
 }
 
 #[test]

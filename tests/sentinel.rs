@@ -6,8 +6,9 @@ mod support;
 use std::time::Duration;
 
 use support::RedisServer;
+use support::proxy::FaultProxy;
 use support::sentinel::Sentinels;
-use tower_redis_lock::{ErrorKind, LockClient};
+use tower_redis_lock::{ErrorKind, LockClient, LostReason};
 
 /// Long enough to outlast the failover (the master declared down after 1 s, then an
 /// election), so a holder keeps its lock through it when the replica had it.
@@ -90,4 +91,53 @@ async fn clients_follow_a_failover_and_waiters_are_not_stuck() {
     let holders: i64 = replica.cmd(&["HLEN", "lock:{tenant-9}"]);
     assert_eq!(holders, 1);
     granted.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failover_to_a_replica_without_the_lock_tells_the_old_holder_at_its_next_renewal() {
+    let mut master = RedisServer::start();
+    // The replica reaches its master through a proxy that can hold the stream back.
+    let link = FaultProxy::start(master.port()).await;
+    let replica = master.start_replica(link.port());
+    let sentinels = Sentinels::start(3, master.port(), 1, Duration::from_secs(1));
+    let first = client(&sentinels).await;
+    let second = client(&sentinels).await;
+
+    link.black_hole();
+    let held = first.lock("account-3").unwrap().acquire().await.unwrap();
+    master.kill();
+    // What the link held back dies with it: the replica never gets the lock.
+    link.cut_all();
+    assert!(
+        support::eventually(FAILOVER_BOUND, || sentinels.master_port()
+            == Some(replica.port()))
+        .await,
+        "the sentinels never promoted the replica"
+    );
+
+    // The known hole: the new master grants the lock again.
+    let taken = loop {
+        match second.lock("account-3").unwrap().try_acquire().await {
+            Ok(Some(guard)) => break guard,
+            Ok(None) => panic!("the promoted replica had the lock"),
+            Err(err) if err.kind() == ErrorKind::RedisUnavailable => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(err) => panic!("{err}"),
+        }
+    };
+    let taken_at = std::time::Instant::now();
+    assert!(taken.is_held());
+    // The first holder's next renewal reaches the new master and finds the lock taken: it
+    // is told within a renew interval plus the command timeout (bound doubled for busy
+    // machines), long before its own lease would run out.
+    let bound = (LEASE / 3 + Duration::from_millis(500)) * 2;
+    let reason = tokio::time::timeout(bound, held.lost_signal().lost())
+        .await
+        .expect("the first holder was not told at its next renewal");
+    assert_eq!(reason, LostReason::Taken);
+    println!(
+        "the first holder was told {:?} after the second took the lock",
+        taken_at.elapsed()
+    );
 }

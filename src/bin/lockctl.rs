@@ -6,10 +6,13 @@
 //! lockctl [--url URL] inspect NAME
 //! lockctl [--url URL] force-unlock NAME
 //! lockctl [--url URL] waive-quarantine
+//! lockctl --cluster --url SEED [--url SEED ...] COMMAND ...
+//! lockctl --sentinel MASTER --url SENTINEL [--url SENTINEL ...] COMMAND ...
 //! ```
 //!
 //! KIND is `exclusive` (the default), `fair`, `read`, `write` or `redlock` (a quorum of the
-//! servers named by several `--url`).
+//! servers named by several `--url`). With `--cluster`, the URLs are seeds of one Redis
+//! Cluster; with `--sentinel MASTER`, they are the sentinels that name that master.
 //! Exit codes: 0 done, 1 error, 2 usage, 3 wait timed out, 4 lease lost while holding.
 //! The URL defaults to `$REDIS_URL`, else `redis://127.0.0.1:6379`.
 
@@ -27,6 +30,8 @@ const USAGE: &str =
        lockctl [--url URL] inspect NAME
        lockctl [--url URL] force-unlock NAME
        lockctl [--url URL] waive-quarantine
+       lockctl --cluster --url SEED [--url SEED ...] COMMAND ...
+       lockctl --sentinel MASTER --url SENTINEL [--url SENTINEL ...] COMMAND ...
 durations: 250ms, 2s, 1m (a bare number is seconds)";
 
 /// Which kind of lock `hold` takes.
@@ -37,6 +42,16 @@ enum Kind {
     Read,
     Write,
     RedLock,
+}
+
+/// Which Redis the URLs name.
+enum Topology {
+    /// One server (or, for `--kind redlock`, independent servers).
+    Servers,
+    /// Seeds of one Redis Cluster.
+    Cluster,
+    /// Sentinels, and the name of the master they watch.
+    Sentinel(String),
 }
 
 enum Command {
@@ -55,14 +70,14 @@ enum Command {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let (urls, command) = match parse(std::env::args().skip(1).collect()) {
+    let (urls, topology, command) = match parse(std::env::args().skip(1).collect()) {
         Ok(parsed) => parsed,
         Err(problem) => {
             eprintln!("lockctl: {problem}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
-    match run(&urls, command).await {
+    match run(&urls, &topology, command).await {
         Ok(code) => code,
         Err(err) => {
             emit(
@@ -73,7 +88,11 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(urls: &[String], command: Command) -> Result<ExitCode, LockError> {
+async fn run(
+    urls: &[String],
+    topology: &Topology,
+    command: Command,
+) -> Result<ExitCode, LockError> {
     if let Command::Hold {
         name,
         hold_for,
@@ -89,7 +108,11 @@ async fn run(urls: &[String], command: Command) -> Result<ExitCode, LockError> {
         let lock = RedLock::new(clients, name)?.with_lease(lease_of(*lease));
         return hold_redlock(lock, *hold_for, *wait).await;
     }
-    let locks = LockClient::connect(&urls[0]).await?;
+    let locks = match topology {
+        Topology::Servers => LockClient::connect(&urls[0]).await?,
+        Topology::Cluster => LockClient::builder_cluster(urls).build().await?,
+        Topology::Sentinel(master) => LockClient::builder_sentinel(urls, master).build().await?,
+    };
     match command {
         Command::Hold {
             name,
@@ -239,8 +262,9 @@ async fn keep_until(
     }
 }
 
-fn parse(args: Vec<String>) -> Result<(Vec<String>, Command), String> {
+fn parse(args: Vec<String>) -> Result<(Vec<String>, Topology, Command), String> {
     let mut urls = Vec::new();
+    let mut topology = Topology::Servers;
     let mut positional = Vec::new();
     let (mut hold_for, mut lease, mut wait) = (None, None, None);
     let mut kind = Kind::Exclusive;
@@ -249,6 +273,8 @@ fn parse(args: Vec<String>) -> Result<(Vec<String>, Command), String> {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--url" => urls.push(value()?),
+            "--cluster" => topology = Topology::Cluster,
+            "--sentinel" => topology = Topology::Sentinel(value()?),
             "--for" => hold_for = Some(duration(&value()?)?),
             "--lease" => lease = Some(duration(&value()?)?),
             "--wait" => wait = Some(duration(&value()?)?),
@@ -278,13 +304,24 @@ fn parse(args: Vec<String>) -> Result<(Vec<String>, Command), String> {
             ..
         }
     );
-    if urls.len() > 1 && !redlock {
-        return Err("several --url are for --kind redlock".into());
+    match topology {
+        Topology::Servers if urls.len() > 1 && !redlock => {
+            return Err("several --url are for --kind redlock, --cluster or --sentinel".into());
+        }
+        Topology::Cluster | Topology::Sentinel(_) if redlock => {
+            return Err(
+                "--kind redlock takes independent servers, not --cluster or --sentinel".into(),
+            );
+        }
+        Topology::Cluster | Topology::Sentinel(_) if urls.is_empty() => {
+            return Err("--cluster and --sentinel need at least one --url".into());
+        }
+        _ => {}
     }
     if urls.is_empty() {
         urls.push(std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()));
     }
-    Ok((urls, command))
+    Ok((urls, topology, command))
 }
 
 fn lock_kind(text: &str) -> Result<Kind, String> {

@@ -222,13 +222,20 @@ impl Asking<'_> {
             }
             look = false;
             let sent_at = Instant::now();
-            // Boxed: the script's future is large, and a waiting head should only carry it
-            // while it talks to Redis, not while it waits for a grant.
+            let was_queued = self.waiter.is_queued();
+            // Boxed: the script's future is large, and a waiter should only carry it while it
+            // talks to Redis, not while it waits for a grant.
             match Box::pin(self.waiter.attempt(&self.terms, mode)).await? {
                 AcquireReply::Acquired {
                     token,
                     lease_left_ms,
                 } => {
+                    if was_queued {
+                        // Granted from the queue, but found by a look, not by the grant's
+                        // message: the wake channel may be deaf (on a cluster, a subscription
+                        // lost with a node), so it is subscribed again.
+                        self.waiter.heard_nothing();
+                    }
                     let left = u64::try_from(lease_left_ms).unwrap_or(self.terms.lease_ms);
                     let granted = Duration::from_millis(left);
                     let expires_at = lost_deadline(sent_at, granted);

@@ -101,6 +101,14 @@ impl PubSub {
         self.sharded.as_ref().map(|sharded| sharded.listen(scope))
     }
 
+    /// On a cluster, subscribes the channel of `scope` again, if waiters are there: a grant
+    /// on it went unheard. On one server, whose connection the actor checks itself, nothing.
+    pub(crate) fn resubscribe(&self, scope: u16) {
+        if let Some(sharded) = &self.sharded {
+            sharded.resubscribe(scope);
+        }
+    }
+
     /// Stops the actor and wakes every waiter.
     pub(crate) async fn shutdown(&self) {
         let (done, finished) = oneshot::channel();

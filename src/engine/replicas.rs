@@ -35,7 +35,17 @@ pub(crate) async fn acknowledged(shared: &Shared, key: &str) -> Result<()> {
             limit,
             scripts::wait_for_replicas(&mut conn, key, ack.replicas, millis(ack.timeout)),
         )
-        .await?;
+        .await
+        .map_err(|err| match err.kind() {
+            // The node refused or cut the WAIT because it is a replica now: a failover is
+            // under way, and whether the new master has the acquisition is unknown.
+            ErrorKind::Redis => LockError::with_source(
+                ErrorKind::RedisUnavailable,
+                "the acquisition could not be acknowledged: its master failed over",
+                err,
+            ),
+            _ => err,
+        })?;
     if acked >= ack.replicas {
         return Ok(());
     }

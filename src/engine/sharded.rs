@@ -3,14 +3,14 @@
 //!
 //! A release in a cluster SPUBLISHes the grant on `<prefix>wake:{<slot tag>}:<instance id>`,
 //! in the lock's own slot (see `slots.rs`). Waiters share the subscription of their slot:
-//! the first subscribes (SSUBSCRIBE, routed by the cluster client to the slot's node), the
-//! last one to leave unsubscribes. The cluster client moves the subscriptions when the slot
-//! map changes or a node reconnects; a channel the server drops (its slot migrated away) is
-//! subscribed again here. Whenever a grant may have gone unheard (a reconnect, a
+//! the first to queue there subscribes (SSUBSCRIBE, routed by the cluster client to the
+//! slot's node), and the channel is given up a while after the last one left. The cluster
+//! client moves the subscriptions when the slot map changes or a node reconnects; a channel
+//! the server drops (its slot migrated away) is subscribed again here. Whenever a grant may have gone unheard (a reconnect, a
 //! resubscription, a lost connection), every waiter looks at its lock again, and the re-poll
 //! bound caps the rest.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -29,6 +29,9 @@ use crate::slots::{Placement, slot_of};
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest delay between attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How long a slot's channel stays subscribed after its last waiter left: a slot waited in
+/// once is likely waited in again soon, and a subscription costs two commands.
+const LINGER: Duration = Duration::from_secs(30);
 
 /// The waiters of each slot this instance listens in.
 type Scopes = Arc<Mutex<HashMap<u16, Scope>>>;
@@ -47,6 +50,8 @@ enum Request {
     Subscribe(u16),
     /// Unsubscribe, unless waiters came back meanwhile.
     Unsubscribe(u16),
+    /// Subscribe again even if subscribed as far as this actor knows (a grant went unheard).
+    Resubscribe(u16),
 }
 
 /// Handle on the sharded notification actor.
@@ -58,7 +63,7 @@ pub(crate) struct Sharded {
 
 impl Sharded {
     /// Spawns the actor on the current runtime, for this instance's channels; it connects
-    /// when the first waiter registers.
+    /// when the first waiter queues.
     pub(crate) fn start(
         builder: ClusterClientBuilder,
         table: WakeTable,
@@ -84,6 +89,8 @@ impl Sharded {
             scopes: scopes.clone(),
             confirmed: HashSet::new(),
             own_confirmations: HashMap::new(),
+            lingering: HashMap::new(),
+            linger_order: VecDeque::new(),
             retry: HashSet::new(),
             backoff: MIN_BACKOFF,
             retry_at: None,
@@ -113,6 +120,13 @@ impl Sharded {
             scopes: self.scopes.clone(),
             requests: self.requests.clone(),
         })
+    }
+}
+
+impl Sharded {
+    /// Subscribes the channel of `scope` again, whatever this actor believes of it.
+    pub(crate) fn resubscribe(&self, scope: u16) {
+        let _ = self.requests.send(Request::Resubscribe(scope));
     }
 }
 
@@ -160,6 +174,10 @@ struct Actor {
     confirmed: HashSet<u16>,
     /// Confirmations still to come of this actor's own subscriptions, by slot.
     own_confirmations: HashMap<u16, usize>,
+    /// Slots nobody waits in any more, and when their channel is given up.
+    lingering: HashMap<u16, Instant>,
+    /// The same, in the order they are due (stale entries are skipped).
+    linger_order: VecDeque<(Instant, u16)>,
     /// Slots to subscribe to once the backoff passes.
     retry: HashSet<u16>,
     backoff: Duration,
@@ -175,18 +193,22 @@ enum Event {
     Request(Request),
     Push(PushInfo),
     Retry,
+    Linger,
 }
 
 impl Actor {
     async fn run(mut self) {
         loop {
             let retry_at = self.retry_at;
+            let linger_at = self.linger_order.front().map(|(at, _)| *at);
             let event = tokio::select! {
                 done = self.shutdown.recv() => Event::Shutdown(done),
                 Some(request) = self.requests_in.recv() => Event::Request(request),
                 Some(push) = self.pushes.recv() => Event::Push(push),
                 _ = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some()
                     => Event::Retry,
+                _ = sleep_until(linger_at.unwrap_or_else(Instant::now)), if linger_at.is_some()
+                    => Event::Linger,
             };
             match event {
                 Event::Shutdown(done) => {
@@ -198,6 +220,10 @@ impl Actor {
                 }
                 Event::Request(Request::Subscribe(scope)) => self.subscribe(scope).await,
                 Event::Request(Request::Unsubscribe(scope)) => self.unsubscribe(scope).await,
+                Event::Request(Request::Resubscribe(scope)) => {
+                    self.forget(scope);
+                    self.subscribe(scope).await;
+                }
                 Event::Push(push) => self.heard(push),
                 Event::Retry => {
                     self.retry_at = None;
@@ -205,6 +231,7 @@ impl Actor {
                         self.subscribe(scope).await;
                     }
                 }
+                Event::Linger => self.give_up_lingering().await,
             }
         }
     }
@@ -224,12 +251,13 @@ impl Actor {
     }
 
     async fn subscribe(&mut self, scope: u16) {
-        let wanted = self
-            .scopes
-            .lock()
-            .expect("sharded scopes")
-            .contains_key(&scope);
+        let wanted = self.wanted(scope);
         if !wanted {
+            return;
+        }
+        if self.lingering.remove(&scope).is_some() && self.confirmed.contains(&scope) {
+            // Still subscribed: ready at once.
+            self.set_ready(scope);
             return;
         }
         let channel = self.channel(scope);
@@ -248,9 +276,7 @@ impl Actor {
             Ok(()) => {
                 self.backoff = MIN_BACKOFF;
                 self.confirmed.insert(scope);
-                if let Some(entry) = self.scopes.lock().expect("sharded scopes").get(&scope) {
-                    entry.ready.send_replace(true);
-                }
+                self.set_ready(scope);
             }
             Err(err) => {
                 tracing::warn!(
@@ -270,21 +296,60 @@ impl Actor {
         }
     }
 
-    async fn unsubscribe(&mut self, scope: u16) {
-        let wanted = self
-            .scopes
+    /// Whether waiters are in `scope` now.
+    fn wanted(&self, scope: u16) -> bool {
+        self.scopes
             .lock()
             .expect("sharded scopes")
-            .contains_key(&scope);
-        if wanted || !self.confirmed.remove(&scope) {
+            .contains_key(&scope)
+    }
+
+    /// Forgets that `scope`'s channel is subscribed.
+    fn forget(&mut self, scope: u16) {
+        self.confirmed.remove(&scope);
+        self.lingering.remove(&scope);
+    }
+
+    fn set_ready(&self, scope: u16) {
+        if let Some(entry) = self.scopes.lock().expect("sharded scopes").get(&scope) {
+            entry.ready.send_replace(true);
+        }
+    }
+
+    /// The last waiter of `scope` left: its channel lingers for a while.
+    async fn unsubscribe(&mut self, scope: u16) {
+        let wanted = self.wanted(scope);
+        if wanted || !self.confirmed.contains(&scope) {
             return;
         }
-        let channel = self.channel(scope);
-        let limit = self.command_timeout;
-        if let Some(connection) = self.connection.as_mut()
-            && let Ok(Err(err)) = timeout(limit, connection.sunsubscribe(&channel)).await
-        {
-            tracing::debug!(channel, error = %err, "sharded unsubscription failed");
+        let at = Instant::now() + LINGER;
+        self.lingering.insert(scope, at);
+        self.linger_order.push_back((at, scope));
+    }
+
+    /// Unsubscribes the channels that lingered long enough with nobody waiting.
+    async fn give_up_lingering(&mut self) {
+        let now = Instant::now();
+        while let Some((at, scope)) = self.linger_order.front().copied() {
+            if at > now {
+                break;
+            }
+            self.linger_order.pop_front();
+            if self.lingering.get(&scope) != Some(&at) {
+                continue;
+            }
+            self.lingering.remove(&scope);
+            let wanted = self.wanted(scope);
+            if wanted || !self.confirmed.remove(&scope) {
+                continue;
+            }
+            let channel = self.channel(scope);
+            let limit = self.command_timeout;
+            if let Some(connection) = self.connection.as_mut()
+                && let Ok(Err(err)) = timeout(limit, connection.sunsubscribe(&channel)).await
+            {
+                tracing::debug!(channel, error = %err, "sharded unsubscription failed");
+            }
         }
     }
 
@@ -314,18 +379,31 @@ impl Actor {
             // again where the slot is now if waiters remain.
             PushKind::SUnsubscribe => {
                 let scope = slot_of(&channel);
-                let wanted = self
-                    .scopes
-                    .lock()
-                    .expect("sharded scopes")
-                    .contains_key(&scope);
+                let wanted = self.wanted(scope);
+                // No longer subscribed, whoever asked (a lingering channel included).
+                self.forget(scope);
                 if wanted {
-                    self.confirmed.remove(&scope);
                     let _ = self.requests.send(Request::Subscribe(scope));
                     self.table.wake_all();
                 }
             }
-            PushKind::Disconnection => self.table.wake_all(),
+            // A node's connection closed: the subscriptions it held may be gone with it, and
+            // are made again (the server confirms those it still has).
+            PushKind::Disconnection => {
+                let wanted: Vec<u16> = self
+                    .scopes
+                    .lock()
+                    .expect("sharded scopes")
+                    .keys()
+                    .copied()
+                    .collect();
+                self.confirmed.clear();
+                self.lingering.clear();
+                for scope in wanted {
+                    let _ = self.requests.send(Request::Resubscribe(scope));
+                }
+                self.table.wake_all();
+            }
             _ => {}
         }
     }

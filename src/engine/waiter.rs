@@ -120,6 +120,15 @@ impl Waiter {
         true
     }
 
+    /// A grant to this waiter went unheard: on a cluster, its slot's channel is subscribed
+    /// again (the server confirms a subscription it still has, and restores a lost one).
+    pub(crate) fn heard_nothing(&self) {
+        let shared = &self.shared;
+        shared
+            .pubsub
+            .resubscribe(shared.placement.scope_of(&self.keys));
+    }
+
     /// Whether this owner already has a place in the queue.
     pub(crate) fn is_queued(&self) -> bool {
         self.last_look.is_some()

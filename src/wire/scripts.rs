@@ -449,8 +449,12 @@ pub(crate) async fn wait_for_replicas(
         Conn::Cluster(conn) => {
             let node = Route::new(slot_of(key), SlotAddr::Master);
             let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(node));
-            let acked = conn.route_command(wait, routing).await?;
-            Ok(redis::from_redis_value(acked)?)
+            match conn.route_command(wait, routing).await? {
+                // The node answered with an error (it is a replica now, or a failover
+                // unblocked the WAIT): an error, not a count.
+                redis::Value::ServerError(err) => Err(err.into()),
+                acked => Ok(redis::from_redis_value(acked)?),
+            }
         }
     }
 }

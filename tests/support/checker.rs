@@ -105,6 +105,31 @@ pub fn read_log(process: usize, text: &str) -> (Vec<Section>, Vec<Failure>) {
     (sections, failures)
 }
 
+/// Every worker's log in `dir` (`logs`, one per process, in process order), read and then
+/// removed unless `CHAOS_KEEP_LOGS` is set.
+pub fn read_logs(dir: &std::path::Path, logs: &[String]) -> (Vec<Section>, Vec<Failure>) {
+    let (mut sections, mut failures) = (Vec::new(), Vec::new());
+    for (index, log) in logs.iter().enumerate() {
+        let text = std::fs::read_to_string(log).expect("a worker's log");
+        let (more_sections, more_failures) = read_log(index, &text);
+        sections.extend(more_sections);
+        failures.extend(more_failures);
+    }
+    if std::env::var_os("CHAOS_KEEP_LOGS").is_none() {
+        std::fs::remove_dir_all(dir).expect("remove the logs");
+    }
+    (sections, failures)
+}
+
+/// A whole number from the environment variable `name`, if set.
+pub fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|value| {
+        value
+            .parse()
+            .unwrap_or_else(|err| panic!("{name}={value}: {err}"))
+    })
+}
+
 /// Checks every key's sections; `bound_ns` is the longest an acquisition may take (its wait
 /// bound plus slack).
 pub fn check(sections: &[Section], failures: &[Failure], bound_ns: i64) -> Verdict {

@@ -22,12 +22,19 @@ pub struct RedisCluster {
 struct Node {
     port: u16,
     child: Child,
+    dir: PathBuf,
 }
 
 impl RedisCluster {
     /// Starts `masters` masters with no replicas and waits until every node reports
     /// `cluster_state:ok`.
     pub fn start(masters: usize) -> Self {
+        Self::start_with_replicas(masters, 0)
+    }
+
+    /// Starts `masters` masters with `replicas` replicas each, and waits until every node
+    /// reports `cluster_state:ok` and every replica is in sync.
+    pub fn start_with_replicas(masters: usize, replicas: usize) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "tower-redis-lock-cluster-{}-{}",
             std::process::id(),
@@ -38,25 +45,16 @@ impl RedisCluster {
             nodes: Vec::new(),
             dir,
         };
-        for _ in 0..masters {
+        for _ in 0..masters * (1 + replicas) {
             let port = free_port();
             let node_dir = cluster.dir.join(port.to_string());
             std::fs::create_dir_all(&node_dir).expect("node directory");
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args([
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                ])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .current_dir(&node_dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server could not start; run ./scripts/setup.sh to install it");
-            cluster.nodes.push(Node { port, child });
+            let child = spawn_node(port, &node_dir);
+            cluster.nodes.push(Node {
+                port,
+                child,
+                dir: node_dir,
+            });
         }
         for node in &cluster.nodes {
             cluster.await_condition(&format!("node {} answers", node.port), || {
@@ -72,7 +70,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -86,7 +84,106 @@ impl RedisCluster {
                     .is_ok_and(|info| info.contains("cluster_state:ok"))
             })
         });
+        if replicas > 0 {
+            cluster.await_condition("every replica is in sync", || {
+                cluster.masters().iter().all(|master| {
+                    cluster
+                        .try_cmd::<String>(*master, &["INFO", "replication"])
+                        .is_ok_and(|info| info.matches("state=online").count() == replicas)
+                })
+            });
+        }
         cluster
+    }
+
+    /// The ports of the nodes that are masters now.
+    pub fn masters(&self) -> Vec<u16> {
+        self.ports()
+            .into_iter()
+            .filter(|port| {
+                self.try_cmd::<Vec<redis::Value>>(*port, &["ROLE"])
+                    .is_ok_and(|role| {
+                        matches!(role.first(), Some(redis::Value::BulkString(kind)) if kind == b"master")
+                    })
+            })
+            .collect()
+    }
+
+    /// The port of a replica of the master on `master_port`.
+    pub fn replica_of(&self, master_port: u16) -> u16 {
+        let master_id = self.node_id(master_port);
+        self.ports()
+            .into_iter()
+            .find(|port| {
+                self.try_cmd::<String>(*port, &["INFO", "replication"])
+                    .is_ok_and(|info| {
+                        info.contains("role:slave")
+                            && info.contains(&format!("master_port:{master_port}"))
+                    })
+            })
+            .unwrap_or_else(|| panic!("master {master_port} ({master_id}) has no replica"))
+    }
+
+    /// The node id of the node on `port`.
+    pub fn node_id(&self, port: u16) -> String {
+        self.cmd(port, &["CLUSTER", "MYID"])
+    }
+
+    /// Starts the killed node on `port` again, in its directory: it rejoins the cluster with
+    /// its `nodes.conf` but none of its data (no persistence), as a replica of whichever
+    /// node took its slots over.
+    pub fn restart(&mut self, port: u16) {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|node| node.port == port)
+            .expect("a node of this cluster");
+        node.child = spawn_node(port, &node.dir);
+    }
+
+    /// Kills the node on `port` at once (SIGKILL).
+    pub fn kill(&mut self, port: u16) {
+        if let Some(node) = self.nodes.iter_mut().find(|node| node.port == port) {
+            let _ = node.child.kill();
+            let _ = node.child.wait();
+        }
+    }
+
+    /// Moves `slot` from the master on `from` to the master on `to`, keys and all, as
+    /// `redis-cli --cluster reshard` does: IMPORTING and MIGRATING, MIGRATE of every key,
+    /// then the new owner told to every node.
+    pub fn migrate_slot(&self, slot: u16, from: u16, to: u16) {
+        let slot = slot.to_string();
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let _: () = self.cmd(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
+        let _: () = self.cmd(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
+        loop {
+            let keys: Vec<String> = self.cmd(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+            if keys.is_empty() {
+                break;
+            }
+            let to_port = to.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &to_port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            let _: String = self.cmd(from, &args);
+        }
+        for port in self.ports() {
+            let _ = self.try_cmd::<()>(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+        }
+    }
+
+    /// The slot of `key`.
+    pub fn slot_of(&self, key: &str) -> u16 {
+        let slot: i64 = self.cmd(self.live_port(), &["CLUSTER", "KEYSLOT", key]);
+        slot as u16
+    }
+
+    /// A node that answers.
+    fn live_port(&self) -> u16 {
+        self.ports()
+            .into_iter()
+            .find(|port| self.try_cmd::<String>(*port, &["PING"]).is_ok())
+            .expect("a node that answers")
     }
 
     fn await_condition(&self, what: &str, mut condition: impl FnMut() -> bool) {
@@ -98,6 +195,20 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Gives every slot its epoch with no quarantine, as an operator does on a new cluster
+    /// (`lockctl --cluster waive-quarantine`): otherwise each slot's first lock waits one.
+    pub async fn provision_epochs(&self) {
+        let operator = tower_redis_lock::LockClient::builder_cluster(self.urls())
+            .build()
+            .await
+            .expect("cluster client");
+        operator
+            .waive_restart_quarantine()
+            .await
+            .expect("every slot's epoch is written");
+        operator.shutdown().await;
     }
 
     /// The nodes' ports.
@@ -131,8 +242,8 @@ impl RedisCluster {
 
     /// The port of the master serving `key`'s slot.
     pub fn node_of(&self, key: &str) -> u16 {
-        let slot: i64 = self.cmd(self.nodes[0].port, &["CLUSTER", "KEYSLOT", key]);
-        let shards: redis::Value = self.cmd(self.nodes[0].port, &["CLUSTER", "SLOTS"]);
+        let slot = i64::from(self.slot_of(key));
+        let shards: redis::Value = self.cmd(self.live_port(), &["CLUSTER", "SLOTS"]);
         let redis::Value::Array(ranges) = shards else {
             panic!("CLUSTER SLOTS: {shards:?}");
         };
@@ -167,13 +278,31 @@ impl RedisCluster {
             .map_or(0, |calls| calls.parse().expect("a count"))
     }
 
-    /// How many keys every node holds together.
+    /// How many keys the masters hold together.
     pub fn keys(&self) -> i64 {
-        self.ports()
+        self.masters()
             .iter()
             .map(|port| self.cmd::<i64>(*port, &["DBSIZE"]))
             .sum()
     }
+}
+
+/// A cluster node on `port`, in `dir` (its `nodes.conf` lives there).
+fn spawn_node(port: u16, dir: &std::path::Path) -> Child {
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args([
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server could not start; run ./scripts/setup.sh to install it")
 }
 
 impl Drop for RedisCluster {

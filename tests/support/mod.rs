@@ -227,6 +227,15 @@ fn admin_client(
     .map_err(|err| format!("cannot make the harness's client: {err}"))
 }
 
+/// Waits for a `lockctl` process whose output is piped: its exit code and its last event.
+pub fn lockctl_outcome(child: Child) -> (i32, serde_json::Value) {
+    let output = child.wait_with_output().expect("lockctl runs");
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8 output");
+    let last = stdout.lines().last().expect("at least one event");
+    let event = serde_json::from_str(last).unwrap_or_else(|err| panic!("bad JSON {last:?}: {err}"));
+    (output.status.code().expect("exit code"), event)
+}
+
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

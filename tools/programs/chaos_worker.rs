@@ -5,8 +5,11 @@
 //! ```text
 //! chaos_worker --url URL --log PATH --seconds N [--tasks 8] [--hot 3] [--cold 2000]
 //!              [--lease-ms 2000] [--wait-ms 4000] [--quarantine-ms 2000] [--seed N]
-//!              [--stall-ms 0]
+//!              [--stall-ms 0] [--cluster] [--replicas-acked N]
 //! ```
+//!
+//! With `--cluster`, the `--url`s (one or more) are seeds of a Redis Cluster; with
+//! `--replicas-acked N`, every acquisition waits for N replicas (`min_replicas_acked`).
 //!
 //! With `--stall-ms`, one more task runs with a client of its own on a runtime of one thread;
 //! on SIGUSR1 that thread is blocked for the given time while the task waits for a lock (never
@@ -37,7 +40,11 @@ const SLOW_KEYS: usize = 4;
 
 #[derive(Debug, Clone)]
 struct Settings {
-    url: String,
+    /// The server, or the seeds of a cluster.
+    urls: Vec<String>,
+    cluster: bool,
+    /// Replicas that must acknowledge an acquisition (0: none).
+    replicas_acked: u32,
     log: String,
     seconds: u64,
     tasks: usize,
@@ -55,7 +62,9 @@ struct Settings {
 
 fn parse() -> Result<Settings, String> {
     let mut settings = Settings {
-        url: String::new(),
+        urls: Vec::new(),
+        cluster: false,
+        replicas_acked: 0,
         log: String::new(),
         seconds: 10,
         tasks: 8,
@@ -69,10 +78,15 @@ fn parse() -> Result<Settings, String> {
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--cluster" {
+            settings.cluster = true;
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         let number = || value.parse::<u64>().map_err(|err| format!("{flag}: {err}"));
         match flag.as_str() {
-            "--url" => settings.url = value.clone(),
+            "--url" => settings.urls.push(value.clone()),
+            "--replicas-acked" => settings.replicas_acked = number()? as u32,
             "--log" => settings.log = value.clone(),
             "--seconds" => settings.seconds = number()?,
             "--tasks" => settings.tasks = number()? as usize,
@@ -86,7 +100,7 @@ fn parse() -> Result<Settings, String> {
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
-    if settings.url.is_empty() || settings.log.is_empty() {
+    if settings.urls.is_empty() || settings.log.is_empty() {
         return Err("--url and --log are required".into());
     }
     Ok(settings)
@@ -106,6 +120,7 @@ fn error_kind(kind: ErrorKind) -> &'static str {
         ErrorKind::NotOwner => "not_owner",
         ErrorKind::ShutDown => "shut_down",
         ErrorKind::RestartQuarantine => "restart_quarantine",
+        ErrorKind::ReplicasBehind => "replicas_behind",
         _ => "other",
     }
 }
@@ -163,7 +178,7 @@ async fn run_task(
             Ok(guard) => guard,
             Err(err) => {
                 mine.push(json!({
-                    "key": key, "error": error_kind(err.kind()), "asked": asked,
+                    "key": key, "error": error_kind(err.kind()), "detail": err.to_string(), "asked": asked,
                     "failed": now_ns(), "stalled": stalled,
                 }));
                 // As a service would: a moment before the next try when Redis is away.
@@ -243,14 +258,21 @@ fn spawn_stalling_task(
 
 /// A client with the run's lease, timeouts and quarantine.
 async fn client(settings: &Settings) -> LockClient {
-    LockClient::builder(&settings.url)
+    let builder = if settings.cluster {
+        LockClient::builder_cluster(&settings.urls)
+    } else {
+        LockClient::builder(&settings.urls[0])
+    };
+    let builder = builder
         .watchdog_lease(settings.lease)
         .renew_interval(settings.lease / 3)
         .command_timeout(Duration::from_millis(500))
-        .restart_quarantine(settings.quarantine)
-        .build()
-        .await
-        .expect("the client starts")
+        .restart_quarantine(settings.quarantine);
+    let builder = match settings.replicas_acked {
+        0 => builder,
+        replicas => builder.min_replicas_acked(replicas, Duration::from_millis(500)),
+    };
+    builder.build().await.expect("the client starts")
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

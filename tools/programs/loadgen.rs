@@ -10,6 +10,9 @@
 //! loadgen --redis URL --targets http://127.0.0.1:3000,http://127.0.0.1:3001 \
 //!         [--requests 3000] [--tenants 40] [--hot 3] [--concurrency 48]
 //! ```
+//!
+//! On a Redis Cluster, pass `--cluster` and one `--redis` per master: the command counts are
+//! summed over them.
 
 #[path = "commandstats.rs"]
 mod commandstats;
@@ -40,7 +43,9 @@ struct Served {
 }
 
 struct Settings {
-    redis: String,
+    /// The server, or every master of the cluster.
+    redis: Vec<String>,
+    cluster: bool,
     targets: Vec<String>,
     requests: usize,
     tenants: usize,
@@ -51,36 +56,56 @@ struct Settings {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let settings = parse()?;
-    let mut redis = redis::Client::open(settings.redis.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
-    let () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut redis)
-        .await?;
+    let mut nodes = Vec::new();
+    for url in &settings.redis {
+        let mut node = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut node)
+            .await?;
+        nodes.push(node);
+    }
 
     let plan = plan(&settings);
     let started = Instant::now();
     let (served, latencies, failures) = run(&settings, Arc::new(plan)).await;
     let elapsed = started.elapsed();
 
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut redis)
-        .await?;
-    let sent = commands_sent(&stats);
+    let mut sent: BTreeMap<String, u64> = BTreeMap::new();
+    for node in &mut nodes {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(node)
+            .await?;
+        for (name, calls) in commands_sent(&stats) {
+            *sent.entry(name).or_default() += calls;
+        }
+    }
     let total_cmds: u64 = sent.values().sum();
     let handler_cmds = sent.get("get").unwrap_or(&0) + sent.get("set").unwrap_or(&0);
+    let mut cluster = if settings.cluster {
+        Some(
+            redis::cluster::ClusterClient::new(settings.redis.clone())?
+                .get_async_connection()
+                .await?,
+        )
+    } else {
+        None
+    };
     let mut final_counts = BTreeMap::new();
     for tenant in served
         .iter()
         .map(|s| s.tenant.clone())
         .collect::<std::collections::BTreeSet<_>>()
     {
-        let count: Option<u64> = redis::cmd("GET")
-            .arg(format!("orders:{tenant}"))
-            .query_async(&mut redis)
-            .await?;
+        let mut get = redis::cmd("GET");
+        get.arg(format!("orders:{tenant}"));
+        let count: Option<u64> = match cluster.as_mut() {
+            Some(cluster) => get.query_async(cluster).await?,
+            None => get.query_async(&mut nodes[0]).await?,
+        };
         final_counts.insert(tenant, count.unwrap_or(0));
     }
 
@@ -130,6 +155,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         json!({
             "requests": requests,
             "instances": settings.targets.len(),
+            "redis": if settings.cluster { "cluster" } else { "server" },
+            "redis_nodes": settings.redis.len(),
             "tenants": settings.tenants,
             "overlaps": report.overlaps,
             "lost_updates": report.lost_updates,
@@ -153,7 +180,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// fencing counter starts; they are counted with the handler's.)
 const INSIDE_SCRIPTS: &[&str] = &[
     "exists", "incr", "incrby", "time", "hset", "pexpire", "hexists", "hincrby", "pttl", "hget",
-    "hdel", "publish", "del", "zadd", "zrange", "zrem", "zscore",
+    "hdel", "publish", "spublish", "del", "zadd", "zrange", "zrem", "zscore",
 ];
 
 /// Commands clients sent (a script counts once), by name, from `INFO commandstats`; the
@@ -286,7 +313,8 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
 
 fn parse() -> Result<Settings, String> {
     let mut settings = Settings {
-        redis: "redis://127.0.0.1:6379".into(),
+        redis: Vec::new(),
+        cluster: false,
         targets: Vec::new(),
         requests: 3000,
         tenants: 40,
@@ -295,6 +323,10 @@ fn parse() -> Result<Settings, String> {
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--cluster" {
+            settings.cluster = true;
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         let number = || {
             value
@@ -302,7 +334,7 @@ fn parse() -> Result<Settings, String> {
                 .map_err(|_| format!("{flag}: not a number"))
         };
         match flag.as_str() {
-            "--redis" => settings.redis = value.clone(),
+            "--redis" => settings.redis.push(value.clone()),
             "--targets" => settings.targets = value.split(',').map(str::to_owned).collect(),
             "--requests" => settings.requests = number()?,
             "--tenants" => settings.tenants = number()?,
@@ -310,6 +342,9 @@ fn parse() -> Result<Settings, String> {
             "--concurrency" => settings.concurrency = number()?,
             _ => return Err(format!("unknown option {flag}")),
         }
+    }
+    if settings.redis.is_empty() {
+        settings.redis.push("redis://127.0.0.1:6379".into());
     }
     if settings.targets.is_empty() || settings.hot == 0 || settings.hot >= settings.tenants {
         return Err("need --targets, and 0 < --hot < --tenants".into());

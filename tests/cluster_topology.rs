@@ -1,0 +1,164 @@
+//! A cluster that changes under held and awaited locks: a slot that migrates to another
+//! master, a planned failover, and a master killed and replaced by its replica.
+
+mod support;
+
+use std::time::Duration;
+
+use support::cluster::RedisCluster;
+use tower_redis_lock::{LockClient, LockGuard};
+
+/// The watchdog lease of these tests: renewed every 2 s, and long enough to ride through a
+/// failover.
+const LEASE: Duration = Duration::from_secs(6);
+/// Generous bound for what should take a second or two (shared, busy machines).
+const PROMPTLY: Duration = Duration::from_secs(20);
+const NAME: &str = "order-1";
+const KEY: &str = "lock:{order-1}";
+
+/// A client that re-polls only every minute: a waiter served sooner was woken by its grant.
+async fn client(cluster: &RedisCluster) -> LockClient {
+    LockClient::builder_cluster(cluster.urls())
+        .watchdog_lease(LEASE)
+        .repoll_interval(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("cluster client")
+}
+
+/// A lock held by one client and awaited by another (queued in Redis).
+async fn held_and_awaited(
+    cluster: &RedisCluster,
+    holder: &LockClient,
+    waiter: &LockClient,
+) -> (
+    LockGuard,
+    tokio::task::JoinHandle<tower_redis_lock::Result<LockGuard>>,
+) {
+    let held = holder.lock(NAME).unwrap().acquire().await.unwrap();
+    let lock = waiter.lock(NAME).unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    let node = cluster.node_of(KEY);
+    assert!(
+        support::eventually(PROMPTLY, || {
+            cluster.cmd::<i64>(node, &["ZCARD", "lock:{order-1}:queue"]) == 1
+        })
+        .await,
+        "the waiter never queued"
+    );
+    (held, waiting)
+}
+
+/// Waits until the lock's master shows a renewal newer than now: its lease is back above
+/// what a renewal leaves after a third of it went by.
+async fn renewed_on(cluster: &RedisCluster, node: u16) -> bool {
+    tokio::time::sleep(LEASE / 2).await;
+    support::eventually(PROMPTLY, || {
+        cluster
+            .cmd::<i64>(node, &["PTTL", KEY])
+            .gt(&((LEASE / 2).as_millis() as i64))
+    })
+    .await
+}
+
+/// The holder still holds; the waiter is served only once it releases, woken by the grant.
+async fn hand_over(
+    held: LockGuard,
+    waiting: tokio::task::JoinHandle<tower_redis_lock::Result<LockGuard>>,
+) {
+    assert!(held.is_held(), "{:?}", held.lost_signal().reason());
+    assert!(
+        !waiting.is_finished(),
+        "a second holder while the first holds"
+    );
+    let token = held.fencing_token();
+    held.release().await.expect("released");
+    let granted = tokio::time::timeout(PROMPTLY, waiting)
+        .await
+        .expect("the waiter was not woken by the grant")
+        .unwrap()
+        .expect("acquired");
+    assert!(granted.fencing_token() > token);
+    granted.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_and_awaited_lock_follows_its_slot_to_another_master() {
+    let cluster = RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let (holder, waiter) = (client(&cluster).await, client(&cluster).await);
+    let (held, waiting) = held_and_awaited(&cluster, &holder, &waiter).await;
+
+    let from = cluster.node_of(KEY);
+    let to = *cluster
+        .masters()
+        .iter()
+        .find(|port| **port != from)
+        .expect("another master");
+    cluster.migrate_slot(cluster.slot_of(KEY), from, to);
+    assert_eq!(cluster.node_of(KEY), to);
+    // The epoch went with the slot: no loss, and the renewals go to the new master.
+    assert!(
+        renewed_on(&cluster, to).await,
+        "the renewals did not follow the slot"
+    );
+    for port in cluster.ports() {
+        let _: () = cluster.cmd(port, &["CONFIG", "RESETSTAT"]);
+    }
+    hand_over(held, waiting).await;
+    assert!(
+        cluster.command_calls(to, "spublish") >= 1,
+        "no SPUBLISH on the new master"
+    );
+    assert_eq!(cluster.command_calls(from, "spublish"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_planned_failover_keeps_every_lock() {
+    let cluster = RedisCluster::start_with_replicas(3, 1);
+    cluster.provision_epochs().await;
+    let (holder, waiter) = (client(&cluster).await, client(&cluster).await);
+    let (held, waiting) = held_and_awaited(&cluster, &holder, &waiter).await;
+
+    let master = cluster.node_of(KEY);
+    let replica = cluster.replica_of(master);
+    let _: () = cluster.cmd(replica, &["CLUSTER", "FAILOVER"]);
+    assert!(
+        support::eventually(PROMPTLY, || cluster.masters().contains(&replica)).await,
+        "the replica never took over"
+    );
+    assert!(
+        support::eventually(PROMPTLY, || cluster.node_of(KEY) == replica).await,
+        "the slot never moved to the promoted replica"
+    );
+    assert!(
+        renewed_on(&cluster, replica).await,
+        "the renewals did not follow the failover"
+    );
+    hand_over(held, waiting).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_master_replaced_by_an_up_to_date_replica_keeps_its_locks() {
+    let mut cluster = RedisCluster::start_with_replicas(3, 1);
+    cluster.provision_epochs().await;
+    let (holder, waiter) = (client(&cluster).await, client(&cluster).await);
+    let (held, waiting) = held_and_awaited(&cluster, &holder, &waiter).await;
+
+    let master = cluster.node_of(KEY);
+    let replica = cluster.replica_of(master);
+    // The replica has every write, the lock and the queue included.
+    let acked: i64 = cluster.cmd(master, &["WAIT", "1", "5000"]);
+    assert_eq!(acked, 1);
+    cluster.kill(master);
+    let _: () = cluster.cmd(replica, &["CLUSTER", "FAILOVER", "TAKEOVER"]);
+    assert!(
+        support::eventually(PROMPTLY, || cluster.node_of(KEY) == replica).await,
+        "the slot never moved to the promoted replica"
+    );
+    assert!(
+        renewed_on(&cluster, replica).await,
+        "the renewals did not follow the takeover"
+    );
+    hand_over(held, waiting).await;
+}
