@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::wire::conn::Conn;
 use tokio::time::Instant;
 
 use crate::engine::shared::Shared;
 use crate::error::LockError;
 use crate::keys::{LockKeys, shown};
 use crate::kind::LockKind;
+use crate::wire::conn::Conn;
 use crate::wire::scripts::{self, ReleaseScope};
 
 /// How long a give-back waits before trying again on a fresh connection.

@@ -17,8 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::engine::sharded::Sharded;
-use crate::engine::wake::WakeTable;
-use crate::engine::wake::{Listening, WakeSlot};
+use crate::engine::wake::{Listening, WakeSlot, WakeTable};
 use crate::slots::Placement;
 use crate::wire::sentinel::Dialer;
 
@@ -59,10 +58,10 @@ impl PubSub {
         let (shutdown, receiver) = mpsc::unbounded_channel();
         let table = WakeTable::default();
         let sharded = match source {
-            WakeSource::Server(client) => {
+            WakeSource::Server(dialer) => {
                 let prefix = &placement.names(0).wake_prefix;
                 let actor = Actor {
-                    dialer: client,
+                    dialer,
                     channel: format!("{prefix}{instance_id}"),
                     command_timeout,
                     table: table.clone(),

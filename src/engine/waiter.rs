@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::wire::conn::Conn;
 use tokio::time::Instant;
 
 use crate::engine::deadlines::lost_deadline;
@@ -14,6 +13,7 @@ use crate::engine::wake::{Grant, Listening, WakeSlot};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
+use crate::wire::conn::Conn;
 use crate::wire::scripts::{self, AcquireMode, AcquireReply, RenewReply, Terms};
 
 /// New epochs one attempt learns before it gives up (a Redis losing its data in a loop).

@@ -24,7 +24,6 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::wire::conn::Conn;
 use futures_util::future::join_all;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
@@ -35,7 +34,7 @@ use crate::error::LockError;
 use crate::keys::{LockKeys, shown};
 use crate::lease::{Lease, LostReason};
 use crate::slots::Placement;
-use crate::wire::conn::Connections;
+use crate::wire::conn::{Conn, Connections};
 use crate::wire::scripts::{self, ReleaseScope, RenewReply};
 
 /// Locks renewed by one script call.
