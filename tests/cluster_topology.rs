@@ -162,3 +162,57 @@ async fn a_killed_master_replaced_by_an_up_to_date_replica_keeps_its_locks() {
     );
     hand_over(held, waiting).await;
 }
+
+/// A name whose lock lives on the master on `port`, and one whose lock lives elsewhere.
+fn names_on_and_off(cluster: &RedisCluster, port: u16) -> (String, String) {
+    let name_on = |wanted: bool| {
+        (0..)
+            .map(|n| format!("account-{n}"))
+            .find(|name| (cluster.node_of(&format!("lock:{{{name}}}")) == port) == wanted)
+            .expect("a name")
+    };
+    (name_on(true), name_on(false))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_master_that_lost_its_data_quarantines_and_tells_only_its_own_slots() {
+    let mut cluster = RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let locks = client(&cluster).await;
+    let other = client(&cluster).await;
+    let lost_node = cluster.masters()[0];
+    let (on_lost_node, elsewhere) = names_on_and_off(&cluster, lost_node);
+    let doomed = locks.lock(&on_lost_node).unwrap().acquire().await.unwrap();
+    let spared = locks.lock(&elsewhere).unwrap().acquire().await.unwrap();
+
+    // The master dies and comes back at once, empty (no persistence), still owning its
+    // slots: their data and their epochs are gone.
+    cluster.kill(lost_node);
+    cluster.restart(lost_node);
+    assert!(
+        support::eventually(PROMPTLY, || cluster.answers(lost_node)).await,
+        "the restarted master does not answer"
+    );
+
+    // Only the holder of the lost slot is told, with the reason.
+    let reason = tokio::time::timeout(PROMPTLY, doomed.lost_signal().lost())
+        .await
+        .expect("the holder of the lost lock was not told");
+    assert_eq!(reason, tower_redis_lock::LostReason::DataLost);
+    assert!(spared.is_held(), "{:?}", spared.lost_signal().reason());
+
+    // The lost slot waits out its quarantine; the others grant at once.
+    assert!(
+        other
+            .lock(&on_lost_node)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "the lost slot granted its lock again before the quarantine ended"
+    );
+    spared.release().await.unwrap();
+    let again = other.lock(&elsewhere).unwrap().try_acquire().await.unwrap();
+    assert!(again.is_some(), "a slot that lost nothing was quarantined");
+}

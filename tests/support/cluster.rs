@@ -182,8 +182,13 @@ impl RedisCluster {
     fn live_port(&self) -> u16 {
         self.ports()
             .into_iter()
-            .find(|port| self.try_cmd::<String>(*port, &["PING"]).is_ok())
+            .find(|port| self.answers(*port))
             .expect("a node that answers")
+    }
+
+    /// Whether the node on `port` answers PING.
+    pub fn answers(&self, port: u16) -> bool {
+        self.try_cmd::<String>(port, &["PING"]).is_ok()
     }
 
     fn await_condition(&self, what: &str, mut condition: impl FnMut() -> bool) {
