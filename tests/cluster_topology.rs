@@ -122,9 +122,8 @@ async fn a_planned_failover_keeps_every_lock() {
 
     let master = cluster.node_of(KEY);
     let replica = cluster.replica_of(master);
-    let _: () = cluster.cmd(replica, &["CLUSTER", "FAILOVER"]);
     assert!(
-        support::eventually(PROMPTLY, || cluster.masters().contains(&replica)).await,
+        cluster.planned_failover(replica).await,
         "the replica never took over"
     );
     assert!(

@@ -124,6 +124,23 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("master {master_port} ({master_id}) has no replica"))
     }
 
+    /// Makes the replica on `port` take over from its master with `CLUSTER FAILOVER` (planned:
+    /// the replica catches up first), trying again up to three times: Redis gives a manual
+    /// failover up when it cannot complete in time, as on a busy machine. Whether it took.
+    pub async fn planned_failover(&self, replica: u16) -> bool {
+        for _ in 0..3 {
+            let _: () = self.cmd(replica, &["CLUSTER", "FAILOVER"]);
+            let promoted = super::eventually(Duration::from_secs(10), || {
+                self.masters().contains(&replica)
+            })
+            .await;
+            if promoted {
+                return true;
+            }
+        }
+        false
+    }
+
     /// The node id of the node on `port`.
     pub fn node_id(&self, port: u16) -> String {
         self.cmd(port, &["CLUSTER", "MYID"])
