@@ -46,20 +46,8 @@ impl RedisCluster {
             dir,
         };
         for _ in 0..masters * (1 + replicas) {
-            let port = free_port();
-            let node_dir = cluster.dir.join(port.to_string());
-            std::fs::create_dir_all(&node_dir).expect("node directory");
-            let child = spawn_node(port, &node_dir);
-            cluster.nodes.push(Node {
-                port,
-                child,
-                dir: node_dir,
-            });
-        }
-        for node in &cluster.nodes {
-            cluster.await_condition(&format!("node {} answers", node.port), || {
-                cluster.try_cmd::<String>(node.port, &["PING"]).is_ok()
-            });
+            let node = cluster.own_node();
+            cluster.nodes.push(node);
         }
         let addresses: Vec<String> = cluster
             .nodes
@@ -206,6 +194,38 @@ impl RedisCluster {
     /// Whether the node on `port` answers PING.
     pub fn answers(&self, port: u16) -> bool {
         self.try_cmd::<String>(port, &["PING"]).is_ok()
+    }
+
+    /// A node of this cluster on a free port, answering: a port another test's server took
+    /// meanwhile (a race of free ports) makes the new one exit, and the harness takes
+    /// another port, so no node of another test ever joins this cluster.
+    fn own_node(&self) -> Node {
+        let mut last_error = String::new();
+        for _ in 0..10 {
+            let port = free_port();
+            let dir = self.dir.join(port.to_string());
+            std::fs::create_dir_all(&dir).expect("node directory");
+            let mut child = spawn_node(port, &dir);
+            let started = Instant::now();
+            while started.elapsed() < FORM_BOUND {
+                if let Ok(Some(status)) = child.try_wait() {
+                    last_error = format!("redis-server on port {port} exited with {status}");
+                    break;
+                }
+                let info = self.try_cmd::<String>(port, &["INFO", "server"]);
+                if let Ok(info) = info {
+                    if info.contains(&format!("process_id:{}\r", child.id())) {
+                        return Node { port, child, dir };
+                    }
+                    last_error = format!("another server answers on port {port}");
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("no cluster node could start: {last_error}");
     }
 
     fn await_condition(&self, what: &str, mut condition: impl FnMut() -> bool) {
