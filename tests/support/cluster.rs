@@ -218,12 +218,13 @@ impl RedisCluster {
                         return Node { port, child, dir };
                     }
                     last_error = format!("another server answers on port {port}");
-                    let _ = child.kill();
-                    let _ = child.wait();
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
+            // Exited, someone else's port, or silent past the bound: not this node.
+            let _ = child.kill();
+            let _ = child.wait();
         }
         panic!("no cluster node could start: {last_error}");
     }
