@@ -7,6 +7,11 @@ use redis::sentinel::{SentinelClient, SentinelServerType};
 
 use crate::error::{ErrorKind, LockError, Result};
 
+/// Lookups asked again when the sentinels name no master (a failover settling).
+const LOOKUP_RETRIES: u32 = 4;
+/// Pause between those lookups.
+const LOOKUP_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How a new connection finds its server: the one URL, or the master Sentinel names now.
 #[derive(Clone)]
 pub(crate) enum Dialer {
@@ -45,10 +50,25 @@ impl Dialer {
     }
 
     /// A client of the server to connect to now (for Sentinel, the master it names now).
+    /// While a failover settles, sentinels may name no master for a moment: the lookup is
+    /// asked again a few times (the callers bound the whole by their command timeout).
     pub(crate) async fn client(&self) -> redis::RedisResult<redis::Client> {
-        match self {
-            Self::Direct(client) => Ok((**client).clone()),
-            Self::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await,
+        let sentinel = match self {
+            Self::Direct(client) => return Ok((**client).clone()),
+            Self::Sentinel(sentinel) => sentinel,
+        };
+        let mut tries = 0;
+        loop {
+            match sentinel.lock().await.async_get_client().await {
+                Err(err)
+                    if err.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel
+                        && tries < LOOKUP_RETRIES =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(LOOKUP_PAUSE).await;
+                }
+                outcome => return outcome,
+            }
         }
     }
 }

@@ -103,18 +103,25 @@ impl Sentinels {
             .collect()
     }
 
-    /// The port of the master the sentinels name now.
+    /// The port of the master every sentinel names now, if they agree.
     pub fn master_port(&self) -> Option<u16> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.nodes[0].0)).ok()?;
+        let named: Vec<Option<u16>> = self.ports().into_iter().map(Self::named_by).collect();
+        let first = *named.first()?;
+        named.iter().all(|port| *port == first).then_some(first)?
+    }
+
+    /// The port of the master the sentinel on `port` names.
+    fn named_by(port: u16) -> Option<u16> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
         let mut conn = client
             .get_connection_with_timeout(Duration::from_secs(2))
             .ok()?;
-        let (_, port): (String, String) = redis::cmd("SENTINEL")
+        let (_, master): (String, String) = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(Self::MASTER)
             .query(&mut conn)
             .ok()?;
-        port.parse().ok()
+        master.parse().ok()
     }
 }
 
