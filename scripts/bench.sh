@@ -4,6 +4,12 @@
 # `--reps 1 --seconds 1 --only ours`), then the criterion benches of the lock engine next to
 # `redis-benchmark -t ping -c 1` on the same server, then the benches of each lock kind and of readers.
 #
+# With --cluster (first), it runs the load benchmark twice in one go instead, this library
+# only: on one throw-away redis-server, then on a throw-away Redis Cluster of three masters
+# on the same machine, so the two sets of figures (and their round trips and server commands
+# per acquisition) can be read side by side; e.g. ./scripts/bench.sh --cluster --reps 3
+# --workload uncontended-w16,contended-w8-2proc. No criterion bench runs then.
+#
 # lockbench prints its tables on stderr and one JSON line per run, summary row and target on
 # stdout. The script exits with lockbench's status (1: a mutual-exclusion violation) after
 # the criterion benches have run.
@@ -11,12 +17,35 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 source scripts/lib.sh
-start_redis
 
 # Release build: the figures are timings.
+cargo build --release --locked --manifest-path tools/lockbench/Cargo.toml --target-dir target
+lockbench=target/release/lockbench
+
+if [ "${1:-}" = "--cluster" ]; then
+    shift
+    cargo build --locked --quiet --features cli --bin lockctl
+    out=$(mktemp -d)
+    trap 'cleanup; rm -rf "$out"' EXIT
+    start_redis
+    start_cluster "$out/cluster"
+    seeds=()
+    for url in "${CLUSTER_URLS[@]}"; do
+        seeds+=(--url "$url")
+    done
+    # A new cluster: every slot's epoch without a restart quarantine, as an operator does.
+    target/debug/lockctl --cluster "${seeds[@]}" waive-quarantine >/dev/null
+    status=0
+    echo "== one redis-server" >&2
+    "$lockbench" --redis "$REDIS_URL" --only ours "$@" || status=$?
+    echo "== a Redis Cluster of ${#CLUSTER_URLS[@]} masters" >&2
+    "$lockbench" --cluster "${seeds[@]/--url/--redis}" "$@" || status=$?
+    exit "$status"
+fi
+
+start_redis
 status=0
-cargo run --release --locked --manifest-path tools/lockbench/Cargo.toml --target-dir target \
-    -- --redis "$REDIS_URL" "$@" || status=$?
+"$lockbench" --redis "$REDIS_URL" "$@" || status=$?
 
 ping() {
     redis-benchmark -p "$REDIS_PORT" -t ping -c 1 -n 20000 -q | tr '\r' '\n' | grep 'requests per second'

@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use support::RedisServer;
-use support::checker::{Failure, Section, check, env_number, read_logs};
+use support::checker::{Failure, Section, check, env_number, log_paths, read_logs};
 use support::proxy::FaultProxy;
 use tokio::process::{Child, Command};
 use tokio::time::{Instant, sleep};
@@ -194,15 +194,7 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
     for _ in 0..PROCESSES {
         proxies.push(FaultProxy::start(server.port()).await);
     }
-    let dir = std::env::temp_dir().join(format!("chaos-{}-{seed}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("log directory");
-    let logs: Vec<String> = (0..PROCESSES)
-        .map(|index| {
-            dir.join(format!("worker-{index}.jsonl"))
-                .display()
-                .to_string()
-        })
-        .collect();
+    let (dir, logs) = log_paths("chaos", seed, PROCESSES);
     let mut workers: Vec<Child> = proxies
         .iter()
         .zip(&logs)

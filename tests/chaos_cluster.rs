@@ -13,31 +13,14 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::json;
-use support::checker::{check, env_number, read_logs};
+use support::checker::env_number;
 use support::cluster::RedisCluster;
-use tokio::process::{Child, Command};
-use tokio::time::{Instant, sleep};
-
-const PROCESSES: usize = 3;
-const TASKS: usize = 8;
-const HOT_KEYS: usize = 3;
-const COLD_KEYS: usize = 2000;
-/// Long enough that a holder's renewals reach the new master after a takeover before the
-/// lease runs out there.
-const LEASE: Duration = Duration::from_millis(6000);
-const WAIT: Duration = Duration::from_millis(8000);
-/// Generous slack on the wait bound for the checker (shared, busy machines).
-const WAIT_SLACK: Duration = Duration::from_secs(4);
-const QUARANTINE: Duration = Duration::from_millis(6000);
-/// The last seconds of a run have no faults, so every wait can end.
-const QUIET_END: Duration = Duration::from_secs(10);
+use support::topology_chaos::{HOT_KEYS, Workers, inject_faults, report_and_assert};
+use tokio::time::sleep;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
@@ -61,29 +44,6 @@ const FAULTS: [Fault; 5] = [
     Fault::KillPubSubClients,
     Fault::KillNormalClients,
 ];
-
-fn spawn_worker(index: usize, urls: &[String], log: &str, seconds: u64, seed: u64) -> Child {
-    let mut command = Command::new(support::example_path("chaos_worker"));
-    command.arg("--cluster");
-    for url in urls {
-        command.args(["--url", url]);
-    }
-    command
-        .args(["--log", log])
-        .args(["--seconds", &seconds.to_string()])
-        .args(["--tasks", &TASKS.to_string()])
-        .args(["--hot", &HOT_KEYS.to_string()])
-        .args(["--cold", &COLD_KEYS.to_string()])
-        .args(["--lease-ms", &LEASE.as_millis().to_string()])
-        .args(["--wait-ms", &WAIT.as_millis().to_string()])
-        .args(["--quarantine-ms", &QUARANTINE.as_millis().to_string()])
-        .args(["--seed", &(seed + index as u64).to_string()])
-        .args(["--replicas-acked", "1"])
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("a chaos worker starts")
-}
 
 /// A master whose replica is in sync, and that replica: the ones a failover may use.
 fn master_with_replica(cluster: &RedisCluster, rng: &mut StdRng) -> Option<(u16, u16)> {
@@ -159,42 +119,10 @@ async fn chaos_on_a_cluster_keeps_exclusion_and_fencing_and_leaks_nothing() {
     cluster.provision_epochs().await;
     let urls = cluster.urls();
 
-    let dir = std::env::temp_dir().join(format!("chaos-cluster-{}-{seed}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("log directory");
-    let logs: Vec<String> = (0..PROCESSES)
-        .map(|index| {
-            dir.join(format!("worker-{index}.jsonl"))
-                .display()
-                .to_string()
-        })
-        .collect();
-    let mut workers: Vec<Child> = logs
-        .iter()
-        .enumerate()
-        .map(|(index, log)| spawn_worker(index, &urls, log, seconds, seed))
-        .collect();
+    let workers = Workers::start("chaos-cluster", &["--cluster"], &urls, seconds, seed);
 
-    let started = Instant::now();
-    let faults_end = started + Duration::from_secs(seconds).saturating_sub(QUIET_END);
-    let mut injected: BTreeMap<String, usize> = BTreeMap::new();
-    while Instant::now() < faults_end {
-        sleep(Duration::from_millis(rng.random_range(1500..3500))).await;
-        if Instant::now() >= faults_end {
-            break;
-        }
-        let kind = FAULTS[rng.random_range(0..FAULTS.len())];
-        if inject(kind, &mut rng, &mut cluster).await {
-            *injected.entry(format!("{kind:?}")).or_default() += 1;
-        }
-    }
-
-    for worker in &mut workers {
-        let status = tokio::time::timeout(QUIET_END + WAIT + WAIT_SLACK * 4, worker.wait())
-            .await
-            .expect("a worker ends soon after its run")
-            .expect("worker status");
-        assert!(status.success(), "a worker failed: {status}");
-    }
+    let injected = inject_faults(seconds, &mut rng, &FAULTS, &mut cluster, inject).await;
+    let verdict = workers.finish().await;
     let keys_left: Vec<String> = cluster
         .masters()
         .iter()
@@ -202,35 +130,13 @@ async fn chaos_on_a_cluster_keeps_exclusion_and_fencing_and_leaks_nothing() {
         .filter(|key| !key.ends_with(":fence"))
         .collect();
 
-    let (sections, failures) = read_logs(&dir, &logs);
-    let verdict = check(&sections, &failures, (WAIT + WAIT_SLACK).as_nanos() as i64);
-    println!(
-        "{}",
-        json!({
-            "topology": "cluster, 3 masters + 3 replicas",
-            "seconds": seconds, "seed": seed, "processes": PROCESSES, "tasks": TASKS,
-            "acquisitions": verdict.sections, "failed_acquisitions": verdict.failures,
-            "overlaps": verdict.overlaps, "token_regressions": verdict.token_regressions,
-            "stuck_waiters": verdict.stuck,
-            "lost_signalled": verdict.lost_signalled,
-            "lost_found_at_release": verdict.lost_found_at_release,
-            "lock_keys_left": keys_left.len(), "faults": injected,
-        })
+    report_and_assert(
+        "cluster, 3 masters + 3 replicas",
+        (seconds, seed),
+        &verdict,
+        &keys_left,
+        &injected,
     );
-    assert!(verdict.examples.is_empty(), "{:#?}", verdict.examples);
-    assert_eq!(verdict.overlaps, 0);
-    assert_eq!(verdict.token_regressions, 0);
-    assert!(verdict.sections > 0, "the workers took locks");
-    assert!(
-        verdict.failures.keys().all(|kind| matches!(
-            kind.as_str(),
-            "timeout" | "redis_unavailable" | "restart_quarantine" | "replicas_behind"
-        )),
-        "failed acquisitions: {:?}",
-        verdict.failures
-    );
-    assert_eq!(verdict.stuck, 0, "no acquisition outlived its bound");
-    assert!(keys_left.is_empty(), "locks left in Redis: {keys_left:?}");
     assert!(
         injected.values().sum::<usize>() >= (seconds as usize / 10),
         "faults were injected: {injected:?}"

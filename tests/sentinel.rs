@@ -15,6 +15,8 @@ use tower_redis_lock::{ErrorKind, LockClient, LostReason};
 const LEASE: Duration = Duration::from_secs(15);
 /// Bound on the failover and on what follows it (generous: shared, busy machines).
 const FAILOVER_BOUND: Duration = Duration::from_secs(30);
+/// The sentinels' `failover-timeout`: one failover per test, so any length will do.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn client(sentinels: &Sentinels) -> LockClient {
     LockClient::builder_sentinel(sentinels.urls(), Sentinels::MASTER)
@@ -29,7 +31,13 @@ async fn client(sentinels: &Sentinels) -> LockClient {
 async fn clients_follow_a_failover_and_waiters_are_not_stuck() {
     let mut master = RedisServer::start();
     let replica = master.start_replica(master.port());
-    let sentinels = Sentinels::start(3, master.port(), 1, Duration::from_secs(1));
+    let sentinels = Sentinels::start(
+        3,
+        master.port(),
+        1,
+        Duration::from_secs(1),
+        FAILOVER_TIMEOUT,
+    );
     let holder = client(&sentinels).await;
     let waiter = client(&sentinels).await;
 
@@ -99,7 +107,13 @@ async fn a_failover_to_a_replica_without_the_lock_tells_the_old_holder_at_its_ne
     // The replica reaches its master through a proxy that can hold the stream back.
     let link = FaultProxy::start(master.port()).await;
     let replica = master.start_replica(link.port());
-    let sentinels = Sentinels::start(3, master.port(), 1, Duration::from_secs(1));
+    let sentinels = Sentinels::start(
+        3,
+        master.port(),
+        1,
+        Duration::from_secs(1),
+        FAILOVER_TIMEOUT,
+    );
     let first = client(&sentinels).await;
     let second = client(&sentinels).await;
 

@@ -105,6 +105,21 @@ pub fn read_log(process: usize, text: &str) -> (Vec<Section>, Vec<Failure>) {
     (sections, failures)
 }
 
+/// A new directory for the logs of `run` and the paths of its `processes` workers' logs in
+/// it, in process order.
+pub fn log_paths(run: &str, seed: u64, processes: usize) -> (std::path::PathBuf, Vec<String>) {
+    let dir = std::env::temp_dir().join(format!("{run}-{}-{seed}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("log directory");
+    let logs = (0..processes)
+        .map(|index| {
+            dir.join(format!("worker-{index}.jsonl"))
+                .display()
+                .to_string()
+        })
+        .collect();
+    (dir, logs)
+}
+
 /// Every worker's log in `dir` (`logs`, one per process, in process order), read and then
 /// removed unless `CHAOS_KEEP_LOGS` is set.
 pub fn read_logs(dir: &std::path::Path, logs: &[String]) -> (Vec<Section>, Vec<Failure>) {

@@ -10,6 +10,7 @@ pub mod logs;
 pub mod proxy;
 pub mod sentinel;
 pub mod tls;
+pub mod topology_chaos;
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -29,6 +30,10 @@ pub struct RedisServer {
     child: Child,
     /// Whether it listens for TLS only (on `port`).
     tls: bool,
+    /// Its working directory, removed on drop. A server that becomes a replica (a failover
+    /// turns a master into one) writes the data it receives to `dump.rdb` there, which any
+    /// server started later in the same directory would load: each has its own.
+    dir: std::path::PathBuf,
     /// How the harness itself connects (PING, assertions, fault injection): with the
     /// server's `--requirepass` password, and over TLS to a TLS-only server.
     admin: redis::Client,
@@ -97,9 +102,16 @@ impl RedisServer {
             None => vec!["--port".to_owned(), port.to_string()],
         };
         let admin = admin_client(port, tls, password_in(extra))?;
+        let dir = std::env::temp_dir().join(format!(
+            "tower-redis-lock-server-{port}-{}",
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|err| format!("server directory: {err}"))?;
         let child = Command::new("redis-server")
             .args(&listen)
             .args(["--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&dir)
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(extra)
             .stdout(Stdio::null())
@@ -112,6 +124,7 @@ impl RedisServer {
             port,
             child,
             tls: tls.is_some(),
+            dir,
             admin,
         };
         let started = Instant::now();
@@ -172,15 +185,9 @@ impl RedisServer {
     /// or a [`proxy::FaultProxy`]'s in front of it, to make the replica lag), and waits
     /// until it has every write so far (`WAIT 1`), the epoch marker included.
     pub fn start_replica(&self, via_port: u16) -> Self {
-        let master = via_port.to_string();
-        // A replica writes the data it receives to `dump.rdb` in its directory, which every
-        // server started later there would load: it gets a directory of its own.
-        let dir = std::env::temp_dir().join(format!("tower-redis-lock-replica-{}", free_port()));
-        std::fs::create_dir_all(&dir).expect("replica directory");
-        let dir = dir.to_str().expect("a UTF-8 temp path").to_owned();
-        let args = ["--replicaof", "127.0.0.1", &master, "--dir", &dir];
         // Not provisioned: a replica takes the master's data, epoch marker included.
-        let replica = Self::spawn_on(free_port(), None, &args)
+        let master = via_port.to_string();
+        let replica = Self::spawn_on(free_port(), None, &["--replicaof", "127.0.0.1", &master])
             .unwrap_or_else(|err| panic!("redis-server could not start: {err}"));
         let acked: i64 = self.cmd(&["WAIT", "1", &STARTUP_BOUND.as_millis().to_string()]);
         assert_eq!(
@@ -188,6 +195,14 @@ impl RedisServer {
             "the replica did not catch up within {STARTUP_BOUND:?}"
         );
         replica
+    }
+
+    /// Starts this (killed) server again on its port, empty, as a replica of the master on
+    /// `master_port`: a crashed master that comes back after its replica was promoted.
+    pub fn restart_as_replica_of(&mut self, master_port: u16) {
+        let master = master_port.to_string();
+        *self = Self::spawn_on(self.port, None, &["--replicaof", "127.0.0.1", &master])
+            .unwrap_or_else(|err| panic!("redis-server could not start again: {err}"));
     }
 
     /// Kills the server at once (SIGKILL), as a crash would.
@@ -200,6 +215,7 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

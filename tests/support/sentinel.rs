@@ -25,8 +25,15 @@ impl Sentinels {
 
     /// Starts `count` sentinels monitoring the master on `master_port` with a quorum of a
     /// majority, which declare it down after `down_after`, and waits until each knows the
-    /// others and `replicas` replicas.
-    pub fn start(count: usize, master_port: u16, replicas: usize, down_after: Duration) -> Self {
+    /// others and `replicas` replicas. A sentinel that led a failover starts none again for
+    /// twice `failover_timeout`.
+    pub fn start(
+        count: usize,
+        master_port: u16,
+        replicas: usize,
+        down_after: Duration,
+        failover_timeout: Duration,
+    ) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "tower-redis-lock-sentinels-{}-{}",
             std::process::id(),
@@ -45,11 +52,12 @@ impl Sentinels {
                 "port {port}\nbind 127.0.0.1\ndir {dir}\n\
                  sentinel monitor {master} 127.0.0.1 {master_port} {quorum}\n\
                  sentinel down-after-milliseconds {master} {down}\n\
-                 sentinel failover-timeout {master} 10000\n\
+                 sentinel failover-timeout {master} {failover}\n\
                  sentinel parallel-syncs {master} 1\n",
                 dir = sentinels.dir.display(),
                 master = Self::MASTER,
                 down = down_after.as_millis(),
+                failover = failover_timeout.as_millis(),
             );
             std::fs::write(&config, text).expect("sentinel config");
             let child = Command::new("redis-server")

@@ -5,10 +5,11 @@
 //! ```text
 //! chaos_worker --url URL --log PATH --seconds N [--tasks 8] [--hot 3] [--cold 2000]
 //!              [--lease-ms 2000] [--wait-ms 4000] [--quarantine-ms 2000] [--seed N]
-//!              [--stall-ms 0] [--cluster] [--replicas-acked N]
+//!              [--stall-ms 0] [--cluster | --sentinel MASTER] [--replicas-acked N]
 //! ```
 //!
 //! With `--cluster`, the `--url`s (one or more) are seeds of a Redis Cluster; with
+//! `--sentinel MASTER`, they are sentinels that name the master `MASTER`; with
 //! `--replicas-acked N`, every acquisition waits for N replicas (`min_replicas_acked`).
 //!
 //! With `--stall-ms`, one more task runs with a client of its own on a runtime of one thread;
@@ -40,9 +41,11 @@ const SLOW_KEYS: usize = 4;
 
 #[derive(Debug, Clone)]
 struct Settings {
-    /// The server, or the seeds of a cluster.
+    /// The server, the seeds of a cluster, or the sentinels.
     urls: Vec<String>,
     cluster: bool,
+    /// The master's name, when the `urls` are sentinels.
+    sentinel: Option<String>,
     /// Replicas that must acknowledge an acquisition (0: none).
     replicas_acked: u32,
     log: String,
@@ -64,6 +67,7 @@ fn parse() -> Result<Settings, String> {
     let mut settings = Settings {
         urls: Vec::new(),
         cluster: false,
+        sentinel: None,
         replicas_acked: 0,
         log: String::new(),
         seconds: 10,
@@ -86,6 +90,7 @@ fn parse() -> Result<Settings, String> {
         let number = || value.parse::<u64>().map_err(|err| format!("{flag}: {err}"));
         match flag.as_str() {
             "--url" => settings.urls.push(value.clone()),
+            "--sentinel" => settings.sentinel = Some(value.clone()),
             "--replicas-acked" => settings.replicas_acked = number()? as u32,
             "--log" => settings.log = value.clone(),
             "--seconds" => settings.seconds = number()?,
@@ -258,10 +263,10 @@ fn spawn_stalling_task(
 
 /// A client with the run's lease, timeouts and quarantine.
 async fn client(settings: &Settings) -> LockClient {
-    let builder = if settings.cluster {
-        LockClient::builder_cluster(&settings.urls)
-    } else {
-        LockClient::builder(&settings.urls[0])
+    let builder = match &settings.sentinel {
+        Some(master) => LockClient::builder_sentinel(&settings.urls, master),
+        None if settings.cluster => LockClient::builder_cluster(&settings.urls),
+        None => LockClient::builder(&settings.urls[0]),
     };
     let builder = builder
         .watchdog_lease(settings.lease)

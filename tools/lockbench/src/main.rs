@@ -17,7 +17,12 @@
 //! ```text
 //! lockbench --redis URL [--seconds 2] [--reps 3] [--only ours,rslock,naive]
 //!           [--workload contended-w32-2proc,uncontended-w1,...]
+//! lockbench --cluster --redis SEED [--redis SEED ...] [...]
 //! ```
+//!
+//! With `--cluster`, the `--redis` URLs are seeds of a Redis Cluster and only this library
+//! runs (the peers lock on one server); each worker's key hashes to its own slot, and the
+//! command statistics are summed over every master.
 //!
 //! Use a throw-away Redis (`./scripts/bench.sh` starts one): every run resets the server's
 //! command statistics. Human-readable tables go to stderr; stdout carries only JSON lines,
@@ -29,6 +34,7 @@
 
 #[path = "../../programs/commandstats.rs"]
 mod commandstats;
+mod deployment;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -44,8 +50,12 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tower_redis_lock::{Lock, LockClient, LockGuard};
 
+use crate::deployment::{Control, Deployment, Store};
+
 const USAGE: &str = "usage: lockbench --redis URL [--seconds 2] [--reps 3] \
 [--only ours,rslock,naive] [--workload NAME,...]
+       lockbench --cluster --redis SEED [--redis SEED ...] [--seconds 2] [--reps 3] \
+[--workload NAME,...]
 workloads: uncontended-w1 uncontended-w16 contended-w2 contended-w8 contended-w32
            contended-w2-2proc contended-w8-2proc contended-w32-2proc";
 
@@ -105,7 +115,7 @@ async fn main() -> ExitCode {
 // ---------------------------------------------------------------------------------------
 
 struct Settings {
-    redis: String,
+    deployment: Deployment,
     seconds: f64,
     reps: usize,
     locks: Vec<Implementation>,
@@ -113,12 +123,14 @@ struct Settings {
 }
 
 fn parse(args: Vec<String>) -> Result<Settings, String> {
-    let mut redis = None;
+    let mut urls = Vec::new();
+    let mut cluster = false;
+    let mut only = None;
     let mut settings = Settings {
-        redis: String::new(),
+        deployment: Deployment::server(String::new()),
         seconds: 2.0,
         reps: 3,
-        locks: Implementation::ALL.to_vec(),
+        locks: Vec::new(),
         workloads: Workload::ALL.to_vec(),
     };
     let mut args = args.into_iter();
@@ -126,17 +138,36 @@ fn parse(args: Vec<String>) -> Result<Settings, String> {
         if flag == "-h" || flag == "--help" {
             return Err("help".into());
         }
+        if flag == "--cluster" {
+            cluster = true;
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
-            "--redis" => redis = Some(value),
+            "--redis" => urls.push(value),
             "--seconds" => settings.seconds = positive_number(&flag, &value)?,
             "--reps" => settings.reps = positive_count(&flag, &value)?,
-            "--only" => settings.locks = list(&value, Implementation::from_name)?,
+            "--only" => only = Some(list(&value, Implementation::from_name)?),
             "--workload" => settings.workloads = list(&value, Workload::from_name)?,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
-    settings.redis = redis.ok_or("--redis is required")?;
+    if urls.is_empty() {
+        return Err("--redis is required".into());
+    }
+    if cluster {
+        settings.locks = only.unwrap_or(vec![Implementation::Ours]);
+        if settings.locks != [Implementation::Ours] {
+            return Err("--cluster runs this library only: the peers lock on one server".into());
+        }
+        settings.deployment = Deployment::cluster(urls);
+    } else {
+        if urls.len() > 1 {
+            return Err("one --redis without --cluster".into());
+        }
+        settings.locks = only.unwrap_or(Implementation::ALL.to_vec());
+        settings.deployment = Deployment::server(urls.remove(0));
+    }
     Ok(settings)
 }
 
@@ -280,7 +311,7 @@ impl Workload {
 /// One process's part of one run, as the parent hands it to a child.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct RunSpec {
-    redis: String,
+    deployment: Deployment,
     lock: Implementation,
     workload: Workload,
     process: usize,
@@ -295,6 +326,12 @@ impl RunSpec {
 
     fn counter_key(&self, key: usize) -> String {
         format!("{}:counter:k{key}", self.tag)
+    }
+
+    fn counter_keys(&self) -> Vec<String> {
+        (0..self.workload.keys())
+            .map(|key| self.counter_key(key))
+            .collect()
     }
 
     /// The key each process takes once before the run to open its connections.
@@ -390,9 +427,10 @@ enum Held {
 }
 
 impl Backend {
-    async fn connect(kind: Implementation, url: &str) -> Res<Self> {
+    async fn connect(kind: Implementation, deployment: &Deployment) -> Res<Self> {
+        let url = deployment.url();
         Ok(match kind {
-            Implementation::Ours => Self::Ours(LockClient::connect(url).await?),
+            Implementation::Ours => Self::Ours(deployment.lock_client().await?),
             Implementation::Rslock => Self::Rslock(rslock::LockManager::new(vec![url])),
             Implementation::Naive => Self::Naive(NaiveLock::connect(url).await?),
         })
@@ -544,14 +582,14 @@ impl NaiveLock {
 /// whose lost updates betray two holders at once.
 #[derive(Clone)]
 struct CriticalSection {
-    conn: MultiplexedConnection,
+    conn: Store,
     increments: Arc<AtomicU64>,
 }
 
 impl CriticalSection {
-    async fn connect(url: &str) -> Res<Self> {
+    async fn connect(deployment: &Deployment) -> Res<Self> {
         Ok(Self {
-            conn: connect(url).await?,
+            conn: deployment.store().await?,
             increments: Arc::default(),
         })
     }
@@ -559,14 +597,9 @@ impl CriticalSection {
     /// `GET` then `SET value+1`, deliberately not atomic.
     async fn increment(&self, counter: &str) -> Res<()> {
         let mut conn = self.conn.clone();
-        let value: Option<u64> = redis::cmd("GET")
-            .arg(counter)
-            .query_async(&mut conn)
-            .await?;
-        let () = redis::cmd("SET")
-            .arg(counter)
-            .arg(value.unwrap_or(0) + 1)
-            .query_async(&mut conn)
+        let value: Option<u64> = conn.query(redis::cmd("GET").arg(counter)).await?;
+        let () = conn
+            .query(redis::cmd("SET").arg(counter).arg(value.unwrap_or(0) + 1))
             .await?;
         self.increments.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -583,8 +616,8 @@ struct Prepared {
 /// Connects everything and takes a scratch lock once, so connection set-up happens before
 /// the server's statistics are reset and stays out of the figures.
 async fn prepare(spec: RunSpec) -> Res<Prepared> {
-    let backend = Backend::connect(spec.lock, &spec.redis).await?;
-    let section = CriticalSection::connect(&spec.redis).await?;
+    let backend = Backend::connect(spec.lock, &spec.deployment).await?;
+    let section = CriticalSection::connect(&spec.deployment).await?;
     backend
         .key_lock(&spec.scratch_name())?
         .acquire()
@@ -832,10 +865,16 @@ struct RunReport {
 
 /// The whole benchmark; `Ok(false)` when some run broke mutual exclusion.
 async fn bench(settings: &Settings) -> Res<bool> {
-    let mut control = connect(&settings.redis).await?;
-    let ping = ping_probe(&mut control, PINGS).await?;
+    let mut control = settings.deployment.control().await?;
+    let where_ = if settings.deployment.is_cluster() {
+        format!("a Redis Cluster of {} masters", control.masters())
+    } else {
+        "one Redis server".to_owned()
+    };
+    emit(json!({"deployment": where_}));
+    let ping = ping_probe(&mut control.probe, PINGS).await?;
     eprintln!(
-        "PING round trip (start): p50 {:.1} µs, p99 {:.1} µs; load average {}",
+        "on {where_}; PING round trip (start): p50 {:.1} µs, p99 {:.1} µs; load average {}",
         ping.p50_us,
         ping.p99_us,
         load_average()
@@ -864,7 +903,7 @@ async fn bench(settings: &Settings) -> Res<bool> {
             }
         }
     }
-    let ping_end = ping_probe(&mut control, PINGS).await?;
+    let ping_end = ping_probe(&mut control.probe, PINGS).await?;
     let rows = summarise(&reports);
     print_summary(&rows, ping, ping_end);
     for target in targets(&rows, ping) {
@@ -879,13 +918,13 @@ async fn bench(settings: &Settings) -> Res<bool> {
 /// One run of one implementation on one workload, over as many processes as it asks for.
 async fn run_once(
     settings: &Settings,
-    control: &mut MultiplexedConnection,
+    control: &mut Control,
     lock: Implementation,
     workload: Workload,
     tag: String,
 ) -> Res<Figures> {
     let spec = |process| RunSpec {
-        redis: settings.redis.clone(),
+        deployment: settings.deployment.clone(),
         lock,
         workload,
         process,
@@ -899,11 +938,8 @@ async fn run_once(
     for child in &mut children {
         child.ready().await?;
     }
-    let ping = ping_probe(control, RUN_PINGS).await?;
-    let () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(control)
-        .await?;
+    let ping = ping_probe(&mut control.probe, RUN_PINGS).await?;
+    control.reset_stats().await?;
     let schedule = Schedule::from_now(settings.seconds);
     for child in &mut children {
         child.go(schedule).await?;
@@ -912,33 +948,13 @@ async fn run_once(
     for child in children {
         results.push(child.finish().await?);
     }
-    let calls = command_calls(control).await?;
-    let counters = take_counters(control, &spec(0)).await?;
+    let calls = control.command_calls().await?;
+    let counters = control.take_counters(&spec(0).counter_keys()).await?;
     let mut figures = analyse(&schedule, &results, &counters);
     count_commands(&mut figures, lock, &results, &calls);
     figures.ping_p50_us = ping.p50_us;
     figures.ping_p99_us = ping.p99_us;
     Ok(figures)
-}
-
-/// Calls per command since the last `CONFIG RESETSTAT`, from `INFO commandstats`. Script
-/// internals are counted too, each under its own name.
-async fn command_calls(control: &mut MultiplexedConnection) -> Res<BTreeMap<String, u64>> {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(control)
-        .await?;
-    Ok(commandstats::calls_by_command(&stats))
-}
-
-/// The final counter values of the run (then deletes them, after the statistics were read).
-async fn take_counters(control: &mut MultiplexedConnection, spec: &RunSpec) -> Res<Vec<u64>> {
-    let keys: Vec<String> = (0..spec.workload.keys())
-        .map(|key| spec.counter_key(key))
-        .collect();
-    let values: Vec<Option<u64>> = redis::cmd("MGET").arg(&keys).query_async(control).await?;
-    let _: i64 = redis::cmd("DEL").arg(&keys).query_async(control).await?;
-    Ok(values.into_iter().map(Option::unwrap_or_default).collect())
 }
 
 // ---------------------------------------------------------------------------------------
