@@ -93,11 +93,9 @@ local function announce_grant(owner, token, now, lease)
   redis.call(publish, ARGV[1] .. instance, string.format('%s %d %d %d', owner, token, now, lease))
 end
 
--- Hands a free lock to the first live waiter and tells that waiter's instance.
-local function grant_head(now)
-  if not anyone_queued() then
-    return
-  end
+-- Hands a free lock to the first live waiter, if there is one, and tells that waiter's
+-- instance. For a caller that already knows someone is queued.
+local function grant_live_head(now)
   now = now or now_ms()
   local head, claim, block, alive_until = live_head(now)
   if not head then
@@ -106,4 +104,11 @@ local function grant_head(now)
   dequeue(head)
   local lease = claim_lease(now, claim, alive_until)
   announce_grant(head, take(head, lease, block), now, lease)
+end
+
+-- Hands a free lock to the first live waiter and tells that waiter's instance.
+local function grant_head(now)
+  if anyone_queued() then
+    grant_live_head(now)
+  end
 end

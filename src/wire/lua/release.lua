@@ -8,8 +8,14 @@
 -- Returns {holds left, 0, 0}, or {-1, 0, 0} when the owner held nothing; 'handoff' returns
 -- {0, 1, server time ms} when the lock was passed on, {1, 2, first token} when it was kept.
 local owner, scope = ARGV[2], ARGV[3]
+-- Whether anyone waits, asked once. Most locks have nobody queued: their release touches
+-- neither the queue nor the clock.
+local queued
 if scope == 'all' then
-  dequeue(owner)
+  queued = anyone_queued()
+  if queued then
+    dequeue(owner)
+  end
 end
 local count = redis.call('hget', KEYS[1], owner)
 if not count then
@@ -23,7 +29,7 @@ if scope == 'handoff' then
     return {1, 2, reserve_tokens(tonumber(ARGV[7]), ARGV[8])}
   end
   redis.call('hdel', KEYS[1], owner)
-  grant_head(now)
+  grant_live_head(now)
   enqueue(ARGV[4], now, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
   return {0, 1, now}
 end
@@ -37,5 +43,10 @@ if left > 0 then
 end
 -- An exclusive lock has one owner: its last hold frees the lock.
 redis.call('del', KEYS[1])
-grant_head(nil)
+if queued == nil then
+  queued = anyone_queued()
+end
+if queued then
+  grant_live_head(nil)
+end
 return {0, 0, 0}
