@@ -23,17 +23,18 @@ local present = redis.call('exists', KEYS[1], KEYS[3])
 if present == 0 and mode ~= 'reenter' then
   return {1, take(owner, lease, block), lease}
 end
-local free = redis.call('exists', KEYS[1]) == 0
+-- The lease left on the lock, and whether it is free (-2: no such key), in one call.
+local left = redis.call('pttl', KEYS[1])
+local free = left == -2
 if not free and redis.call('hexists', KEYS[1], owner) == 1 then
   if mode == 'reenter' then
     -- A re-entry adds a hold and keeps the current lease.
     redis.call('hincrby', KEYS[1], owner, 1)
-    return {1, 0, redis.call('pttl', KEYS[1])}
+    return {1, 0, left}
   end
   -- Granted from the queue while this waiter was not listening (a wake message missed):
   -- the fencing counter still ends with the block reserved for it (it expires with the
   -- grant's lease; should it be gone, a fresh block grows as well).
-  local left = redis.call('pttl', KEYS[1])
   local top = redis.call('get', KEYS[2])
   if not top then
     return {1, reserve_tokens(block, math.max(1, left)), left}
@@ -51,9 +52,10 @@ if free then
     return {1, take(owner, lease, block), lease}
   end
   -- Free, but others queued first: the first of them gets it.
-  grant_head(now)
+  grant_live_head(now)
+  left = redis.call('pttl', KEYS[1])
 end
 if mode == 'wait' then
   enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block)
 end
-return {0, redis.call('pttl', KEYS[1]), now}
+return {0, left, now}

@@ -26,8 +26,10 @@ local function take(owner, lease_ms, block)
 end
 
 local function dequeue(owner)
-  redis.call('zrem', KEYS[3], owner)
-  redis.call('hdel', KEYS[4], owner)
+  -- Terms are only ever written for a queued owner (enqueue, heartbeat).
+  if redis.call('zrem', KEYS[3], owner) == 1 then
+    redis.call('hdel', KEYS[4], owner)
+  end
 end
 
 -- Puts `owner` at the back of the queue, or keeps its place, and extends its liveness.

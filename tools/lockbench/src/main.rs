@@ -15,7 +15,7 @@
 //! the end) give the round trip to read the latencies against.
 //!
 //! ```text
-//! lockbench --redis URL [--seconds 2] [--reps 3] [--only ours,rslock,naive]
+//! lockbench --redis URL [--seconds 2] [--reps 3] [--only ours,ours-pw,rslock,naive]
 //!           [--workload contended-w32-2proc,uncontended-w1,...]
 //! lockbench --cluster --redis SEED [--redis SEED ...] [...]
 //! ```
@@ -53,7 +53,7 @@ use tower_redis_lock::{Lock, LockClient, LockGuard};
 use crate::deployment::{Control, Deployment, Store};
 
 const USAGE: &str = "usage: lockbench --redis URL [--seconds 2] [--reps 3] \
-[--only ours,rslock,naive] [--workload NAME,...]
+[--only ours,ours-pw,rslock,naive] [--workload NAME,...]
        lockbench --cluster --redis SEED [--redis SEED ...] [--seconds 2] [--reps 3] \
 [--workload NAME,...]
 workloads: uncontended-w1 uncontended-w16 contended-w2 contended-w8 contended-w32
@@ -157,7 +157,7 @@ fn parse(args: Vec<String>) -> Result<Settings, String> {
     }
     if cluster {
         settings.locks = only.unwrap_or(vec![Implementation::Ours]);
-        if settings.locks != [Implementation::Ours] {
+        if !settings.locks.iter().all(|lock| lock.is_ours()) {
             return Err("--cluster runs this library only: the peers lock on one server".into());
         }
         settings.deployment = Deployment::cluster(urls);
@@ -204,6 +204,9 @@ fn list<T>(value: &str, lookup: fn(&str) -> Option<T>) -> Result<Vec<T>, String>
 enum Implementation {
     /// This library: one `LockClient` per process, cloned by its workers.
     Ours,
+    /// This library with one `LockClient` per worker, each standing for an instance of a
+    /// service (`ours-pw`).
+    OursPerWorker,
     /// The `rslock` crate (Redlock on one server): one `LockManager` per process.
     Rslock,
     /// `SET NX PX` polled every 10 ms, compare-and-delete script to release.
@@ -211,11 +214,12 @@ enum Implementation {
 }
 
 impl Implementation {
-    const ALL: [Self; 3] = [Self::Ours, Self::Rslock, Self::Naive];
+    const ALL: [Self; 4] = [Self::Ours, Self::OursPerWorker, Self::Rslock, Self::Naive];
 
     fn name(self) -> &'static str {
         match self {
             Self::Ours => "ours",
+            Self::OursPerWorker => "ours-pw",
             Self::Rslock => "rslock",
             Self::Naive => "naive",
         }
@@ -230,7 +234,7 @@ impl Implementation {
     /// scripts change with it).
     fn commands_inside_scripts(self) -> Option<&'static [&'static str]> {
         match self {
-            Self::Ours => None,
+            Self::Ours | Self::OursPerWorker => None,
             // Both release with a compare-and-delete script: GET, then DEL on a match.
             Self::Rslock | Self::Naive => Some(&["get", "del"]),
         }
@@ -239,6 +243,11 @@ impl Implementation {
     /// Whether its round trips are counted at the server: rslock has no counter.
     fn counted_at_server(self) -> bool {
         self == Self::Rslock
+    }
+
+    /// Whether it is this library, in either of its two set-ups.
+    fn is_ours(self) -> bool {
+        matches!(self, Self::Ours | Self::OursPerWorker)
     }
 
     fn round_trips_counted_by(self) -> &'static str {
@@ -395,9 +404,10 @@ struct ProcessResult {
 // The three locks behind one interface
 // ---------------------------------------------------------------------------------------
 
-/// A process's lock machinery, shared by all its workers.
+/// A process's lock machinery, shared by all its workers (or one client each).
 enum Backend {
     Ours(LockClient),
+    OursPerWorker(Vec<LockClient>),
     Rslock(rslock::LockManager),
     Naive(NaiveLock),
 }
@@ -427,18 +437,38 @@ enum Held {
 }
 
 impl Backend {
-    async fn connect(kind: Implementation, deployment: &Deployment) -> Res<Self> {
+    async fn connect(kind: Implementation, deployment: &Deployment, workers: usize) -> Res<Self> {
         let url = deployment.url();
         Ok(match kind {
             Implementation::Ours => Self::Ours(deployment.lock_client().await?),
+            Implementation::OursPerWorker => {
+                let mut clients = Vec::with_capacity(workers);
+                for _ in 0..workers.max(1) {
+                    clients.push(deployment.lock_client().await?);
+                }
+                Self::OursPerWorker(clients)
+            }
             Implementation::Rslock => Self::Rslock(rslock::LockManager::new(vec![url])),
             Implementation::Naive => Self::Naive(NaiveLock::connect(url).await?),
         })
     }
 
-    fn key_lock(&self, name: &str) -> Res<KeyLock> {
+    /// How many clients this process runs: each is warmed up before the run.
+    fn clients(&self) -> usize {
+        match self {
+            Self::OursPerWorker(clients) => clients.len(),
+            _ => 1,
+        }
+    }
+
+    /// The lock on `name` of the process's `worker`-th worker (counted from 0 in this
+    /// process).
+    fn key_lock(&self, worker: usize, name: &str) -> Res<KeyLock> {
         Ok(match self {
             Self::Ours(client) => KeyLock::Ours(client.lock(name)?),
+            Self::OursPerWorker(clients) => {
+                KeyLock::Ours(clients[worker % clients.len()].lock(name)?)
+            }
             Self::Rslock(manager) => KeyLock::Rslock {
                 manager: manager.clone(),
                 name: name.to_owned(),
@@ -454,14 +484,21 @@ impl Backend {
     fn round_trips(&self) -> Option<u64> {
         match self {
             Self::Ours(client) => Some(client.round_trips()),
+            Self::OursPerWorker(clients) => Some(clients.iter().map(LockClient::round_trips).sum()),
             Self::Rslock(_) => None,
             Self::Naive(lock) => Some(lock.sent.load(Ordering::Relaxed)),
         }
     }
 
     async fn shutdown(&self) {
-        if let Self::Ours(client) = self {
-            client.shutdown().await;
+        match self {
+            Self::Ours(client) => client.shutdown().await,
+            Self::OursPerWorker(clients) => {
+                for client in clients {
+                    client.shutdown().await;
+                }
+            }
+            Self::Rslock(_) | Self::Naive(_) => {}
         }
     }
 }
@@ -613,17 +650,20 @@ struct Prepared {
     section: CriticalSection,
 }
 
-/// Connects everything and takes a scratch lock once, so connection set-up happens before
-/// the server's statistics are reset and stays out of the figures.
+/// Connects everything and takes a scratch lock once with every client, so connection
+/// set-up happens before the server's statistics are reset and stays out of the figures.
 async fn prepare(spec: RunSpec) -> Res<Prepared> {
-    let backend = Backend::connect(spec.lock, &spec.deployment).await?;
+    let workers = spec.workload.workers_of(spec.process).len();
+    let backend = Backend::connect(spec.lock, &spec.deployment, workers).await?;
     let section = CriticalSection::connect(&spec.deployment).await?;
-    backend
-        .key_lock(&spec.scratch_name())?
-        .acquire()
-        .await?
-        .release()
-        .await?;
+    for client in 0..backend.clients() {
+        backend
+            .key_lock(client, &spec.scratch_name())?
+            .acquire()
+            .await?
+            .release()
+            .await?;
+    }
     Ok(Prepared {
         spec,
         backend,
@@ -641,13 +681,13 @@ async fn execute(prepared: Prepared, schedule: Schedule) -> Res<ProcessResult> {
     warn_if_late(spec.process, schedule);
     let round_trips_before = backend.round_trips();
     let mut workers = Vec::new();
-    for worker in spec.workload.workers_of(spec.process) {
+    for (index, worker) in spec.workload.workers_of(spec.process).enumerate() {
         let key = spec.workload.key_of(worker);
         let plan = WorkerPlan {
             process: spec.process as u32,
             worker: worker as u32,
             key: key as u32,
-            lock: backend.key_lock(&spec.lock_name(key))?,
+            lock: backend.key_lock(index, &spec.lock_name(key))?,
             counter: spec.counter_key(key),
         };
         workers.push(tokio::spawn(run_worker(plan, section.clone(), schedule)));
@@ -1334,11 +1374,21 @@ fn targets(rows: &[SummaryRow], ping: Ping) -> Vec<Target> {
         rows,
         Workload::new(32, 1, true),
     ));
-    targets.push(uncontended_throughput_target(
-        rows,
-        Workload::new(16, 1, false),
-    ));
-    targets.push(uncontended_latency_target(rows, Workload::new(1, 1, false)));
+    for lock in [Implementation::Ours, Implementation::OursPerWorker] {
+        if lock == Implementation::OursPerWorker && !rows.iter().any(|row| row.lock == lock) {
+            continue;
+        }
+        targets.push(uncontended_throughput_target(
+            rows,
+            lock,
+            Workload::new(16, 1, false),
+        ));
+        targets.push(uncontended_latency_target(
+            rows,
+            lock,
+            Workload::new(1, 1, false),
+        ));
+    }
     targets
         .into_iter()
         .filter(|target| {
@@ -1434,12 +1484,20 @@ fn contended_throughput_target(rows: &[SummaryRow], workload: Workload) -> Targe
     }
 }
 
-fn uncontended_throughput_target(rows: &[SummaryRow], workload: Workload) -> Target {
+fn uncontended_throughput_target(
+    rows: &[SummaryRow],
+    lock: Implementation,
+    workload: Workload,
+) -> Target {
     let field = |f: &Figures| Some(f.acq_per_s);
-    let ours = figure(rows, Implementation::Ours, workload, field);
+    let ours = figure(rows, lock, workload, field);
     let rslock = figure(rows, Implementation::Rslock, workload, field);
     Target {
-        name: "acquisitions/s >= 1.0 x rslock",
+        name: if lock == Implementation::Ours {
+            "acquisitions/s >= 1.0 x rslock"
+        } else {
+            "acquisitions/s >= 1.0 x rslock, one client per worker"
+        },
         workload: workload.name(),
         measured: ratio(ours, rslock),
         limit: Some((Comparison::AtLeast, 1.0)),
@@ -1447,12 +1505,20 @@ fn uncontended_throughput_target(rows: &[SummaryRow], workload: Workload) -> Tar
     }
 }
 
-fn uncontended_latency_target(rows: &[SummaryRow], workload: Workload) -> Target {
+fn uncontended_latency_target(
+    rows: &[SummaryRow],
+    lock: Implementation,
+    workload: Workload,
+) -> Target {
     let field = |f: &Figures| f.acq_release_p50_us;
-    let ours = figure(rows, Implementation::Ours, workload, field);
+    let ours = figure(rows, lock, workload, field);
     let rslock = figure(rows, Implementation::Rslock, workload, field);
     Target {
-        name: "acquire+release p50 <= 1.0 x rslock",
+        name: if lock == Implementation::Ours {
+            "acquire+release p50 <= 1.0 x rslock"
+        } else {
+            "acquire+release p50 <= 1.0 x rslock, one client per worker"
+        },
         workload: workload.name(),
         measured: ratio(ours, rslock),
         limit: Some((Comparison::AtMost, 1.0)),
