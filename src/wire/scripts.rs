@@ -1,8 +1,11 @@
 //! The Lua scripts, run with EVALSHA (redis-rs reloads them on NOSCRIPT). They share the
-//! server clock of `lua/clock.lua`; the scripts that hand a lock over share the queue
-//! functions of `lua/queue.lua`, and those that take or renew one the epoch check of
-//! `lua/epoch.lua`. A read-write lock's scripts (`rw_*.lua`) also share the state
-//! functions of `lua/rw.lua`.
+//! server clock of `lua/clock.lua`; the scripts that take a lock share `lua/tokens.lua`, those
+//! that hand a lock over the queue functions of `lua/queue.lua`, and those that take or renew
+//! one the epoch check of `lua/epoch.lua`. A read-write lock's scripts (`rw_*.lua`) also share
+//! the state functions of `lua/rw.lua`. An exclusive lock's acquire and release start with
+//! their free-lock part (`*_free.lua`), placed before the queue's functions: Lua creates a
+//! function each time a script runs past its definition, and most acquisitions and releases
+//! find nobody queued and return before.
 
 use std::sync::LazyLock;
 
@@ -17,14 +20,18 @@ use crate::wire::conn::Conn;
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
-        include_str!("lua/queue.lua"),
+        include_str!("lua/tokens.lua"),
         include_str!("lua/epoch.lua"),
+        include_str!("lua/acquire_free.lua"),
+        include_str!("lua/queue.lua"),
         include_str!("lua/acquire.lua")
     ))
 });
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("lua/release_free.lua"),
         include_str!("lua/clock.lua"),
+        include_str!("lua/tokens.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/release.lua")
     ))
@@ -32,6 +39,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
+        include_str!("lua/tokens.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/force_unlock.lua")
     ))
@@ -39,6 +47,7 @@ static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
 static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
+        include_str!("lua/tokens.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/epoch.lua"),
         include_str!("lua/rw.lua"),
@@ -48,6 +57,7 @@ static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
+        include_str!("lua/tokens.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/rw.lua"),
         include_str!("lua/rw_release.lua")
@@ -56,6 +66,7 @@ static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| {
 static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
+        include_str!("lua/tokens.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/rw.lua"),
         include_str!("lua/rw_force_unlock.lua")

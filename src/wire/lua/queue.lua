@@ -5,26 +5,6 @@
 -- and after a space whatever a kind of lock adds).
 -- ARGV[1] the wake channel prefix: a waiter's instance listens on that prefix and its instance id.
 
--- Reserves `block` fencing tokens and returns the first: one for the acquisition, the rest
--- for the local hand-overs its instance may make without coming back to Redis. Tokens start
--- past both the counter and the server clock in microseconds, so they keep growing when the
--- counter is gone (expired, or Redis lost its data) or went back (a failover to a replica
--- that missed the last reservation): every token handed out before is below the clock, as
--- long as the servers' clocks never go back and one lock reserves fewer than a million
--- tokens a second. The counter expires `ttl_ms` (the lease) after its last reservation.
-local function reserve_tokens(block, ttl_ms)
-  local counter = tonumber(redis.call('get', KEYS[2]) or '0')
-  local first = math.max(counter, now_us()) + 1
-  redis.call('set', KEYS[2], string.format('%d', first + block - 1), 'px', ttl_ms)
-  return first
-end
-
-local function take(owner, lease_ms, block)
-  redis.call('hset', KEYS[1], owner, 1)
-  redis.call('pexpire', KEYS[1], lease_ms)
-  return reserve_tokens(block, lease_ms)
-end
-
 local function dequeue(owner)
   -- Terms are only ever written for a queued owner (enqueue, heartbeat).
   if redis.call('zrem', KEYS[3], owner) == 1 then

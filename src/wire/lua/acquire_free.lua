@@ -1,0 +1,27 @@
+-- Acquire a lock, wait in its queue, or re-enter it. This first part runs before the queue's
+-- functions are defined: a free lock nobody waits for is taken without them (acquire.lua goes
+-- on from here).
+-- ARGV[2] owner id, ARGV[3] lease ms, ARGV[4] mode: 'wait' (join or keep a place in the queue
+-- when the lock is not free for this owner), 'try' (never queue), 'reenter' (add a hold, never
+-- take); ARGV[5] waiter liveness ms, ARGV[6] claim lease ms, ARGV[7] token block size,
+-- ARGV[8] the epoch the client knows ('0' for none), ARGV[9] the quarantine ms it starts on
+-- a missing epoch, ARGV[10] the longest lease of the epoch it knows; KEYS[5] the epoch key.
+-- Returns {1, first token, lease left ms} when this owner holds the lock (token 0 on a
+-- re-entry), {0, holder's lease left ms, server time ms} when it does not, {-1, 0, 0} when a
+-- re-entry finds the lock no longer held by this owner, {-2, epoch, 0} when the client must
+-- learn the epoch and its longest lease first ({-2, epoch, longest lease ms}), and {-3,
+-- quarantine left ms, server time ms} during a quarantine.
+local owner, mode = ARGV[2], ARGV[4]
+local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
+-- A re-entry adds to a hold of this epoch if it is still there; a lost one is simply gone.
+if mode ~= 'reenter' then
+  local blocked = check_epoch(KEYS[5], ARGV[8], ARGV[10], ARGV[9], ARGV[3])
+  if blocked then
+    return blocked
+  end
+end
+-- The lock and its queue in one call: neither exists for most acquisitions.
+local present = redis.call('exists', KEYS[1], KEYS[3])
+if present == 0 and mode ~= 'reenter' then
+  return {1, take(owner, lease, block), lease}
+end

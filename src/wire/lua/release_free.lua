@@ -1,0 +1,21 @@
+-- Release holds of a lock; when the last goes, the first live waiter gets the lock.
+-- ARGV[2] owner id, ARGV[3] scope: 'one' (one hold), 'all' (every hold, and the owner's place in
+-- the queue: an acquisition nobody saw, or shutdown), 'handoff' (the last hold while more
+-- tasks of this instance wait: pass the lock to the first live waiter and queue ARGV[4]
+-- behind it, or keep it with a fresh token block when nobody else waits);
+-- ARGV[4] owner id queued for this instance's next task, ARGV[5] waiter liveness ms,
+-- ARGV[6] claim lease ms, ARGV[7] token block size, ARGV[8] lease ms of a kept lock.
+-- Returns {holds left, 0, 0}, or {-1, 0, 0} when the owner held nothing; 'handoff' returns
+-- {0, 1, server time ms} when the lock was passed on, {1, 2, first token} when it was kept.
+-- This first part runs before any function is defined: the last release of a lock nobody
+-- waits for needs none (release.lua goes on from here).
+local owner, scope = ARGV[2], ARGV[3]
+local released
+if scope == 'all' then
+  -- An exclusive lock has one owner: removing its field removes the lock (Redis drops an
+  -- empty hash), and says whether it held it.
+  released = redis.call('hdel', KEYS[1], owner) == 1
+  if redis.call('exists', KEYS[3]) == 0 then
+    return {released and 0 or -1, 0, 0}
+  end
+end
