@@ -53,6 +53,9 @@ ping() {
 echo "== redis-benchmark -t ping -c 1 (before)"
 ping
 LOCK_BENCH_REDIS_URL="$REDIS_URL" cargo bench --locked --bench lock
+# The uncontended fast path next to the simplest lock, with heap allocations counted; it
+# starts its own server.
+cargo bench --locked --bench fast_path
 # Each lock kind next to the exclusive lock; it starts its own servers (five for RedLock).
 cargo bench --locked --bench kinds
 # What one more reader costs a read-write lock 10, 100 and 1,000 readers hold.

@@ -169,9 +169,16 @@ impl Connections {
     /// needed.
     pub(crate) async fn get(&self, key: &str) -> Result<Conn> {
         let shard = self.shard(key);
-        if let Some(shared) = shard.cached() {
-            return Ok(shared);
+        match shard.cached() {
+            Some(shared) => Ok(shared),
+            // Boxed: a checkout is rare and its future large, and every command's future
+            // would carry it otherwise.
+            None => Box::pin(self.check_out(shard)).await,
         }
+    }
+
+    /// Checks a connection out for `shard` (one task at a time) and keeps it there.
+    async fn check_out(&self, shard: &Shard) -> Result<Conn> {
         tokio::time::timeout(self.command_timeout, async {
             let _gate = shard.checking_out.lock().await;
             if let Some(shared) = shard.cached() {
