@@ -145,6 +145,8 @@ impl Waiter {
         self.slot.mark_seen();
         let mut conn = shared.connections.get(self.keys.hash()).await?;
         self.conn = Some(conn.clone());
+        // Until its first script is sent, Redis cannot know this owner.
+        let mut unseen = !self.armed;
         self.armed = true;
         self.undo_within = Duration::from_millis(terms.lease_ms);
         let mut epochs_learned = 0;
@@ -165,11 +167,15 @@ impl Waiter {
                         &shared.names(&self.keys).wake_prefix,
                         &self.owner,
                         terms,
-                        mode,
+                        match mode {
+                            AcquireMode::Wait if unseen => AcquireMode::Join,
+                            mode => mode,
+                        },
                         &epoch,
                     ),
                 )
                 .await;
+            unseen = false;
             let reply = match reply {
                 // A connection that broke since the last command (a cut, a killed client):
                 // once more on a fresh one. The script is safe to repeat for one owner, and

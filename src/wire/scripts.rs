@@ -114,6 +114,9 @@ pub(crate) struct Terms {
 pub(crate) enum AcquireMode {
     /// Take it, or join (or keep a place in) the queue.
     Wait,
+    /// [`AcquireMode::Wait`] for an owner no script has seen yet: it can hold nothing, so
+    /// the script does not look for a grant made to it.
+    Join,
     /// Take it if free for this owner; never queue.
     Try,
     /// Add a hold for an owner that holds it; never take a free lock.
@@ -237,11 +240,21 @@ async fn run<T: FromRedisValue>(
 ) -> redis::RedisResult<T> {
     match cmd.query_async(conn).await {
         Err(err) if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(conn).await?;
-            cmd.query_async(conn).await
+            // Boxed: rare, and every script's future would carry it otherwise.
+            Box::pin(load_and_run(conn, script, cmd)).await
         }
         outcome => outcome,
     }
+}
+
+/// Loads `script` into the server, then runs `cmd` again.
+async fn load_and_run<T: FromRedisValue>(
+    conn: &mut Conn,
+    script: &Script,
+    cmd: &Cmd,
+) -> redis::RedisResult<T> {
+    script.prepare_invoke().load_async(conn).await?;
+    cmd.query_async(conn).await
 }
 
 /// The script that takes or waits for a lock of `kind`.
@@ -291,6 +304,7 @@ pub(crate) async fn acquire(
     let mut cmd = evalsha(script, keys, extra, wake);
     cmd.arg(owner).arg(terms.lease_ms).arg(match mode {
         AcquireMode::Wait => "wait",
+        AcquireMode::Join => "join",
         AcquireMode::Try => "try",
         AcquireMode::Reenter => "reenter",
         AcquireMode::ReadWithin => "within",

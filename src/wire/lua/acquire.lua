@@ -3,7 +3,9 @@
 -- The lease left on the lock, and whether it is free (-2: no such key), in one call.
 local left = redis.call('pttl', KEYS[1])
 local free = left == -2
-if not free and redis.call('hexists', KEYS[1], owner) == 1 then
+-- An owner Redis has never seen ('join') holds nothing: only one that looked before may have
+-- been granted the lock meanwhile.
+if not free and mode ~= 'join' and redis.call('hexists', KEYS[1], owner) == 1 then
   if mode == 'reenter' then
     -- A re-entry adds a hold and keeps the current lease.
     redis.call('hincrby', KEYS[1], owner, 1)
@@ -21,18 +23,22 @@ end
 if mode == 'reenter' then
   return {-1, 0, 0}
 end
+if free then
+  local blocked = may_grant()
+  if blocked then
+    return blocked
+  end
+end
 local now = now_ms()
 if free then
-  local head = live_head(now)
+  -- Free, but others queued: the first live one gets it (this owner, if it is first).
+  local head, claim, head_block, alive_until = pop_live_head(now)
   if not head or head == owner then
-    dequeue(owner)
     return {1, take(owner, lease, block), lease}
   end
-  -- Free, but others queued first: the first of them gets it.
-  grant_live_head(now)
-  left = redis.call('pttl', KEYS[1])
+  left = grant_to(head, now, claim, head_block, alive_until)
 end
-if mode == 'wait' then
+if mode == 'wait' or mode == 'join' then
   enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block)
 end
 return {0, left, now}

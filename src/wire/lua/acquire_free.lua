@@ -2,8 +2,9 @@
 -- functions are defined: a free lock nobody waits for is taken without them (acquire.lua goes
 -- on from here).
 -- ARGV[2] owner id, ARGV[3] lease ms, ARGV[4] mode: 'wait' (join or keep a place in the queue
--- when the lock is not free for this owner), 'try' (never queue), 'reenter' (add a hold, never
--- take); ARGV[5] waiter liveness ms, ARGV[6] claim lease ms, ARGV[7] token block size,
+-- when the lock is not free for this owner), 'join' (the same for an owner Redis has never
+-- seen: it can hold nothing yet), 'try' (never queue), 'reenter' (add a hold, never take);
+-- ARGV[5] waiter liveness ms, ARGV[6] claim lease ms, ARGV[7] token block size,
 -- ARGV[8] the epoch the client knows ('0' for none), ARGV[9] the quarantine ms it starts on
 -- a missing epoch, ARGV[10] the longest lease of the epoch it knows; KEYS[5] the epoch key.
 -- Returns {1, first token, lease left ms} when this owner holds the lock (token 0 on a
@@ -13,15 +14,18 @@
 -- quarantine left ms, server time ms} during a quarantine.
 local owner, mode = ARGV[2], ARGV[4]
 local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
--- A re-entry adds to a hold of this epoch if it is still there; a lost one is simply gone.
-if mode ~= 'reenter' then
-  local blocked = check_epoch(KEYS[5], ARGV[8], ARGV[10], ARGV[9], ARGV[3])
-  if blocked then
-    return blocked
-  end
+-- The epoch is checked before a lock is taken or granted, and only then: a look that finds
+-- the lock held (or adds to a hold, which adds to a hold of this epoch if it is still there)
+-- grants nothing, whatever happened to Redis's data.
+local function may_grant()
+  return check_epoch(KEYS[5], ARGV[8], ARGV[10], ARGV[9], ARGV[3])
 end
 -- The lock and its queue in one call: neither exists for most acquisitions.
 local present = redis.call('exists', KEYS[1], KEYS[3])
 if present == 0 and mode ~= 'reenter' then
+  local blocked = may_grant()
+  if blocked then
+    return blocked
+  end
   return {1, take(owner, lease, block), lease}
 end

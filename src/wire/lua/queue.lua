@@ -12,17 +12,17 @@ local function dequeue(owner)
   end
 end
 
--- Puts `owner` at the back of the queue, or keeps its place, and extends its liveness.
-local function enqueue(owner, now, alive_ms, claim_ms, block)
-  if not redis.call('zscore', KEYS[3], owner) then
-    local last = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES')
-    local arrival = 1
-    if last[2] then
-      arrival = tonumber(last[2]) + 1
-    end
-    redis.call('zadd', KEYS[3], arrival, owner)
+-- Puts `owner` at the back of the queue, or keeps its place, and extends its liveness; `rest`
+-- (optional) is what a kind of lock adds to the terms. Arrival is the server's clock in
+-- microseconds, read once per script: one ZADD NX places a newcomer behind everyone queued
+-- before it and leaves a queued owner where it is.
+local function enqueue(owner, now, alive_ms, claim_ms, block, rest)
+  redis.call('zadd', KEYS[3], 'NX', now_us(), owner)
+  local terms = string.format('%d %d %d', now + alive_ms, claim_ms, block)
+  if rest then
+    terms = terms .. ' ' .. rest
   end
-  redis.call('hset', KEYS[4], owner, string.format('%d %d %d', now + alive_ms, claim_ms, block))
+  redis.call('hset', KEYS[4], owner, terms)
   -- The queue vanishes on its own once every waiter has stopped refreshing its place.
   local keep = 2 * alive_ms
   for i = 3, 4 do
@@ -75,17 +75,42 @@ local function announce_grant(owner, token, now, lease)
   redis.call(publish, ARGV[1] .. instance, string.format('%s %d %d %d', owner, token, now, lease))
 end
 
+-- Takes the first live waiter out of the queue with its terms (as `live_head` returns them);
+-- dead ones are dropped on the way. One ZPOPMIN where a look and a removal would take two.
+local function pop_live_head(now)
+  while true do
+    local popped = redis.call('zpopmin', KEYS[3])
+    local head = popped[1]
+    if not head then
+      return nil
+    end
+    local terms = redis.call('hget', KEYS[4], head)
+    if terms then
+      redis.call('hdel', KEYS[4], head)
+      local alive, claim, block, rest = string.match(terms, '^(%d+) (%d+) (%d+) ?(.*)$')
+      if alive and tonumber(alive) >= now then
+        return head, tonumber(claim), tonumber(block), tonumber(alive), rest
+      end
+    end
+  end
+end
+
+-- Hands a free lock to `head`, taken out of the queue with its terms, and tells its instance.
+-- Returns the lease it was granted.
+local function grant_to(head, now, claim, block, alive_until)
+  local lease = claim_lease(now, claim, alive_until)
+  announce_grant(head, take(head, lease, block), now, lease)
+  return lease
+end
+
 -- Hands a free lock to the first live waiter, if there is one, and tells that waiter's
 -- instance. For a caller that already knows someone is queued.
 local function grant_live_head(now)
   now = now or now_ms()
-  local head, claim, block, alive_until = live_head(now)
-  if not head then
-    return
+  local head, claim, block, alive_until = pop_live_head(now)
+  if head then
+    grant_to(head, now, claim, block, alive_until)
   end
-  dequeue(head)
-  local lease = claim_lease(now, claim, alive_until)
-  announce_grant(head, take(head, lease, block), now, lease)
 end
 
 -- Hands a free lock to the first live waiter and tells that waiter's instance.

@@ -1,9 +1,11 @@
 -- Release, continued (after release_free.lua and the queue's functions): someone may wait.
 if scope == 'all' then
-  dequeue(owner)
   if not released then
+    -- An acquisition nobody saw may have left this owner queued.
+    dequeue(owner)
     return {-1, 0, 0}
   end
+  -- A holder is never queued: taking the lock took it out of the queue.
   grant_live_head(nil)
   return {0, 0, 0}
 end
@@ -13,13 +15,13 @@ if not count then
 end
 if scope == 'handoff' then
   local now = now_ms()
-  local head = live_head(now)
+  local head, claim, block, alive_until = pop_live_head(now)
   if not head then
     redis.call('pexpire', KEYS[1], ARGV[8])
     return {1, 2, reserve_tokens(tonumber(ARGV[7]), ARGV[8])}
   end
   redis.call('hdel', KEYS[1], owner)
-  grant_live_head(now)
+  grant_to(head, now, claim, block, alive_until)
   enqueue(ARGV[4], now, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
   return {0, 1, now}
 end

@@ -76,13 +76,6 @@ local function rw_take_write(owner, lease_ms, block)
   return reserve_tokens(block, lease_ms)
 end
 
--- Queues `owner` as a reader ('r') or a writer ('w'): the queue's own terms, and the role.
-local function rw_enqueue(owner, now, alive_ms, claim_ms, block, role)
-  enqueue(owner, now, alive_ms, claim_ms, block)
-  redis.call('hset', KEYS[4], owner,
-    string.format('%d %d %d %s', now + alive_ms, claim_ms, block, role))
-end
-
 -- Hands the lock to the queue as far as `state` allows: a free lock to the first live waiter
 -- (one writer, one plain waiter, or the run of readers at the head together), a read-held one
 -- to the run of readers at the head. Each grantee's instance is told, except `me`, the owner

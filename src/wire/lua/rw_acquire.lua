@@ -4,6 +4,10 @@
 -- never waiting; {1, token, lease left} when it holds the write lock, {-1, 0, 0} otherwise.
 -- A reader's lease left is its own, not the longest reader's.
 local owner, mode, role = ARGV[2], ARGV[4], ARGV[11]
+-- An owner Redis has never seen waits like any other here.
+if mode == 'join' then
+  mode = 'wait'
+end
 local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
 local taking = mode == 'wait' or mode == 'try'
 -- A re-entry (or a read inside the write lock) adds to a hold of this epoch if it is still
@@ -89,7 +93,8 @@ if mode == 'wait' then
   if role == 'read' then
     queued_role = 'r'
   end
-  rw_enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block, queued_role)
+  -- Queued as a reader ('r') or a writer ('w'): the role follows the queue's own terms.
+  enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block, queued_role)
 end
 local left = redis.call('pttl', KEYS[1])
 if first_left and first_left < left then
