@@ -23,6 +23,14 @@ fn calls(server: &RedisServer) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// Calls per command per round of [`ROUNDS`], for the failure messages.
+fn per_round(calls: &BTreeMap<String, u64>) -> BTreeMap<&str, f64> {
+    calls
+        .iter()
+        .map(|(name, count)| (name.as_str(), *count as f64 / ROUNDS as f64))
+        .collect()
+}
+
 #[tokio::test]
 async fn an_uncontended_acquire_and_release_touch_neither_the_queue_nor_more_than_ten_commands() {
     let server = RedisServer::start();
@@ -35,10 +43,7 @@ async fn an_uncontended_acquire_and_release_touch_neither_the_queue_nor_more_tha
         lock.acquire().await.unwrap().release().await.unwrap();
     }
     let calls = calls(&server);
-    let per_round: BTreeMap<&str, f64> = calls
-        .iter()
-        .map(|(name, count)| (name.as_str(), *count as f64 / ROUNDS as f64))
-        .collect();
+    let per_round = per_round(&calls);
     println!("commands per uncontended acquire + release: {per_round:?}");
 
     // Two scripts: the acquisition (epoch, lock and queue looked at in one EXISTS, hold,
@@ -103,10 +108,7 @@ async fn a_hand_over_between_instances_costs_redis_at_most_twenty_one_commands()
         );
     }
     let calls = calls(&server);
-    let per_round: BTreeMap<&str, f64> = calls
-        .iter()
-        .map(|(name, count)| (name.as_str(), *count as f64 / ROUNDS as f64))
-        .collect();
+    let per_round = per_round(&calls);
     println!("commands per hand-over between instances: {per_round:?}");
 
     // Two scripts per hand-over: the waiter's look that queues it and the release that
