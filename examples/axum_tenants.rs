@@ -10,13 +10,18 @@
 //! `--port 0` takes any free port; the first line on stdout says which
 //! (`{"event":"listening","addr":..,"instance":..}`). SIGTERM or Ctrl-C stops it gracefully.
 //! On a Redis Cluster, pass `--cluster` and one `--redis` per seed node.
+//!
+//! `GET /metrics` answers the lock metrics in Prometheus's text format
+//! (`metrics-exporter-prometheus`), and the lock client names its instance `orders-<instance>`,
+//! which `lockctl list` shows beside each holder.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusBuilder;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -120,14 +125,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if urls.is_empty() {
         urls.push("redis://127.0.0.1:6379".to_owned());
     }
+    // The application picks the exporter; the library only records.
+    let prometheus = PrometheusBuilder::new().install_recorder()?;
+    tower_redis_lock::describe_metrics();
+    let name = format!("orders-{instance}");
     let (locks, data) = if cluster {
-        let locks = LockClient::builder_cluster(&urls).build().await?;
+        let locks = LockClient::builder_cluster(&urls)
+            .instance_name(&name)
+            .build()
+            .await?;
         let data = ClusterClient::new(urls.clone())?
             .get_async_connection()
             .await?;
         (locks, Data::Cluster(data))
     } else {
-        let locks = LockClient::connect(&urls[0]).await?;
+        let locks = LockClient::builder(&urls[0])
+            .instance_name(&name)
+            .build()
+            .await?;
         let data = redis::Client::open(urls[0].as_str())?
             .get_multiplexed_async_connection()
             .await?;
@@ -145,7 +160,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 RouteParamKey::new("/tenants/{tenant}", "tenant"),
             )
             .key_prefix("tenant:"),
-        );
+        )
+        // Merged after the layer: scraping takes no lock.
+        .merge(Router::new().route(
+            "/metrics",
+            get(move || std::future::ready(prometheus.render())),
+        ));
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let addr = listener.local_addr()?;

@@ -3,7 +3,8 @@
 # a load generator that sends concurrent orders for many tenants (a few hot) spread over the
 # instances. It checks per tenant that no two handlers overlapped, that fencing tokens grew
 # and that no update was lost, prints a report and a JSON line, and exits non-zero if any
-# check failed. Every process it starts is stopped at the end.
+# check failed, then a summary of one instance's lock metrics (its GET /metrics). Every
+# process it starts is stopped at the end.
 #
 # Options go to the load generator, e.g. ./scripts/demo.sh --requests 10000 --concurrency 64
 # With --cluster (first), the same runs on a throw-away Redis Cluster of three masters.
@@ -55,4 +56,15 @@ done
 
 echo "$where; sending load"
 targets_csv=$(IFS=,; echo "${targets[*]}")
-target/debug/examples/loadgen "${redis_args[@]}" --targets "$targets_csv" "$@"
+status=0
+target/debug/examples/loadgen "${redis_args[@]}" --targets "$targets_csv" "$@" || status=$?
+
+# What one instance's lock metrics say after the load: its GET /metrics (Prometheus text),
+# counters and gauges whole, the wait and hold times as their count, sum and p99.
+echo "lock metrics of instance a (GET ${targets[0]}/metrics):"
+exec 3<>"/dev/tcp/127.0.0.1/${targets[0]##*:}"
+printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
+grep -E '^redis_lock_' <&3 | grep -Ev 'quantile="0(\.5|\.9|\.95|\.999)?"|quantile="1"' \
+    | sed 's/^/  /' || true
+exec 3<&-
+exit "$status"

@@ -31,7 +31,8 @@ a_acquired=$(head -n 1 "$out/a")
 echo "A: $a_acquired"
 [ "$(field event "$a_acquired")" = acquired ] || fail "A did not acquire"
 
-echo "== an operator inspects it"
+echo "== an operator lists the locks and inspects it"
+"$lockctl" --url "$REDIS_URL" list
 "$lockctl" --url "$REDIS_URL" inspect invoice-42
 
 echo "== process B waits up to 10 s for it"
@@ -70,8 +71,8 @@ echo "== process E holds it; an operator force-unlocks it"
 "$lockctl" --url "$REDIS_URL" hold invoice-42 --for 30s >"$out/e" &
 started_pids+=($!)
 for _ in $(seq 1 200); do grep -q acquired "$out/e" 2>/dev/null && break; sleep 0.05; done
-"$lockctl" --url "$REDIS_URL" force-unlock invoice-42
-state=$("$lockctl" --url "$REDIS_URL" inspect invoice-42)
+"$lockctl" --url "$REDIS_URL" force-unlock invoice-42 --yes
+state=$("$lockctl" --url "$REDIS_URL" inspect invoice-42 --json)
 echo "$state"
 [ "$(field locked "$state")" = false ] || fail "the lock is still held after force-unlock"
 

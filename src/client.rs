@@ -163,13 +163,16 @@ impl LockClient {
                 local_handoff_window: DEFAULT_LOCAL_HANDOFF_WINDOW,
                 restart_quarantine: DEFAULT_RESTART_QUARANTINE,
                 replica_ack: None,
+                instance_name: None,
             },
             renew_interval: None,
         }
     }
 
-    /// This client's random instance id, the first part of every owner id: 128 bits from a
-    /// CSPRNG (rand's `ThreadRng`, seeded by the operating system), as 32 hex digits.
+    /// This client's instance id, the first part of every owner id: 128 bits from a CSPRNG
+    /// (rand's `ThreadRng`, seeded by the operating system) as 32 hex digits, after the
+    /// [instance name](LockClientBuilder::instance_name) and a `.` when there is one
+    /// (`orders-7f9c.3b1f…`).
     pub fn instance_id(&self) -> &str {
         &self.engine.shared.instance_id
     }
@@ -391,6 +394,17 @@ impl LockClientBuilder {
     /// watchdog lease, or [`ErrorKind::InvalidConfig`].
     pub fn min_replicas_acked(mut self, replicas: u32, timeout: Duration) -> Self {
         self.config.replica_ack = Some(ReplicaAck { replicas, timeout });
+        self
+    }
+
+    /// Names this instance (default: none), so an operator sees where a holder runs: the
+    /// name starts the instance id and every owner id (`orders-7f9c.3b1f…:12`), which
+    /// `lockctl list` shows. Use what tells your instances apart (a pod or host name). 1 to
+    /// 64 ASCII letters, digits, `-` or `_`; anything else is [`ErrorKind::InvalidConfig`]
+    /// at [`Self::build`]. The random part stays, so two instances given one name never share
+    /// an owner id.
+    pub fn instance_name(mut self, name: &str) -> Self {
+        self.config.instance_name = Some(name.to_owned());
         self
     }
 

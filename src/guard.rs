@@ -6,6 +6,7 @@ use crate::engine::reenter;
 use crate::engine::release::OwnedHold;
 use crate::error::Result;
 use crate::lease::LostReason;
+use crate::meter::HandOverPath;
 
 /// Tells a holder that its lease was lost: after that, another owner may hold the lock.
 ///
@@ -91,6 +92,15 @@ impl LockGuard {
     /// Tasks of one client that receive the lock from each other locally share it.
     pub fn owner_id(&self) -> &str {
         &self.hold.holder().acquisition.owner
+    }
+
+    /// How this guard's holder got the lock, for the layer's span: `local` or `redis` when
+    /// the holder before it handed it over, `none` when it was taken as found.
+    pub(crate) fn handover(&self) -> &'static str {
+        self.hold
+            .holder()
+            .handed_over
+            .map_or("none", HandOverPath::as_str)
     }
 
     /// A signal that fires if the lease is lost while this guard is held.

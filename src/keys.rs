@@ -157,6 +157,50 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
+/// The SCAN `MATCH` pattern of the hashes of the locks under `prefix` whose names match the
+/// glob `pattern` (`*`, `?`, `[...]`, `\\` as Redis reads them): the prefix with its glob
+/// characters escaped, and the pattern escaped as names are, inside the hash tag.
+pub(crate) fn hash_pattern(prefix: &str, pattern: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + pattern.len() + 8);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('{');
+    escape_into(pattern, &mut out);
+    out.push('}');
+    out
+}
+
+/// The name of the lock whose hash is `key` under `prefix`, or `None` for any other key: the
+/// reverse of [`LockKeys::new`]'s hash.
+pub(crate) fn name_of_hash(prefix: &str, key: &str) -> Option<String> {
+    let escaped = key
+        .strip_prefix(prefix)?
+        .strip_prefix('{')?
+        .strip_suffix('}')?;
+    if escaped.is_empty() || escaped.contains(['{', '}']) {
+        return None;
+    }
+    let mut name = String::with_capacity(escaped.len());
+    let mut rest = escaped;
+    while let Some(at) = rest.find('%') {
+        name.push_str(&rest[..at]);
+        let code = rest.get(at + 1..at + 3)?;
+        name.push(match code {
+            "25" => '%',
+            "7B" => '{',
+            "7D" => '}',
+            _ => return None,
+        });
+        rest = &rest[at + 3..];
+    }
+    name.push_str(rest);
+    Some(name)
+}
+
 fn escape_into(name: &str, out: &mut String) {
     for c in name.chars() {
         match c {
@@ -233,6 +277,39 @@ mod tests {
             "[k0, k1, k2, k3, …(+2 more)]"
         );
         assert_eq!(shown_all(&names[..1]).to_string(), "[k0]");
+    }
+
+    #[test]
+    fn hash_keys_map_back_to_their_names() {
+        for name in ["acme", "a{b}c%", "x}:fence", "%7B", "t\u{e9}nant:*", "%"] {
+            assert_eq!(
+                name_of_hash(DEFAULT_PREFIX, keys(name).hash()).as_deref(),
+                Some(name)
+            );
+        }
+        for other in [
+            "lock:{acme}:fence",
+            "lock:{acme}:queue",
+            "lock:epoch",
+            "lock:epoch:{a}",
+            "lock:{}",
+            "lock:{a%7}",
+            "lock:{a%41}",
+            "other:{acme}",
+            "lock:{a{b}",
+        ] {
+            assert_eq!(name_of_hash(DEFAULT_PREFIX, other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_name_pattern_matches_only_hashes_under_the_prefix() {
+        assert_eq!(hash_pattern("lock:", "*"), "lock:{*}");
+        assert_eq!(
+            hash_pattern("lock:", "ten{ant}%*"),
+            "lock:{ten%7Bant%7D%25*}"
+        );
+        assert_eq!(hash_pattern("a*b?[c]\\:", "x"), "a\\*b\\?\\[c\\]\\\\:{x}");
     }
 
     #[test]

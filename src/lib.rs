@@ -36,12 +36,14 @@ mod client;
 mod engine;
 mod error;
 mod guard;
+pub mod inspect;
 pub mod keys;
 mod kind;
 pub mod kinds;
 pub mod layer;
 mod lease;
 mod lock;
+mod meter;
 mod slots;
 mod wire;
 
@@ -52,6 +54,7 @@ pub use client::{
 };
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostSignal};
+pub use inspect::{LockPage, LockSnapshot};
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
 pub use kind::LockKind;
 pub use kinds::{
@@ -60,3 +63,4 @@ pub use kinds::{
 pub use layer::{HeaderKey, KeyExtractor, LockContext, LockLayer, LockService};
 pub use lease::{Lease, LostReason, MAX_LEASE};
 pub use lock::{Lock, LockState};
+pub use meter::describe_metrics;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::engine::acquire::Target;
 use crate::engine::release::OwnedHold;
+use crate::meter::{counted, counted_try, kind_label};
 // The docs name the error kinds.
 #[cfg(doc)]
 use crate::error::ErrorKind;
@@ -112,9 +113,20 @@ impl Lock {
     /// [`MAX_LEASE`](crate::MAX_LEASE) (before anything is written), and
     /// [`ErrorKind::ShutDown`] after shutdown.
     pub async fn acquire(&self) -> Result<LockGuard> {
+        counted(kind_label(self.target.kind), self.acquire_part()).await
+    }
+
+    /// [`Lock::acquire`] as one part of an acquisition that counts itself (a multi-lock's, a
+    /// quorum's, the layer's).
+    pub(crate) async fn acquire_part(&self) -> Result<LockGuard> {
         self.acquire_inner(true)
             .await
             .map(|guard| guard.expect("a waiting acquire returns a guard"))
+    }
+
+    /// [`Lock::try_acquire`] as one part of an acquisition that counts itself.
+    pub(crate) async fn try_acquire_part(&self) -> Result<Option<LockGuard>> {
+        self.acquire_inner(false).await
     }
 
     async fn acquire_inner(&self, wait: bool) -> Result<Option<LockGuard>> {
@@ -134,13 +146,16 @@ impl Lock {
     /// ([`ErrorKind::RestartQuarantine`] when it passes while Redis recovers from a loss of
     /// its data), and the errors of [`Lock::acquire`].
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LockGuard> {
-        match tokio::time::timeout(wait, self.acquire()).await {
-            Ok(acquired) => acquired,
-            Err(_) => Err(self.client.wait_bound_passed(&format!(
-                "lock '{}' not acquired within {wait:?}",
-                shown(&self.target.name)
-            ))),
-        }
+        let bounded = async {
+            match tokio::time::timeout(wait, self.acquire_part()).await {
+                Ok(acquired) => acquired,
+                Err(_) => Err(self.client.wait_bound_passed(&format!(
+                    "lock '{}' not acquired within {wait:?}",
+                    shown(&self.target.name)
+                ))),
+            }
+        };
+        counted(kind_label(self.target.kind), bounded).await
     }
 
     /// Takes the lock if it is free now; `Ok(None)` when it is held (here or elsewhere).
@@ -153,7 +168,7 @@ impl Lock {
     ///
     /// The errors of [`Lock::acquire`].
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
-        self.acquire_inner(false).await
+        counted_try(kind_label(self.target.kind), self.try_acquire_part()).await
     }
 
     /// What Redis holds for this lock: owners, hold counts, lease left, last fencing token.
@@ -315,8 +330,8 @@ impl LockClient {
         names: &[N],
         lease: Lease,
     ) -> Result<Vec<LockGuard>> {
-        self.acquire_all_of_kind(names, lease, LockKind::Exclusive)
-            .await
+        let acquiring = self.acquire_all_of_kind(names, lease, LockKind::Exclusive);
+        counted(kind_label(LockKind::Exclusive), acquiring).await
     }
 
     /// [`LockClient::acquire_all`] with a bound on the wait: when `wait` passes first, the
@@ -353,16 +368,19 @@ impl LockClient {
         kind: LockKind,
         wait: Duration,
     ) -> Result<Vec<LockGuard>> {
-        match tokio::time::timeout(wait, self.acquire_all_of_kind(names, lease, kind)).await {
-            Ok(acquired) => acquired,
-            Err(_) => {
-                let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
-                Err(self.wait_bound_passed(&format!(
-                    "locks {} not acquired within {wait:?}",
-                    shown_all(&names)
-                )))
+        let bounded = async {
+            match tokio::time::timeout(wait, self.acquire_all_of_kind(names, lease, kind)).await {
+                Ok(acquired) => acquired,
+                Err(_) => {
+                    let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
+                    Err(self.wait_bound_passed(&format!(
+                        "locks {} not acquired within {wait:?}",
+                        shown_all(&names)
+                    )))
+                }
             }
-        }
+        };
+        counted(kind_label(kind), bounded).await
     }
 
     /// [`LockClient::acquire_all`] for locks of `kind`.
@@ -379,7 +397,7 @@ impl LockClient {
         Lock::sort_canonically(&mut locks);
         let mut guards = Vec::with_capacity(locks.len());
         for lock in &locks {
-            guards.push(lock.acquire().await?);
+            guards.push(lock.acquire_part().await?);
         }
         Ok(guards)
     }

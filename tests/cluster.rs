@@ -272,6 +272,7 @@ fn lockctl(cluster: &RedisCluster, args: &[&str]) -> std::process::Child {
     }
     command
         .args(args)
+        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("lockctl starts")
@@ -298,7 +299,7 @@ fn lockctl_waives_holds_inspects_and_force_unlocks_on_a_cluster() {
     let acquired: serde_json::Value = serde_json::from_str(&line).expect("JSON");
     assert_eq!(acquired["event"], "acquired", "{line}");
 
-    let (code, inspected) = lockctl_run(&cluster, &["inspect", "order-7"]);
+    let (code, inspected) = lockctl_run(&cluster, &["inspect", "order-7", "--json"]);
     assert_eq!(code, 0);
     assert_eq!(inspected["locked"], true, "{inspected}");
     assert_eq!(inspected["hold_count"], 1, "{inspected}");
@@ -306,7 +307,7 @@ fn lockctl_waives_holds_inspects_and_force_unlocks_on_a_cluster() {
     let (fence, token) = (inspected["fence"].as_u64(), acquired["token"].as_u64());
     assert!(fence >= token && token.is_some(), "{inspected}");
 
-    let (code, unlocked) = lockctl_run(&cluster, &["force-unlock", "order-7"]);
+    let (code, unlocked) = lockctl_run(&cluster, &["force-unlock", "order-7", "--yes", "--json"]);
     assert_eq!((code, &unlocked["removed"]), (0, &serde_json::json!(true)));
     // The holder's next renewal finds the lock gone: it is told, and exits 4.
     let status = holder.wait().expect("the holder ends");
@@ -315,6 +316,86 @@ fn lockctl_waives_holds_inspects_and_force_unlocks_on_a_cluster() {
         Some(4),
         "the holder was not told its lock was taken"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockctl_lists_the_locks_of_every_master() {
+    let cluster = provisioned_cluster().await;
+    let names: Vec<String> = (0..12).map(|n| format!("tenant-{n}")).collect();
+    let nodes: HashSet<u16> = names
+        .iter()
+        .map(|name| cluster.node_of(&format!("lock:{{{name}}}")))
+        .collect();
+    assert_eq!(nodes.len(), 3, "the keys do not reach every node");
+    let locks = client(&cluster).await;
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(locks.lock(name).unwrap().acquire().await.unwrap());
+    }
+    for port in cluster.masters() {
+        let _: () = cluster.cmd(port, &["CONFIG", "RESETSTAT"]);
+    }
+    let (listed, next) = lockctl_list(&cluster, &[]).await;
+    assert_eq!(next, None);
+    let mut wanted: Vec<String> = names.clone();
+    wanted.sort_unstable();
+    // The 16,384 epoch keys are no locks.
+    assert_eq!(listed, wanted);
+    for port in cluster.masters() {
+        assert!(
+            cluster.command_calls(port, "scan") >= 1,
+            "master {port} was not scanned"
+        );
+    }
+    // Pages of 5 go on from master to master: each lock once.
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10 {
+        let mut args = vec!["--limit", "5"];
+        if let Some(cursor) = &cursor {
+            args.extend(["--cursor", cursor.as_str()]);
+        }
+        let (listed, next) = lockctl_list(&cluster, &args).await;
+        assert!(listed.len() <= 5);
+        paged.extend(listed);
+        cursor = next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(cursor, None, "the listing never ended");
+    paged.sort_unstable();
+    assert_eq!(paged, wanted);
+}
+
+/// `lockctl --cluster ... list --json ARGS`: the names of the locks of one page, sorted, and
+/// its next cursor.
+async fn lockctl_list(cluster: &RedisCluster, args: &[&str]) -> (Vec<String>, Option<String>) {
+    let mut command = tokio::process::Command::new(support::lockctl_path());
+    command.arg("--cluster");
+    for url in cluster.urls() {
+        command.arg("--url").arg(url);
+    }
+    let output = command
+        .args(["list", "--json"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("lockctl runs");
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8 output");
+    assert!(output.status.success(), "{stdout}");
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    let (page, locks) = lines.split_last().expect("the page line");
+    let mut names: Vec<String> = locks
+        .iter()
+        .map(|lock| lock["name"].as_str().expect("a name").to_owned())
+        .collect();
+    names.sort_unstable();
+    (names, page["next_cursor"].as_str().map(str::to_owned))
 }
 
 #[tokio::test]

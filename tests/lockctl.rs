@@ -4,15 +4,19 @@ mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::RedisServer;
+use tower_redis_lock::inspect::{LIST_MAX_SCANS, LIST_SCAN_COUNT};
+use tower_redis_lock::{ErrorKind, LockClient, LostReason};
 
 fn lockctl(server: &RedisServer, args: &[&str]) -> Child {
     Command::new(support::lockctl_path())
         .arg("--url")
         .arg(server.url())
         .args(args)
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
         .expect("lockctl starts")
@@ -37,7 +41,7 @@ fn a_second_holder_acquires_only_after_the_first_released_with_a_larger_token() 
     let acquired = next_event(&mut first_out);
     assert_eq!(acquired["event"], "acquired");
 
-    let (code, inspected) = run(&server, &["inspect", "shared"]);
+    let (code, inspected) = run(&server, &["inspect", "shared", "--json"]);
     assert_eq!(code, 0);
     assert_eq!(inspected["hold_count"], 1);
     assert_eq!(inspected["holders"][0]["owner"], acquired["owner"]);
@@ -80,11 +84,11 @@ fn a_lost_lease_exits_4_and_force_unlock_frees_the_lock() {
     let mut holder = lockctl(&server, &["hold", "stuck", "--for", "30s"]);
     let mut out = BufReader::new(holder.stdout.take().unwrap());
     assert_eq!(next_event(&mut out)["event"], "acquired");
-    let (code, unlocked) = run(&server, &["force-unlock", "stuck"]);
+    let (code, unlocked) = run(&server, &["force-unlock", "stuck", "--yes", "--json"]);
     assert_eq!((code, unlocked["removed"].as_bool()), (0, Some(true)));
     // The holder learns at its next renewal (10 s with the default 30 s lease) that the lock
     // is gone; it is stopped here rather than waited for.
-    let (_, inspected) = run(&server, &["inspect", "stuck"]);
+    let (_, inspected) = run(&server, &["inspect", "stuck", "--json"]);
     assert_eq!(inspected["locked"], false);
     holder.kill().unwrap();
     holder.wait().unwrap();
@@ -233,4 +237,461 @@ fn an_operator_waives_the_quarantine_of_a_new_server() {
     assert_eq!((code, released["event"].as_str()), (0, Some("released")));
     let (code, again) = run(&server, &["waive-quarantine"]);
     assert_eq!((code, again["waived"].as_bool()), (0, Some(false)));
+}
+
+/// Runs lockctl against `server` to the end, stdin closed (no terminal): its exit code,
+/// stdout and stderr.
+async fn ctl(server: &RedisServer, args: &[&str]) -> (i32, String, String) {
+    let output = tokio::process::Command::new(support::lockctl_path())
+        .arg("--url")
+        .arg(server.url())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("lockctl runs");
+    (
+        output.status.code().expect("exit code"),
+        String::from_utf8(output.stdout).expect("UTF-8 output"),
+        String::from_utf8(output.stderr).expect("UTF-8 errors"),
+    )
+}
+
+fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|err| panic!("bad JSON line {line:?}: {err}"))
+        })
+        .collect()
+}
+
+/// The JSON object of the lock `name` among `lines`.
+fn lock_named<'a>(lines: &'a [Value], name: &str) -> &'a Value {
+    lines
+        .iter()
+        .find(|line| line["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not among {lines:#?}"))
+}
+
+/// The cells of the table row of the lock `name`.
+fn row<'a>(table: &'a str, name: &str) -> Vec<&'a str> {
+    table
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|cells| cells.first() == Some(&name))
+        .unwrap_or_else(|| panic!("no row for {name} in\n{table}"))
+}
+
+/// A client whose instance is called `name`.
+async fn named(server: &RedisServer, name: &str) -> LockClient {
+    LockClient::builder(&server.url())
+        .instance_name(name)
+        .build()
+        .await
+        .expect("a named client")
+}
+
+/// Waits until `owners` instances are queued in Redis for `name` (server-side state: no
+/// signal to wait on).
+async fn await_queued(server: &RedisServer, name: &str, owners: usize) {
+    let queued = support::eventually(WAIT_BOUND, || support::queued(server, name).len() == owners);
+    assert!(queued.await, "{owners} waiters never queued for {name}");
+}
+
+/// Generous bound for what takes milliseconds (shared, busy machines).
+const WAIT_BOUND: Duration = Duration::from_secs(10);
+
+/// A waiter whose process died: the place `owner` at the back of `name`'s queue, its
+/// liveness run out `ago_ms` before the server's clock.
+fn queue_dead_waiter(server: &RedisServer, name: &str, owner: &str, ago_ms: u64) {
+    let (secs, micros): (u64, u64) = server.cmd(&["TIME"]);
+    let now_us = secs * 1_000_000 + micros;
+    let alive_until = now_us / 1000 - ago_ms;
+    let _: i64 = server.cmd(&[
+        "ZADD",
+        &format!("lock:{{{name}}}:queue"),
+        &now_us.to_string(),
+        owner,
+    ]);
+    let _: i64 = server.cmd(&[
+        "HSET",
+        &format!("lock:{{{name}}}:waiters"),
+        owner,
+        &format!("{alive_until} 3000 17"),
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_inspect_show_holders_by_instance_and_the_queue_in_order() {
+    let server = RedisServer::start();
+    let orders = named(&server, "orders-7f9c").await;
+    let billing = named(&server, "billing-1").await;
+    let unnamed = support::client(&server).await;
+    let held = orders.lock("invoice-42").unwrap().acquire().await.unwrap();
+    // Two instances queue behind the holder, billing first; then one whose process died.
+    let lock = billing.lock("invoice-42").unwrap();
+    let first = tokio::spawn(async move { lock.acquire().await.map(drop) });
+    await_queued(&server, "invoice-42", 1).await;
+    let lock = unnamed.lock("invoice-42").unwrap();
+    let second = tokio::spawn(async move { lock.acquire().await.map(drop) });
+    await_queued(&server, "invoice-42", 2).await;
+    let ghost = "ghost-3.0123456789abcdef0123456789abcdef:1";
+    queue_dead_waiter(&server, "invoice-42", ghost, 5_000);
+    // A read-write lock: read by orders, a writer waits.
+    let reading = orders
+        .read_write_lock("report-7")
+        .unwrap()
+        .read()
+        .acquire()
+        .await
+        .unwrap();
+    let lock = unnamed.read_write_lock("report-7").unwrap().write();
+    let writer = tokio::spawn(async move { lock.acquire().await.map(drop) });
+    await_queued(&server, "report-7", 1).await;
+    let unnamed_instance = &unnamed.instance_id()[..8];
+
+    let (code, table, errors) = ctl(&server, &["list"]).await;
+    assert_eq!(code, 0, "{errors}");
+    assert!(table.starts_with("NAME "), "{table}");
+    let invoice = row(&table, "invoice-42");
+    assert_eq!(invoice[..3], ["invoice-42", "exclusive", "orders-7f9c(1)"]);
+    let token: u64 = invoice[5].parse().expect("a token");
+    assert!(token >= held.fencing_token(), "{table}");
+    assert_eq!(invoice[6..], ["3", "(1", "dead)"], "{table}");
+    let report = row(&table, "report-7");
+    assert_eq!(
+        [report[1], report[2], report[6]],
+        ["read-write:read", "orders-7f9c(1)", "1"]
+    );
+
+    let (code, out, errors) = ctl(&server, &["list", "--json"]).await;
+    assert_eq!(code, 0, "{errors}");
+    let lines = json_lines(&out);
+    let page = lines.last().expect("the page line");
+    assert_eq!(
+        (&page["event"], &page["locks"], &page["next_cursor"]),
+        (&json!("page"), &json!(2), &Value::Null),
+        "{out}"
+    );
+    let invoice = lock_named(&lines, "invoice-42");
+    assert_eq!(
+        (&invoice["kind"], &invoice["locked"]),
+        (&json!("exclusive"), &json!(true))
+    );
+    let holder = &invoice["holders"][0];
+    assert_eq!(holder["owner"], held.owner_id());
+    assert_eq!(
+        (&holder["instance"], &holder["count"]),
+        (&json!("orders-7f9c"), &json!(1))
+    );
+    let lease = invoice["pttl_ms"].as_u64().expect("a lease");
+    assert!(lease > 0 && lease <= 30_000, "{invoice}");
+    assert!(
+        invoice["fence"].as_u64() >= Some(held.fencing_token()),
+        "{invoice}"
+    );
+    assert_eq!(invoice["queued"], 3);
+    let waiters = invoice["waiters"].as_array().expect("waiters");
+    let instances: Vec<&Value> = waiters.iter().map(|waiter| &waiter["instance"]).collect();
+    assert_eq!(
+        instances,
+        [
+            &json!("billing-1"),
+            &json!(unnamed_instance),
+            &json!("ghost-3")
+        ]
+    );
+    let alive: Vec<&Value> = waiters.iter().map(|waiter| &waiter["alive"]).collect();
+    assert_eq!(alive, [&json!(true), &json!(true), &json!(false)]);
+    assert!(waiters[0]["alive_left_ms"].as_u64() > Some(0), "{invoice}");
+    assert!(
+        waiters[2]["dead_for_ms"].as_u64() >= Some(5_000),
+        "{invoice}"
+    );
+    let report = lock_named(&lines, "report-7");
+    assert_eq!(
+        (&report["kind"], &report["mode"]),
+        (&json!("read-write"), &json!("read"))
+    );
+    assert_eq!(report["holders"][0]["instance"], "orders-7f9c");
+    assert_eq!(report["waiters"][0]["wants"], "write");
+
+    let (code, text, errors) = ctl(&server, &["inspect", "invoice-42"]).await;
+    assert_eq!(code, 0, "{errors}");
+    assert!(text.contains(held.owner_id()), "{text}");
+    assert!(text.contains("orders-7f9c"), "{text}");
+    assert!(
+        text.lines().any(|line| line == "WAITERS  3 (1 dead)"),
+        "{text}"
+    );
+    let queue: Vec<Vec<&str>> = text
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|cells| {
+            cells
+                .first()
+                .is_some_and(|cell| cell.parse::<u32>().is_ok())
+        })
+        .collect();
+    let order: Vec<(&str, &str)> = queue.iter().map(|cells| (cells[0], cells[1])).collect();
+    assert_eq!(
+        order,
+        [
+            ("1", "billing-1"),
+            ("2", unnamed_instance),
+            ("3", "ghost-3")
+        ]
+    );
+    assert_eq!(queue[0][4], "alive,", "{text}");
+    assert_eq!(queue[2][4], "dead", "{text}");
+
+    let (code, out, errors) = ctl(&server, &["inspect", "invoice-42", "--json"]).await;
+    assert_eq!(code, 0, "{errors}");
+    let inspected = &json_lines(&out)[0];
+    assert_eq!(
+        (
+            &inspected["event"],
+            &inspected["key"],
+            &inspected["hold_count"]
+        ),
+        (&json!("inspect"), &json!("lock:{invoice-42}"), &json!(1))
+    );
+    assert_eq!(inspected["waiters"][2]["owner"], ghost);
+    assert_eq!(inspected["waiters"][2]["position"], 3);
+
+    // The queue goes on as shown: billing gets the lock first.
+    held.release().await.unwrap();
+    tokio::time::timeout(WAIT_BOUND, first)
+        .await
+        .expect("billing was granted the lock")
+        .unwrap()
+        .unwrap();
+    reading.release().await.unwrap();
+    tokio::time::timeout(WAIT_BOUND, writer)
+        .await
+        .expect("the writer was granted the lock")
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(WAIT_BOUND, second)
+        .await
+        .expect("the unnamed instance was granted the lock")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_each_refresh_as_plain_lines_without_a_terminal() {
+    let server = RedisServer::start();
+    let orders = named(&server, "orders-7f9c").await;
+    let _held = orders.lock("invoice-42").unwrap().acquire().await.unwrap();
+    let (code, out, errors) = ctl(&server, &["watch", "--count", "2", "--interval", "100ms"]).await;
+    assert_eq!(code, 0, "{errors}");
+    assert!(
+        !out.contains('\x1b'),
+        "no terminal, no screen clearing: {out:?}"
+    );
+    assert_eq!(out.lines().count(), 4, "{out}");
+    for refresh in ["refresh=1 ", "refresh=2 "] {
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|line| line.starts_with(refresh))
+            .collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        assert!(lines[0].ends_with(" locks=1 more=false"), "{out}");
+        for field in [
+            " name=invoice-42 ",
+            " holders=orders-7f9c(1) ",
+            " waiters=0 ",
+        ] {
+            assert!(lines[1].contains(field), "{field} missing: {out}");
+        }
+    }
+    let (code, out, errors) = ctl(&server, &["watch", "inv*", "--count", "1", "--json"]).await;
+    assert_eq!(code, 0, "{errors}");
+    let lines = json_lines(&out);
+    assert_eq!(
+        (&lines[0]["event"], &lines[0]["locks"]),
+        (&json!("refresh"), &json!(1))
+    );
+    assert_eq!(lines[1]["holders"][0]["instance"], "orders-7f9c");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_needs_yes_without_a_terminal_and_then_frees_the_lock() {
+    let server = RedisServer::start();
+    // A short lease: the holder's next renewal (every 300 ms) finds its lock gone.
+    let orders = LockClient::builder(&server.url())
+        .instance_name("orders-7f9c")
+        .watchdog_lease(Duration::from_millis(900))
+        .build()
+        .await
+        .unwrap();
+    let held = orders.lock("invoice-42").unwrap().acquire().await.unwrap();
+    let lost = held.lost_signal();
+
+    let (code, out, errors) = ctl(&server, &["force-unlock", "invoice-42"]).await;
+    assert_eq!(code, 2, "{out}{errors}");
+    assert!(errors.contains("--yes"), "{errors}");
+    let still = orders.inspect("invoice-42").await.unwrap();
+    assert_eq!(still.holders.len(), 1, "refused, yet the lock is gone");
+    assert!(!lost.is_lost());
+
+    let (code, out, errors) = ctl(&server, &["force-unlock", "invoice-42", "--yes"]).await;
+    assert_eq!(code, 0, "{errors}");
+    assert!(out.starts_with("force-unlocked invoice-42"), "{out}");
+    assert!(
+        orders
+            .inspect("invoice-42")
+            .await
+            .unwrap()
+            .holders
+            .is_empty()
+    );
+    let reason = tokio::time::timeout(WAIT_BOUND, lost.lost())
+        .await
+        .expect("the holder was told");
+    assert_eq!(reason, LostReason::Taken);
+
+    let (code, out, _) = ctl(&server, &["force-unlock", "invoice-42", "--yes", "--json"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(json_lines(&out)[0]["removed"], false);
+}
+
+/// Every lock `lockctl list ARGS` finds, page after page, and the SCAN calls of each page
+/// (counted by the server, and checked against what the page says).
+async fn list_all(server: &RedisServer, args: &[&str]) -> (Vec<String>, Vec<u64>) {
+    let (mut names, mut scans) = (Vec::new(), Vec::new());
+    let mut cursor: Option<String> = None;
+    loop {
+        assert!(scans.len() < 50, "the listing never ends: {scans:?}");
+        let mut page_args = vec!["list", "--json"];
+        page_args.extend_from_slice(args);
+        if let Some(cursor) = &cursor {
+            page_args.extend(["--cursor", cursor.as_str()]);
+        }
+        let before = support::command_calls(server, "scan");
+        let (code, out, errors) = ctl(server, &page_args).await;
+        assert_eq!(code, 0, "{errors}");
+        let made = support::command_calls(server, "scan") - before;
+        let lines = json_lines(&out);
+        let (page, locks) = lines.split_last().expect("the page line");
+        assert_eq!(page["scans"], made, "{out}");
+        names.extend(
+            locks
+                .iter()
+                .map(|lock| lock["name"].as_str().unwrap().to_owned()),
+        );
+        scans.push(made);
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return (names, scans),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_through_100000_other_keys_with_bounded_scans() {
+    let server = RedisServer::start();
+    let locks = support::client(&server).await;
+    let wanted: Vec<String> = (0..5).map(|n| format!("tenant-{n}")).collect();
+    let mut guards = Vec::new();
+    for name in &wanted {
+        guards.push(locks.lock(name).unwrap().acquire().await.unwrap());
+    }
+    // Few keys: one SCAN reply holds every lock, and pages of 2 go on inside it.
+    let (mut names, scans) = list_all(&server, &["--limit", "2"]).await;
+    names.sort();
+    assert_eq!(names, wanted, "each lock listed once");
+    assert_eq!(scans.len(), 3, "{scans:?}");
+
+    let _: () = server.cmd(&[
+        "EVAL",
+        "for i = 1, 100000 do redis.call('set', 'other:' .. i, 'x') end",
+        "0",
+    ]);
+    // A key shaped like a lock's hash that is not a hash is no lock.
+    let _: () = server.cmd(&["SET", "lock:{imposter}", "x"]);
+
+    let (mut names, scans) = list_all(&server, &["--limit", "2"]).await;
+    let pages = scans.len();
+    names.sort();
+    assert_eq!(names, wanted, "each lock listed once");
+    assert!(pages >= 3, "5 locks at 2 a page: {scans:?}");
+    assert!(
+        scans.iter().all(|&made| made <= u64::from(LIST_MAX_SCANS)),
+        "a page made more than {LIST_MAX_SCANS} SCAN calls: {scans:?}"
+    );
+    // COUNT bounds each call: walking 100,000 keys takes many of them.
+    let total: u64 = scans.iter().sum();
+    assert!(total >= 100_000 / LIST_SCAN_COUNT as u64 / 2, "{scans:?}");
+    assert_eq!(support::command_calls(&server, "keys"), 0);
+
+    let (mut names, _) = list_all(&server, &["tenant-[13]"]).await;
+    names.sort();
+    assert_eq!(names, ["tenant-1", "tenant-3"]);
+}
+
+#[tokio::test]
+async fn instance_names_are_checked_and_start_every_owner_id() {
+    let server = RedisServer::start();
+    let refused = LockClient::builder(&server.url())
+        .instance_name("a:b")
+        .build()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::InvalidConfig);
+    let orders = named(&server, "orders-7f9c").await;
+    let guard = orders.lock("invoice-42").unwrap().acquire().await.unwrap();
+    assert!(
+        guard.owner_id().starts_with("orders-7f9c."),
+        "{}",
+        guard.owner_id()
+    );
+    let random = &orders.instance_id()["orders-7f9c.".len()..];
+    assert!(random.len() == 32 && random.bytes().all(|byte| byte.is_ascii_hexdigit()));
+    let snapshot = orders.inspect("invoice-42").await.unwrap();
+    assert_eq!(snapshot.holders[0].instance, "orders-7f9c");
+}
+
+/// The commands README.md's ACL line grants the library's user.
+fn readme_library_commands() -> String {
+    let readme = include_str!("../README.md");
+    let start = "ACL SETUSER locker reset on >CHANGE-ME ~lock:* &lock:wake:* ";
+    let line = readme
+        .lines()
+        .find_map(|line| line.strip_prefix(start))
+        .expect("README.md shows the library's ACL line");
+    line.to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_user_lists_and_inspects_with_the_library_commands_and_scan_zcard() {
+    let server = RedisServer::start();
+    // The library's commands and keys, plus what README.md's lockctl section adds.
+    let rules = format!(
+        "reset on >op-pass ~lock:* &lock:wake:* {} +scan +zcard",
+        readme_library_commands()
+    );
+    let mut args = vec!["ACL", "SETUSER", "operator"];
+    args.extend(rules.split_whitespace());
+    let () = server.cmd(&args);
+    let orders = named(&server, "orders-7f9c").await;
+    let _held = orders.lock("invoice-42").unwrap().acquire().await.unwrap();
+    let url = server.url_as("operator", "op-pass");
+
+    for args in [["list", "--json"], ["inspect", "invoice-42"]] {
+        let output = tokio::process::Command::new(support::lockctl_path())
+            .args(["--url", &url])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("lockctl runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{args:?}: {stdout}");
+        assert!(stdout.contains("orders-7f9c"), "{args:?}: {stdout}");
+    }
+    let denied: Vec<redis::Value> = server.cmd(&["ACL", "LOG"]);
+    assert!(denied.is_empty(), "{denied:?}");
 }

@@ -21,6 +21,7 @@ use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{LockKeys, shown};
 use crate::kind::LockKind;
 use crate::lease::Lease;
+use crate::meter::{HandOverPath, kind_label};
 use crate::wire::scripts::{AcquireMode, AcquireReply, Terms};
 
 /// What is acquired: one named lock of a kind, on a lease.
@@ -94,8 +95,14 @@ impl Target {
                     if let Some(turn) = turn.take() {
                         acquisition.lease.put_turn(turn);
                     }
-                    tracing::debug!(lock = %shown(&self.name), token, "lock handed over locally");
-                    Left::Lock(Holder::new(acquisition, token, budget))
+                    tracing::debug!(
+                        lock = %shown(&self.name),
+                        token,
+                        handover = HandOverPath::Local.as_str(),
+                        "lock handed over locally"
+                    );
+                    let local = Some(HandOverPath::Local);
+                    Left::Lock(Holder::new(acquisition, token, budget, local))
                 }
                 // Lost, or not for this lease mode: released in the background.
                 None => Left::Place(None),
@@ -120,8 +127,9 @@ impl Target {
         shared: &Arc<Shared>,
         turn: Option<LocalTurn<Baton>>,
         granted: Granted,
+        handed_over: Option<HandOverPath>,
     ) -> Holder {
-        self.grant_of(shared, turn, granted, true)
+        self.grant_of(shared, turn, granted, true, handed_over)
     }
 
     /// [`Target::grant`], for an owner that may hold other guards' holds too
@@ -132,6 +140,7 @@ impl Target {
         turn: Option<LocalTurn<Baton>>,
         granted: Granted,
         owns_every_hold: bool,
+        handed_over: Option<HandOverPath>,
     ) -> Holder {
         let Granted {
             owner,
@@ -162,7 +171,7 @@ impl Target {
             lease_mode: self.lease,
             owns_every_hold,
         };
-        Holder::new(Arc::new(acquisition), token, budget)
+        Holder::new(Arc::new(acquisition), token, budget, handed_over)
     }
 }
 
@@ -211,8 +220,7 @@ impl Asking<'_> {
                     // or its runtime stalled) is never handed out: the lock is looked at again.
                     if let Some(expires_at) = self.waiter.grant_deadline(grant) {
                         let granted = Duration::from_millis(grant.lease_ms);
-                        let how = "lock handed over by Redis";
-                        let handed = self.hand_out(grant.token, expires_at, granted, how, true);
+                        let handed = self.hand_out(grant.token, expires_at, granted, true, true);
                         if let Some(holder) = Box::pin(handed).await? {
                             return Ok(Some(holder));
                         }
@@ -241,8 +249,9 @@ impl Asking<'_> {
                     let expires_at = lost_deadline(sent_at, granted);
                     // A reply read back past its deadline (a stall) is not handed out either.
                     if Instant::now() < expires_at {
-                        let handed =
-                            self.hand_out(token, expires_at, granted, "lock acquired", false);
+                        // A queued waiter's look found the lock granted to it from the
+                        // queue: a hand-over through Redis all the same.
+                        let handed = self.hand_out(token, expires_at, granted, false, was_queued);
                         if let Some(holder) = Box::pin(handed).await? {
                             return Ok(Some(holder));
                         }
@@ -274,14 +283,16 @@ impl Asking<'_> {
     /// The holder of what Redis granted this waiter (`token`, `granted` of lease left, to be
     /// told it is lost at `expires_at`), once a fixed lease granted shorter than asked (from
     /// the queue, on its claim lease) is extended to its full length, as nothing renews it
-    /// later. `None` when the grant turned out to be no longer this owner's: look again.
+    /// later. `by_release` when the grant came in a releaser's message, `from_queue` when
+    /// Redis granted it from the queue either way. `None` when the grant turned out to be no
+    /// longer this owner's: look again.
     async fn hand_out(
         &mut self,
         token: u64,
         expires_at: Instant,
         granted: Duration,
-        how: &'static str,
         by_release: bool,
+        from_queue: bool,
     ) -> Result<Option<Holder>> {
         let terms = self.terms;
         let asked = Duration::from_millis(terms.lease_ms);
@@ -306,12 +317,17 @@ impl Asking<'_> {
             expires_at,
             terms,
         };
-        let holder = self.target.grant(self.shared, self.turn.take(), granted);
+        let handed_over = from_queue.then_some(HandOverPath::Redis);
+        let holder = self
+            .target
+            .grant(self.shared, self.turn.take(), granted, handed_over);
         tracing::debug!(
             lock = %shown(&self.target.name),
+            kind = kind_label(self.target.kind),
             token,
             waited_ms = self.started.elapsed().as_millis() as u64,
-            how
+            handover = handed_over.map_or("none", HandOverPath::as_str),
+            "lock acquired"
         );
         Ok(Some(holder))
     }

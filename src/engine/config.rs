@@ -20,7 +20,14 @@ pub(crate) struct Config {
     pub(crate) restart_quarantine: Duration,
     /// Replicas that must acknowledge an acquisition before its holder is told it holds it.
     pub(crate) replica_ack: Option<ReplicaAck>,
+    /// A label for this instance, the start of its instance id (and of every owner id), so an
+    /// operator sees where a holder runs.
+    pub(crate) instance_name: Option<String>,
 }
+
+/// The longest instance name: owner ids travel in every script's arguments and every wake
+/// message.
+pub(crate) const MAX_INSTANCE_NAME: usize = 64;
 
 /// How many replicas must acknowledge an acquisition (Redis's WAIT), and how long it waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +42,7 @@ impl Config {
     /// names the setting and its bound.
     pub(crate) fn validate(&self) -> Result<()> {
         let lease = self.watchdog_lease;
-        let checks: [(bool, &str); 9] = [
+        let checks: [(bool, &str); 10] = [
             (
                 lease >= Duration::from_millis(3) && lease <= MAX_LEASE,
                 "the watchdog lease must be from 3 ms to MAX_LEASE (a year)",
@@ -76,6 +83,13 @@ impl Config {
                 }),
                 "replica acknowledgement needs at least one replica and a timeout from 1 ms to \
                  half the watchdog lease (WAIT 0 would block forever)",
+            ),
+            (
+                self.instance_name
+                    .as_deref()
+                    .is_none_or(valid_instance_name),
+                "the instance name must be 1 to 64 ASCII letters, digits, '-' or '_' (it becomes \
+                 part of every owner id and wake channel)",
             ),
         ];
         match checks.iter().find(|(holds, _)| !holds) {
@@ -123,6 +137,15 @@ impl Config {
     }
 }
 
+/// Whether `name` may start an instance id: it is followed by `.` and random hex, and owner ids
+/// are split on `:` and spaces in Redis.
+fn valid_instance_name(name: &str) -> bool {
+    (1..=MAX_INSTANCE_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
+}
+
 /// Whole milliseconds, at least one.
 pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis())
@@ -146,6 +169,7 @@ mod tests {
             local_handoff_window: Duration::from_millis(25),
             restart_quarantine: Duration::from_secs(5),
             replica_ack: None,
+            instance_name: None,
         }
     }
 
@@ -166,11 +190,19 @@ mod tests {
         assert_eq!(refused(|c| c.watchdog_lease = MAX_LEASE), None);
         assert_eq!(refused(|c| c.repoll_interval = MAX_LEASE / 3), None);
         assert_eq!(refused(|c| c.restart_quarantine = MAX_LEASE), None);
+        assert_eq!(
+            refused(|c| c.instance_name = Some("n".repeat(MAX_INSTANCE_NAME))),
+            None
+        );
+        assert_eq!(
+            refused(|c| c.instance_name = Some("orders-7f9c_A".into())),
+            None
+        );
     }
 
     #[test]
     fn each_setting_past_its_bound_is_refused_by_name() {
-        let cases: [(&str, Change); 9] = [
+        let cases: [(&str, Change); 12] = [
             (
                 "watchdog lease",
                 Box::new(|c| c.watchdog_lease = Duration::from_millis(2)),
@@ -206,6 +238,18 @@ mod tests {
             (
                 "restart quarantine",
                 Box::new(|c| c.restart_quarantine = Duration::MAX),
+            ),
+            (
+                "instance name",
+                Box::new(|c| c.instance_name = Some(String::new())),
+            ),
+            (
+                "instance name",
+                Box::new(|c| c.instance_name = Some("orders:7".into())),
+            ),
+            (
+                "instance name",
+                Box::new(|c| c.instance_name = Some("n".repeat(MAX_INSTANCE_NAME + 1))),
             ),
         ];
         for (setting, change) in cases {

@@ -27,6 +27,7 @@ use crate::engine::waiter::Waiter;
 use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::lease::Lease;
+use crate::meter::{self, HandOverPath, HoldMeter};
 use crate::wire::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
 
 /// What one task of a client leaves for the next task waiting on the same key.
@@ -236,17 +237,33 @@ pub(crate) struct Holder {
     pub(crate) reentering: AtomicUsize,
     /// The acquisition went on to the next local task with its watchdog registration.
     pub(crate) passed: AtomicBool,
+    /// How this holder got the lock from the holder before it, if it was handed over.
+    pub(crate) handed_over: Option<HandOverPath>,
+    /// Counts this hold as held until it ends.
+    _meter: HoldMeter,
 }
 
 impl Holder {
-    pub(crate) fn new(acquisition: Arc<Acquisition>, token: u64, budget: Budget) -> Self {
+    /// A holder of `acquisition` with its first `token`; `handed_over` says how it got the
+    /// lock when a holder before it gave it (`None`: taken from Redis as it found it).
+    pub(crate) fn new(
+        acquisition: Arc<Acquisition>,
+        token: u64,
+        budget: Budget,
+        handed_over: Option<HandOverPath>,
+    ) -> Self {
+        if let Some(path) = handed_over {
+            meter::handed_over(path);
+        }
         Self {
-            acquisition,
             token,
             budget,
             holds: AtomicUsize::new(1),
             reentering: AtomicUsize::new(0),
             passed: AtomicBool::new(false),
+            handed_over,
+            _meter: HoldMeter::start(acquisition.terms.kind),
+            acquisition,
         }
     }
 }

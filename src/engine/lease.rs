@@ -11,6 +11,7 @@ use crate::engine::deadlines::Watched;
 use crate::engine::local::LocalTurn;
 use crate::keys::shown;
 use crate::lease::LostReason;
+use crate::meter;
 
 /// Shared by the local holders of one Redis acquisition and the watchdog: the lost signal,
 /// the lease's deadline, and the current holder's turn on the key. A lock released on
@@ -98,7 +99,12 @@ impl<B> LeaseState<B> {
             first
         });
         if fired {
-            tracing::warn!(lock = %shown(lock), ?reason, "lock lease lost");
+            meter::lost(reason);
+            tracing::warn!(
+                lock = %shown(lock),
+                reason = meter::lost_label(reason),
+                "lock lease lost"
+            );
             self.give_up_turn();
         }
     }

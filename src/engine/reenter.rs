@@ -108,7 +108,9 @@ pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
         };
         // The owner's read holds may be other read guards': each releases only its own.
         let shared = &acquisition.shared;
-        let read = OwnedHold::new(Arc::new(target.grant_of(shared, None, granted, false)));
+        let read = OwnedHold::new(Arc::new(
+            target.grant_of(shared, None, granted, false, None),
+        ));
         // Not acknowledged: dropping the hold releases it.
         replicas::acknowledged(shared, acquisition.keys.hash()).await?;
         Ok(read)

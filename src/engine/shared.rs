@@ -34,14 +34,19 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Starts the watchdog and the pub/sub actor on the current runtime, for a client of
-    /// `server` (its wake-ups heard through `wake_source`) with a random instance id.
+    /// `server` (its wake-ups heard through `wake_source`) with a random instance id (after its name, if
+    /// it has one).
     pub(crate) fn start(
         config: Config,
         connections: Arc<Connections>,
         wake_source: WakeSource,
         server: String,
     ) -> Self {
-        let instance_id = format!("{:032x}", rand::random::<u128>());
+        let random = rand::random::<u128>();
+        let instance_id = match &config.instance_name {
+            Some(name) => format!("{name}.{random:032x}"),
+            None => format!("{random:032x}"),
+        };
         let placement = Arc::new(match wake_source {
             WakeSource::Server(_) => Placement::single(&config.prefix),
             WakeSource::Cluster(_) => Placement::cluster(&config.prefix),

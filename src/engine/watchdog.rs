@@ -30,9 +30,10 @@ use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::engine::deadlines::{Leases, Registration, lost_deadline};
 use crate::engine::epoch::Epoch;
-use crate::error::LockError;
+use crate::error::{ErrorKind, LockError};
 use crate::keys::{LockKeys, shown};
 use crate::lease::{Lease, LostReason};
+use crate::meter;
 use crate::slots::Placement;
 use crate::wire::conn::{Conn, Connections};
 use crate::wire::scripts::{self, ReleaseScope, RenewReply};
@@ -288,7 +289,7 @@ impl Actor {
                     return;
                 }
                 Some(RenewReply::Renewed(renewed)) => self.renewed(chunk, &renewed, sent_at),
-                None => {}
+                None => meter::renewals("failed", chunk.len()),
             }
         }
     }
@@ -338,6 +339,8 @@ impl Actor {
                 })
                 .collect()
         };
+        meter::renewals("renewed", renewed.iter().filter(|held| **held).count());
+        meter::renewals("taken", taken.len());
         for entry in taken {
             entry.lease.fire(entry.keys.hash(), LostReason::Taken);
         }
@@ -387,10 +390,18 @@ impl Actor {
             .firing_deadlines(timeout(limit, async {
                 let conn = self.connections.get(key).await?;
                 self.connections.note_sent();
-                Ok::<_, LockError>(script(conn).await?)
+                // A failed checkout was counted by `get`; a failed command is counted here.
+                script(conn).await.map_err(|err| {
+                    let err = LockError::from(err);
+                    meter::redis_error(err.kind());
+                    err
+                })
             }))
             .await
-            .unwrap_or_else(|_| Err(LockError::command_timeout()));
+            .unwrap_or_else(|_| {
+                meter::redis_error(ErrorKind::RedisUnavailable);
+                Err(LockError::command_timeout())
+            });
         match outcome {
             Ok(value) => Some(value),
             Err(err) => {

@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::guard::{LockGuard, LostSignal};
 use crate::keys::shown;
 use crate::lock::Lock;
+use crate::meter::{counted, counted_try};
 
 /// Several [`Lock`]s taken as one, all or nothing: a transfer between two accounts, or one
 /// record kept on two Redis servers. The locks may belong to different
@@ -80,7 +81,7 @@ impl MultiLock {
     /// The errors of [`Lock::acquire`] for any of the locks; the locks taken before the
     /// error are released first.
     pub async fn acquire(&self) -> Result<MultiGuard> {
-        self.acquire_until(None).await
+        counted("multi", self.acquire_until(None)).await
     }
 
     /// Waits at most `wait` for every lock; on timeout, the locks taken so far are released.
@@ -95,8 +96,8 @@ impl MultiLock {
     /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when `wait` passes first, and the
     /// errors of [`MultiLock::acquire`].
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<MultiGuard> {
-        self.acquire_until(Some((Instant::now() + wait, wait)))
-            .await
+        let bounded = self.acquire_until(Some((Instant::now() + wait, wait)));
+        counted("multi", bounded).await
     }
 
     /// Takes every lock if all are free now; `Ok(None)`, holding none of them, when any is
@@ -112,9 +113,13 @@ impl MultiLock {
     /// The errors of [`Lock::try_acquire`] for any of the locks; the locks taken before the
     /// error are released first.
     pub async fn try_acquire(&self) -> Result<Option<MultiGuard>> {
+        counted_try("multi", self.try_acquire_all()).await
+    }
+
+    async fn try_acquire_all(&self) -> Result<Option<MultiGuard>> {
         let mut taken = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
-            match lock.try_acquire().await {
+            match lock.try_acquire_part().await {
                 Ok(Some(guard)) => taken.push(guard),
                 Ok(None) => {
                     give_up(taken).await;
@@ -136,9 +141,9 @@ impl MultiLock {
         let mut taken = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
             let acquired = match deadline {
-                None => lock.acquire().await,
+                None => lock.acquire_part().await,
                 Some((deadline, wait)) => {
-                    match tokio::time::timeout_at(deadline, lock.acquire()).await {
+                    match tokio::time::timeout_at(deadline, lock.acquire_part()).await {
                         Ok(acquired) => acquired,
                         Err(_) => Err(lock.client().wait_bound_passed(&format!(
                             "{} locks not all acquired within {wait:?} (stuck at '{}')",

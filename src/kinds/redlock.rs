@@ -14,6 +14,7 @@ use crate::guard::{LockGuard, LostSignal};
 use crate::keys::shown;
 use crate::lease::Lease;
 use crate::lock::Lock;
+use crate::meter::{counted, counted_try};
 
 /// The least per-server bound of one attempt (see [`RedLock::attempt_timeout`]): the
 /// default bound is 1 % of the lease, but never less than this, so a cold connection (a
@@ -220,7 +221,7 @@ impl RedLock {
     /// [`ErrorKind::ShutDown`]) when such errors, with the unreachable servers, leave too
     /// few servers for a quorum. Errors on fewer servers only cost those servers' votes.
     pub async fn acquire(&self) -> Result<RedLockGuard> {
-        self.acquire_until(None).await
+        counted("redlock", self.acquire_until(None)).await
     }
 
     /// Waits at most `wait` for a quorum. An attempt under way when `wait` runs out is let
@@ -237,8 +238,8 @@ impl RedLock {
     /// [`ErrorKind::Timeout`] when the servers answer but others keep the lock past `wait`,
     /// and the errors of [`RedLock::acquire`].
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<RedLockGuard> {
-        self.acquire_until(Some((Instant::now() + wait, wait)))
-            .await
+        let bounded = self.acquire_until(Some((Instant::now() + wait, wait)));
+        counted("redlock", bounded).await
     }
 
     /// One attempt: the lock if a quorum grants it now, `Ok(None)` (holding nothing) when
@@ -253,7 +254,7 @@ impl RedLock {
     ///
     /// As [`RedLock::acquire`].
     pub async fn try_acquire(&self) -> Result<Option<RedLockGuard>> {
-        self.attempt().await
+        counted_try("redlock", self.attempt()).await
     }
 
     async fn acquire_until(&self, deadline: Option<(Instant, Duration)>) -> Result<RedLockGuard> {
@@ -295,7 +296,7 @@ impl RedLock {
         let bound = self.attempt_bound(lease);
         let started = Instant::now();
         let replies = join_all(self.locks.iter().map(|lock| async move {
-            match tokio::time::timeout(bound, lock.try_acquire()).await {
+            match tokio::time::timeout(bound, lock.try_acquire_part()).await {
                 Ok(reply) => reply,
                 // Dropping the try undoes a grant that lands later.
                 Err(_) => Err(LockError::new(

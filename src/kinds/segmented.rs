@@ -13,6 +13,7 @@ use crate::guard::{LockGuard, LostSignal};
 use crate::keys::{MAX_NAME_LEN, shown};
 use crate::lease::Lease;
 use crate::lock::Lock;
+use crate::meter::{counted, counted_try};
 
 /// The most segments one segmented lock may have: a holder that waits for any segment
 /// waits on all of them at once.
@@ -194,6 +195,10 @@ impl SegmentedLock {
     /// [`ErrorKind::InvalidConfig`] when `count` is 0 or more than the segments, and the
     /// errors of [`Lock::acquire`].
     pub async fn acquire_many(&self, count: usize) -> Result<SegmentGuard> {
+        counted("segmented", self.wait_for_many(count)).await
+    }
+
+    async fn wait_for_many(&self, count: usize) -> Result<SegmentGuard> {
         self.check_count(count)?;
         let mut first = None;
         loop {
@@ -220,15 +225,18 @@ impl SegmentedLock {
     /// ([`ErrorKind::RestartQuarantine`] when it passes while Redis recovers from a loss of
     /// its data), and the errors of [`SegmentedLock::acquire_many`].
     pub async fn acquire_many_timeout(&self, count: usize, wait: Duration) -> Result<SegmentGuard> {
-        self.check_count(count)?;
-        match tokio::time::timeout(wait, self.acquire_many(count)).await {
-            Ok(acquired) => acquired,
-            Err(_) => Err(self.segments[0].client().wait_bound_passed(&format!(
-                "{count} of the {} segments of '{}' not acquired within {wait:?}",
-                self.segments.len(),
-                shown(&self.name)
-            ))),
-        }
+        let bounded = async {
+            self.check_count(count)?;
+            match tokio::time::timeout(wait, self.wait_for_many(count)).await {
+                Ok(acquired) => acquired,
+                Err(_) => Err(self.segments[0].client().wait_bound_passed(&format!(
+                    "{count} of the {} segments of '{}' not acquired within {wait:?}",
+                    self.segments.len(),
+                    shown(&self.name)
+                ))),
+            }
+        };
+        counted("segmented", bounded).await
     }
 
     /// Takes `count` free segments; `Ok(None)`, holding none, when fewer are free.
@@ -243,6 +251,10 @@ impl SegmentedLock {
     /// [`ErrorKind::InvalidConfig`] when `count` is 0 or more than the segments, and the
     /// errors of [`Lock::try_acquire`].
     pub async fn try_acquire_many(&self, count: usize) -> Result<Option<SegmentGuard>> {
+        counted_try("segmented", self.try_many(count)).await
+    }
+
+    async fn try_many(&self, count: usize) -> Result<Option<SegmentGuard>> {
         self.check_count(count)?;
         let (held, _busy) = self.take_free(count, None).await?;
         if held.len() == count {
@@ -284,7 +296,7 @@ impl SegmentedLock {
             if held.iter().any(|(taken, _)| *taken == segment) {
                 continue;
             }
-            match self.segments[segment].try_acquire().await {
+            match self.segments[segment].try_acquire_part().await {
                 Ok(Some(guard)) => held.push((segment, guard)),
                 Ok(None) => busy.push(segment),
                 Err(err) => {
@@ -305,7 +317,7 @@ impl SegmentedLock {
         );
         let waits = among.iter().map(|&segment| {
             let lock = &self.segments[segment];
-            Box::pin(async move { (segment, lock.acquire().await) })
+            Box::pin(async move { (segment, lock.acquire_part().await) })
         });
         let ((segment, acquired), _, _others) = select_all(waits).await;
         Ok((segment, acquired?))

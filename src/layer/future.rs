@@ -29,6 +29,7 @@ use crate::error::{ErrorKind, LockError};
 use crate::guard::LockGuard;
 use crate::keys::shown_all;
 use crate::lease::LostReason;
+use crate::meter::{self, kind_label};
 
 /// The future of [`LockService`](super::LockService).
 #[pin_project]
@@ -117,15 +118,17 @@ where
         policy: Arc<Policy>,
         log: Arc<LayerLog>,
     ) -> Self {
+        let kind = policy.sharing.kind_for(request.method());
         let span = tracing::info_span!(
             "lock",
             keys = %shown_all(&names),
+            kind = kind_label(kind),
             waited_ms = tracing::field::Empty,
             tokens = tracing::field::Empty,
+            handover = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
         let client = client.clone();
-        let kind = policy.sharing.kind_for(request.method());
         let (wait, lease) = (policy.wait, policy.lease);
         let wanted = names.clone();
         let acquire = Box::pin(async move {
@@ -242,6 +245,7 @@ where
                 StateProj::Rejected { rejection } => {
                     let rejection = rejection.take().expect("polled after completion");
                     this.span.record("outcome", rejection.kind().as_str());
+                    meter::layer_rejection(rejection.kind().as_str());
                     this.log.rejected(&rejection);
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(this.reject.reject(&rejection)));
@@ -330,6 +334,9 @@ where
         } = self;
         let tokens: Vec<u64> = guards.iter().map(LockGuard::fencing_token).collect();
         span.record("tokens", tracing::field::debug(tokens));
+        // One path per key, as the tokens: `redis`, `local` or `none` (taken as found).
+        let handovers: Vec<&str> = guards.iter().map(LockGuard::handover).collect();
+        span.record("handover", handovers.join(",").as_str());
         span.record("outcome", "acquired");
         let context = LockContext::new(&guards, waited);
         let lost = match policy.lease_lost {

@@ -20,6 +20,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::error::{ErrorKind, LockError, Result};
+use crate::meter;
 use crate::wire::sentinel::Dialer;
 
 /// A connection to the server, or to the cluster (boxed: waiters keep one, and most
@@ -166,14 +167,16 @@ impl Connections {
     }
 
     /// A handle on the connection of `key`'s shard, checking a new one out of the pool when
-    /// needed.
+    /// needed (a checkout that fails is counted as a Redis error).
     pub(crate) async fn get(&self, key: &str) -> Result<Conn> {
         let shard = self.shard(key);
         match shard.cached() {
             Some(shared) => Ok(shared),
             // Boxed: a checkout is rare and its future large, and every command's future
             // would carry it otherwise.
-            None => Box::pin(self.check_out(shard)).await,
+            None => Box::pin(self.check_out(shard))
+                .await
+                .inspect_err(|err| meter::redis_error(err.kind())),
         }
     }
 
@@ -274,6 +277,7 @@ impl Connections {
             Ok(Err(err)) => LockError::from(err),
             Err(_) => LockError::command_timeout(),
         };
+        meter::redis_error(outcome.kind());
         self.note_failure(key, &outcome);
         Err(outcome)
     }

@@ -1,10 +1,13 @@
 //! Talking to Redis: the connections, the endpoint and its TLS, the scripts with their Lua,
-//! and how Redis's failures are classified. Knows nothing of locks beyond their keys.
+//! SCAN and the operators' read of one lock, and how Redis's failures are classified. Knows
+//! nothing of locks beyond their keys.
 
 pub(crate) mod access;
 pub(crate) mod conn;
 pub(crate) mod endpoint;
 mod redis_error;
+pub(crate) mod scan;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;
+pub(crate) mod snapshot;
 pub(crate) mod tls;

@@ -1,38 +1,59 @@
-//! `lockctl`: hold, inspect and force-unlock locks from a shell; one JSON line per event.
+//! `lockctl`: see who holds which lock and who waits, watch them live, hold and force-unlock
+//! locks from a shell.
 //!
 //! ```text
+//! lockctl [--url URL] list [PATTERN] [--limit N] [--cursor C] [--json]
+//! lockctl [--url URL] inspect NAME [--json]
+//! lockctl [--url URL] watch [PATTERN] [--interval 1s] [--count N] [--limit N] [--json]
+//! lockctl [--url URL] force-unlock NAME [--yes] [--json]
 //! lockctl [--url URL] hold NAME --for 2s [--lease 5s] [--wait 10s] [--kind KIND]
 //! lockctl --url URL1 --url URL2 --url URL3 hold NAME --for 2s --kind redlock
-//! lockctl [--url URL] inspect NAME
-//! lockctl [--url URL] force-unlock NAME
 //! lockctl [--url URL] waive-quarantine
 //! lockctl --cluster --url SEED [--url SEED ...] COMMAND ...
 //! lockctl --sentinel MASTER --url SENTINEL [--url SENTINEL ...] COMMAND ...
 //! ```
 //!
-//! KIND is `exclusive` (the default), `fair`, `read`, `write` or `redlock` (a quorum of the
-//! servers named by several `--url`). With `--cluster`, the URLs are seeds of one Redis
-//! Cluster; with `--sentinel MASTER`, they are the sentinels that name that master.
-//! Exit codes: 0 done, 1 error, 2 usage, 3 wait timed out, 4 lease lost while holding.
-//! The URL defaults to `$REDIS_URL`, else `redis://127.0.0.1:6379`.
+//! `list`, `inspect` and `watch` print tables (`watch` redraws one on a terminal, and prints
+//! one `key=value` line per lock otherwise); `--json` prints one JSON object per line. `hold`
+//! and `waive-quarantine` print one JSON line per event. KIND is `exclusive` (the default),
+//! `fair`, `read`, `write` or `redlock` (a quorum of the servers named by several `--url`).
+//! With `--cluster`, the URLs are seeds of one Redis Cluster; with `--sentinel MASTER`, they
+//! are the sentinels that name that master; `--prefix` is the clients' key prefix and
+//! `--instance-name` names lockctl's own instance (what others see holding or waiting).
+//! Exit codes: 0 done, 1 error (or a force-unlock answered no), 2 usage (or a force-unlock
+//! without a terminal to ask on and without `--yes`), 3 wait timed out, 4 lease lost while
+//! holding. The URL defaults to `$REDIS_URL`, else `redis://127.0.0.1:6379`.
+
+mod operate;
+mod show;
 
 use std::future::Future;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tower_redis_lock::{ErrorKind, Lease, Lock, LockClient, LockError, LostSignal, RedLock};
+use tower_redis_lock::{
+    ErrorKind, Lease, Lock, LockClient, LockClientBuilder, LockError, LostSignal, RedLock,
+};
 
-const USAGE: &str =
-    "usage: lockctl [--url URL] hold NAME --for DURATION [--lease DURATION] [--wait DURATION]
+use crate::operate::Watch;
+
+const USAGE: &str = "usage: lockctl [--url URL] list [PATTERN] [--limit N] [--cursor C] [--json]
+       lockctl [--url URL] inspect NAME [--json]
+       lockctl [--url URL] watch [PATTERN] [--interval DURATION] [--count N] [--limit N] [--json]
+       lockctl [--url URL] force-unlock NAME [--yes] [--json]
+       lockctl [--url URL] hold NAME --for DURATION [--lease DURATION] [--wait DURATION]
                       [--kind exclusive|fair|read|write|redlock]
        lockctl --url URL --url URL ... hold NAME --for DURATION --kind redlock
-       lockctl [--url URL] inspect NAME
-       lockctl [--url URL] force-unlock NAME
        lockctl [--url URL] waive-quarantine
        lockctl --cluster --url SEED [--url SEED ...] COMMAND ...
        lockctl --sentinel MASTER --url SENTINEL [--url SENTINEL ...] COMMAND ...
+options: --prefix PREFIX (the key prefix, default lock:), --instance-name NAME (lockctl's own,
+         as holders and waiters show it); PATTERN is a glob (tenant:*)
 durations: 250ms, 2s, 1m (a bare number is seconds)";
+
+/// Locks a page of `list` or `watch` shows unless `--limit` says otherwise.
+const DEFAULT_LIMIT: usize = 100;
 
 /// Which kind of lock `hold` takes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -62,35 +83,91 @@ enum Command {
         wait: Option<Duration>,
         kind: Kind,
     },
-    Inspect(String),
-    ForceUnlock(String),
+    Inspect {
+        name: String,
+        json: bool,
+    },
+    List {
+        pattern: Option<String>,
+        cursor: Option<String>,
+        limit: usize,
+        json: bool,
+    },
+    Watch(Watch),
+    ForceUnlock {
+        name: String,
+        yes: bool,
+        json: bool,
+    },
     /// The server is new, or every holder of a lock it lost has stopped: no quarantine.
     WaiveQuarantine,
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let (urls, topology, command) = match parse(std::env::args().skip(1).collect()) {
+    let (urls, topology, settings, command) = match parse(std::env::args().skip(1).collect()) {
         Ok(parsed) => parsed,
         Err(problem) => {
             eprintln!("lockctl: {problem}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
-    match run(&urls, &topology, command).await {
+    if let Command::ForceUnlock {
+        name, yes: false, ..
+    } = &command
+        && !operate::can_confirm()
+    {
+        eprintln!(
+            "lockctl: force-unlock {name} asks for confirmation, and stdin is not a terminal: \
+             pass --yes to unlock without asking; nothing was changed"
+        );
+        return ExitCode::from(2);
+    }
+    let json_errors = match &command {
+        Command::Hold { .. } | Command::WaiveQuarantine => true,
+        Command::Inspect { json, .. }
+        | Command::List { json, .. }
+        | Command::ForceUnlock { json, .. } => *json,
+        Command::Watch(watch) => watch.json,
+    };
+    match run(&urls, &topology, &settings, command).await {
         Ok(code) => code,
-        Err(err) => {
+        Err(err) if json_errors => {
             emit(
                 json!({"event": "error", "kind": format!("{:?}", err.kind()), "message": err.to_string()}),
             );
             ExitCode::from(1)
         }
+        Err(err) => {
+            eprintln!("lockctl: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The settings of lockctl's clients the options ask for.
+#[derive(Default)]
+struct Settings {
+    prefix: Option<String>,
+    instance_name: Option<String>,
+}
+
+impl Settings {
+    fn apply(&self, mut builder: LockClientBuilder) -> LockClientBuilder {
+        if let Some(prefix) = &self.prefix {
+            builder = builder.key_prefix(prefix);
+        }
+        if let Some(name) = &self.instance_name {
+            builder = builder.instance_name(name);
+        }
+        builder
     }
 }
 
 async fn run(
     urls: &[String],
     topology: &Topology,
+    settings: &Settings,
     command: Command,
 ) -> Result<ExitCode, LockError> {
     if let Command::Hold {
@@ -103,16 +180,17 @@ async fn run(
     {
         let mut clients = Vec::with_capacity(urls.len());
         for url in urls {
-            clients.push(LockClient::connect(url).await?);
+            clients.push(settings.apply(LockClient::builder(url)).build().await?);
         }
         let lock = RedLock::new(clients, name)?.with_lease(lease_of(*lease));
         return hold_redlock(lock, *hold_for, *wait).await;
     }
-    let locks = match topology {
-        Topology::Servers => LockClient::connect(&urls[0]).await?,
-        Topology::Cluster => LockClient::builder_cluster(urls).build().await?,
-        Topology::Sentinel(master) => LockClient::builder_sentinel(urls, master).build().await?,
+    let builder = match topology {
+        Topology::Servers => LockClient::builder(&urls[0]),
+        Topology::Cluster => LockClient::builder_cluster(urls),
+        Topology::Sentinel(master) => LockClient::builder_sentinel(urls, master),
     };
+    let locks = settings.apply(builder).build().await?;
     match command {
         Command::Hold {
             name,
@@ -129,30 +207,16 @@ async fn run(
             };
             hold(lock.with_lease(lease_of(lease)), hold_for, wait).await
         }
-        Command::Inspect(name) => {
-            let lock = locks.lock(&name)?;
-            let state = lock.inspect().await?;
-            let holders: Vec<_> = state
-                .holders
-                .iter()
-                .map(|(owner, count)| json!({"owner": owner, "count": count}))
-                .collect();
-            emit(json!({
-                "event": "inspect",
-                "name": name,
-                "key": lock.keys().hash(),
-                "locked": !state.holders.is_empty(),
-                "holders": holders,
-                "hold_count": state.holders.iter().map(|(_, n)| n).sum::<u64>(),
-                "pttl_ms": state.ttl.map(|ttl| ttl.as_millis() as u64),
-                "fence": state.fence,
-            }));
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::ForceUnlock(name) => {
-            let removed = locks.lock(&name)?.force_unlock().await?;
-            emit(json!({"event": "force-unlocked", "name": name, "removed": removed}));
-            Ok(ExitCode::SUCCESS)
+        Command::Inspect { name, json } => operate::inspect(&locks, &name, json).await,
+        Command::List {
+            pattern,
+            cursor,
+            limit,
+            json,
+        } => operate::list(&locks, pattern.as_deref(), cursor.as_deref(), limit, json).await,
+        Command::Watch(watch) => operate::watch(&locks, watch).await,
+        Command::ForceUnlock { name, yes, json } => {
+            operate::force_unlock(&locks, &name, yes, json).await
         }
         Command::WaiveQuarantine => {
             let waived = locks.waive_restart_quarantine().await?;
@@ -262,12 +326,33 @@ async fn keep_until(
     }
 }
 
-fn parse(args: Vec<String>) -> Result<(Vec<String>, Topology, Command), String> {
+/// What `parse` finds: the URLs, what they are, the clients' settings and the command.
+type Parsed = (Vec<String>, Topology, Settings, Command);
+
+/// The options each command takes, besides the global `--url`, `--cluster`, `--sentinel`,
+/// `--prefix` and `--instance-name`.
+fn options_of(verb: &str) -> &'static [&'static str] {
+    match verb {
+        "hold" => &["--for", "--lease", "--wait", "--kind"],
+        "list" => &["--limit", "--cursor", "--json"],
+        "inspect" => &["--json"],
+        "watch" => &["--interval", "--count", "--limit", "--json"],
+        "force-unlock" => &["--yes", "--json"],
+        _ => &[],
+    }
+}
+
+fn parse(args: Vec<String>) -> Result<Parsed, String> {
     let mut urls = Vec::new();
     let mut topology = Topology::Servers;
+    let mut settings = Settings::default();
     let mut positional = Vec::new();
+    let mut given = Vec::new();
     let (mut hold_for, mut lease, mut wait) = (None, None, None);
     let mut kind = Kind::Exclusive;
+    let (mut json, mut yes) = (false, false);
+    let (mut limit, mut cursor) = (DEFAULT_LIMIT, None);
+    let (mut interval, mut count) = (Duration::from_secs(1), None);
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -275,14 +360,43 @@ fn parse(args: Vec<String>) -> Result<(Vec<String>, Topology, Command), String> 
             "--url" => urls.push(value()?),
             "--cluster" => topology = Topology::Cluster,
             "--sentinel" => topology = Topology::Sentinel(value()?),
+            "--prefix" => settings.prefix = Some(value()?),
+            "--instance-name" => settings.instance_name = Some(value()?),
             "--for" => hold_for = Some(duration(&value()?)?),
             "--lease" => lease = Some(duration(&value()?)?),
             "--wait" => wait = Some(duration(&value()?)?),
             "--kind" => kind = lock_kind(&value()?)?,
+            "--json" => json = true,
+            "--yes" | "-y" => yes = true,
+            "--limit" => limit = number(&value()?)?,
+            "--cursor" => cursor = Some(value()?),
+            "--interval" => interval = duration(&value()?)?,
+            "--count" => count = Some(number(&value()?)?),
             "-h" | "--help" => return Err("help".into()),
             flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
-            _ => positional.push(arg),
+            _ => {
+                positional.push(arg);
+                continue;
+            }
         }
+        given.push(if arg == "-y" { "--yes".to_owned() } else { arg });
+    }
+    let verb = positional.first().map_or("", String::as_str);
+    let global = [
+        "--url",
+        "--cluster",
+        "--sentinel",
+        "--prefix",
+        "--instance-name",
+    ];
+    if let Some(flag) = given
+        .iter()
+        .find(|flag| !global.contains(&flag.as_str()) && !options_of(verb).contains(&flag.as_str()))
+    {
+        return Err(format!("{flag} is not an option of {verb:?}"));
+    }
+    if interval.is_zero() || count == Some(0) || limit == 0 {
+        return Err("--interval, --count and --limit must be above 0".into());
     }
     let command = match positional.as_slice() {
         [verb, name] if verb == "hold" => Command::Hold {
@@ -292,10 +406,30 @@ fn parse(args: Vec<String>) -> Result<(Vec<String>, Topology, Command), String> 
             wait,
             kind,
         },
-        [verb, name] if verb == "inspect" => Command::Inspect(name.clone()),
-        [verb, name] if verb == "force-unlock" => Command::ForceUnlock(name.clone()),
+        [verb, name] if verb == "inspect" => Command::Inspect {
+            name: name.clone(),
+            json,
+        },
+        [verb, pattern @ ..] if verb == "list" && pattern.len() <= 1 => Command::List {
+            pattern: pattern.first().cloned(),
+            cursor,
+            limit,
+            json,
+        },
+        [verb, pattern @ ..] if verb == "watch" && pattern.len() <= 1 => Command::Watch(Watch {
+            pattern: pattern.first().cloned(),
+            limit,
+            interval,
+            count,
+            json,
+        }),
+        [verb, name] if verb == "force-unlock" => Command::ForceUnlock {
+            name: name.clone(),
+            yes,
+            json,
+        },
         [verb] if verb == "waive-quarantine" => Command::WaiveQuarantine,
-        _ => return Err("expected a command and a lock name".into()),
+        _ => return Err("expected a command and its arguments".into()),
     };
     let redlock = matches!(
         command,
@@ -321,7 +455,11 @@ fn parse(args: Vec<String>) -> Result<(Vec<String>, Topology, Command), String> 
     if urls.is_empty() {
         urls.push(std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()));
     }
-    Ok((urls, topology, command))
+    Ok((urls, topology, settings, command))
+}
+
+fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    text.parse().map_err(|_| format!("bad number {text:?}"))
 }
 
 fn lock_kind(text: &str) -> Result<Kind, String> {

@@ -1,0 +1,350 @@
+//! The operators' view of locks: [`LockClient::inspect`] reads what Redis holds for one lock
+//! at one instant (its holders, lease, queue with each waiter's liveness, and fencing
+//! counter), and [`LockClient::list`] finds the locks under the client's key prefix, a page of
+//! bounded cost at a time. `lockctl list`, `inspect` and `watch` show them.
+
+use std::time::Duration;
+
+use crate::client::LockClient;
+// The docs name the error kinds.
+#[cfg(doc)]
+use crate::error::ErrorKind;
+use crate::error::Result;
+use crate::keys::LockKeys;
+use crate::kind::LockKind;
+use crate::lease::MAX_LEASE;
+use crate::wire::snapshot::{self, RawLock};
+
+mod list;
+
+pub use list::{LIST_MAX_LIMIT, LIST_MAX_SCANS, LIST_SCAN_COUNT, LockPage};
+
+/// Waiters [`LockClient::inspect`] reads, from the head of the queue.
+const INSPECT_WAITERS: usize = 1000;
+
+/// What Redis holds for one lock, read at one instant: who holds it, for how long yet, who
+/// waits behind it and whether they are still alive. From [`LockClient::inspect`] and
+/// [`LockClient::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockSnapshot {
+    /// The lock's name.
+    pub name: String,
+    /// Its Redis hash (`<prefix>{<escaped name>}`).
+    pub key: String,
+    /// How it is held: [`LockKind::Exclusive`] by an exclusive or a fair lock (they share
+    /// their keys, and Redis does not tell them apart), [`LockKind::Read`] or
+    /// [`LockKind::Write`] for a read-write lock; `None` when nobody holds it.
+    pub held_as: Option<LockKind>,
+    /// Its holders: one, or each reader of a read-held lock whose own lease has not run out.
+    pub holders: Vec<LockHolder>,
+    /// Time left on the lock's lease (the key's PTTL: of a read-held lock, the longest
+    /// reader's), while it is held.
+    pub lease_left: Option<Duration>,
+    /// How long ago its fencing tokens were last reserved, which is when its holder took it
+    /// through Redis (tokens follow the server's clock in µs; of a read-held lock, the latest
+    /// reader's; a hand-over between tasks of one client does not go through Redis). `None`
+    /// when it is free, or once the counter expired (a lease after that reservation).
+    pub held_for: Option<Duration>,
+    /// The waiters at the head of its queue, first first (at most 1,000 from
+    /// [`LockClient::inspect`], 16 per lock from [`LockClient::list`]).
+    pub waiters: Vec<LockWaiter>,
+    /// How many wait in its queue, all of them.
+    pub queued: u64,
+    /// The top of the fencing counter: the last token reserved for this name, while the
+    /// counter lives (it expires a lease after its last reservation).
+    pub fence: Option<u64>,
+    /// The Redis server's clock when it was read (ms since the Unix epoch): the clock that
+    /// leases and liveness run on.
+    pub server_time_ms: u64,
+}
+
+/// One holder of a lock, in a [`LockSnapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockHolder {
+    /// Its owner id: `<instance id>:<holder number>`.
+    pub owner: String,
+    /// The instance it runs in: the
+    /// [instance name](crate::LockClientBuilder::instance_name) (`orders-7f9c`), or the first
+    /// 8 hex digits of an unnamed instance's id.
+    pub instance: String,
+    /// Its hold count: 1 plus its re-entries (a writer's reads within its write lock
+    /// included).
+    pub holds: u64,
+    /// Time left on its lease: a reader's own, anyone else's the lock's.
+    pub lease_left: Option<Duration>,
+}
+
+/// One owner waiting in a lock's queue, in a [`LockSnapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockWaiter {
+    /// Its owner id: `<instance id>:<holder number>`.
+    pub owner: String,
+    /// The instance it runs in, as [`LockHolder::instance`].
+    pub instance: String,
+    /// What it waits to take: [`LockKind::Exclusive`] (an exclusive or a fair lock),
+    /// [`LockKind::Read`] or [`LockKind::Write`].
+    pub wants: LockKind,
+    /// How long it has waited in the queue (server clock).
+    pub waited: Duration,
+    /// Whether its heartbeat still keeps its place.
+    pub liveness: Liveness,
+}
+
+impl LockWaiter {
+    /// Whether its liveness has not run out: a release would hand it the lock.
+    pub fn is_alive(&self) -> bool {
+        matches!(self.liveness, Liveness::Alive(_))
+    }
+}
+
+/// A waiter's liveness: the deadline of its place in the queue, which its client's heartbeat
+/// moves on each second, against the server's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Liveness {
+    /// Alive, for this long yet without another heartbeat.
+    Alive(Duration),
+    /// Its liveness ran out this long ago (its process most likely died): the next release
+    /// skips it and drops it from the queue.
+    Dead(Duration),
+    /// No terms recorded for it (being queued or removed at that instant).
+    Unknown,
+}
+
+impl LockClient {
+    /// What Redis holds for the lock `name`, read at one instant by one script that writes
+    /// nothing: its holders (owner, instance, holds, lease), its queue in order with each
+    /// waiter's liveness, and its fencing counter. Sees every kind of lock of the name
+    /// (exclusive, fair, read-write), however it was taken; on a cluster, reads the lock's
+    /// node. [`Lock::inspect`](crate::Lock::inspect) is the shorter view.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidName`] for a name [`LockClient::lock`] refuses,
+    /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
+    /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL,
+    /// certificate), [`ErrorKind::ShutDown`] after shutdown.
+    pub async fn inspect(&self, name: &str) -> Result<LockSnapshot> {
+        let keys = LockKeys::new(&self.engine.shared.config.prefix, name)?;
+        self.read_lock(name.to_owned(), keys, INSPECT_WAITERS).await
+    }
+
+    /// Reads the lock `name` with `keys`, and at most `max_waiters` of its queue.
+    pub(super) async fn read_lock(
+        &self,
+        name: String,
+        keys: LockKeys,
+        max_waiters: usize,
+    ) -> Result<LockSnapshot> {
+        let shared = &self.engine.shared;
+        shared.ensure_running()?;
+        let read = &keys;
+        let raw = shared
+            .connections
+            .run(keys.hash(), |mut conn| async move {
+                snapshot::read(&mut conn, read, max_waiters).await
+            })
+            .await?;
+        Ok(LockSnapshot::from_raw(name, keys.hash().to_owned(), raw))
+    }
+}
+
+impl LockSnapshot {
+    fn from_raw(name: String, key: String, raw: RawLock) -> Self {
+        let now = raw.server_ms;
+        let lease_left = u64::try_from(raw.pttl_ms).ok().map(Duration::from_millis);
+        let (held_as, holders) = holders_of(raw.fields, now, lease_left);
+        // Tokens are reserved past the server's clock in µs: the top of the counter dates the
+        // last reservation (the block adds a few µs), unless the counter ran ahead of it.
+        let held_for = match (held_as, raw.fence) {
+            (Some(_), Some(fence)) if fence / 1000 <= now.saturating_add(1_000) => {
+                Some(Duration::from_millis(now.saturating_sub(fence / 1000)))
+                    .filter(|held| *held <= MAX_LEASE)
+            }
+            _ => None,
+        };
+        Self {
+            name,
+            key,
+            lease_left: held_as.and(lease_left),
+            held_as,
+            holders,
+            held_for,
+            waiters: raw
+                .waiters
+                .into_iter()
+                .map(|(owner, arrival_us, terms)| waiter_of(owner, arrival_us, &terms, now))
+                .collect(),
+            queued: raw.queued,
+            fence: raw.fence,
+            server_time_ms: now,
+        }
+    }
+}
+
+/// How a lock is held and by whom, from its hash's fields (see `wire/lua/rw.lua`): a plain
+/// lock's owner with its hold count; a read-write lock's `mode`, each reader with
+/// `<holds> <lease deadline ms>`, a writer's reads within its lock as `<owner>:r`. A reader
+/// whose deadline passed holds nothing (the next script drops it).
+fn holders_of(
+    fields: Vec<(String, String)>,
+    now_ms: u64,
+    lease_left: Option<Duration>,
+) -> (Option<LockKind>, Vec<LockHolder>) {
+    let mut mode = None;
+    let mut holders: Vec<LockHolder> = Vec::new();
+    for (field, value) in fields {
+        if field == "mode" {
+            mode = Some(value);
+            continue;
+        }
+        let mut parts = value.split(' ');
+        let Some(holds) = parts.next().and_then(|holds| holds.parse::<u64>().ok()) else {
+            continue;
+        };
+        let own_lease = match parts
+            .next()
+            .and_then(|deadline| deadline.parse::<u64>().ok())
+        {
+            Some(deadline) if deadline <= now_ms => continue,
+            Some(deadline) => Some(Duration::from_millis(deadline - now_ms)),
+            None => lease_left,
+        };
+        let owner = field.strip_suffix(":r").unwrap_or(&field);
+        match holders.iter_mut().find(|holder| holder.owner == owner) {
+            Some(holder) => holder.holds += holds,
+            None => holders.push(LockHolder {
+                owner: owner.to_owned(),
+                instance: instance_of(owner),
+                holds,
+                lease_left: own_lease,
+            }),
+        }
+    }
+    let kind = match mode.as_deref() {
+        Some("read") => LockKind::Read,
+        Some("write") => LockKind::Write,
+        _ => LockKind::Exclusive,
+    };
+    let held_as = (!holders.is_empty()).then_some(kind);
+    (held_as, holders)
+}
+
+/// A queued owner, from its terms (`<alive until ms> <claim lease ms> <token block>`, then
+/// `r` or `w` for a read-write lock's reader or writer; see `wire/lua/queue.lua`).
+fn waiter_of(owner: String, arrival_us: u64, terms: &str, now_ms: u64) -> LockWaiter {
+    let mut parts = terms.split(' ');
+    let alive_until = parts.next().and_then(|until| until.parse::<u64>().ok());
+    let wants = match parts.nth(2) {
+        Some("r") => LockKind::Read,
+        Some("w") => LockKind::Write,
+        _ => LockKind::Exclusive,
+    };
+    let liveness = match alive_until {
+        Some(until) if until >= now_ms => Liveness::Alive(Duration::from_millis(until - now_ms)),
+        Some(until) => Liveness::Dead(Duration::from_millis(now_ms - until)),
+        None => Liveness::Unknown,
+    };
+    LockWaiter {
+        instance: instance_of(&owner),
+        owner,
+        wants,
+        waited: Duration::from_millis(now_ms.saturating_sub(arrival_us / 1000)),
+        liveness,
+    }
+}
+
+/// The instance an owner id names: its instance name, or the first 8 hex digits of an
+/// unnamed instance's random id.
+fn instance_of(owner: &str) -> String {
+    let instance = owner
+        .rsplit_once(':')
+        .map_or(owner, |(instance, _)| instance);
+    match instance.split_once('.') {
+        Some((name, _)) => name.to_owned(),
+        None => instance.chars().take(8).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(field, value)| ((*field).to_owned(), (*value).to_owned()))
+            .collect()
+    }
+
+    const NAMED: &str = "orders-7f9c.0123456789abcdef0123456789abcdef:7";
+    const UNNAMED: &str = "0123456789abcdef0123456789abcdef:12";
+
+    #[test]
+    fn instances_are_named_or_shortened() {
+        assert_eq!(instance_of(NAMED), "orders-7f9c");
+        assert_eq!(instance_of(UNNAMED), "01234567");
+    }
+
+    #[test]
+    fn a_plain_lock_has_one_holder_with_the_lock_lease() {
+        let lease = Some(Duration::from_secs(9));
+        let (held, holders) = holders_of(fields(&[(NAMED, "2")]), 1_000, lease);
+        assert_eq!(held, Some(LockKind::Exclusive));
+        assert_eq!(holders.len(), 1);
+        assert_eq!(
+            (holders[0].instance.as_str(), holders[0].holds),
+            ("orders-7f9c", 2)
+        );
+        assert_eq!(holders[0].lease_left, lease);
+        assert_eq!(holders_of(Vec::new(), 1_000, None), (None, Vec::new()));
+    }
+
+    #[test]
+    fn readers_have_their_own_leases_and_expired_ones_hold_nothing() {
+        let read = fields(&[
+            ("mode", "read"),
+            ("a:1", "2 5000"),
+            ("b:2", "1 900"),
+            ("c:3", "1 1000"),
+        ]);
+        let (held, holders) = holders_of(read, 1_000, Some(Duration::from_secs(4)));
+        assert_eq!(held, Some(LockKind::Read));
+        assert_eq!(holders.len(), 1, "{holders:?}");
+        assert_eq!(holders[0].lease_left, Some(Duration::from_millis(4_000)));
+        let write = fields(&[("mode", "write"), ("a:1", "1"), ("a:1:r", "2")]);
+        let (held, holders) = holders_of(write, 1_000, None);
+        assert_eq!((held, holders[0].holds), (Some(LockKind::Write), 3));
+    }
+
+    #[test]
+    fn waiters_are_alive_or_dead_by_the_server_clock() {
+        let alive = waiter_of(UNNAMED.into(), 400_000, "3000 3000 17", 1_000);
+        assert_eq!(
+            alive.liveness,
+            Liveness::Alive(Duration::from_millis(2_000))
+        );
+        assert_eq!(
+            (alive.wants, alive.waited),
+            (LockKind::Exclusive, Duration::from_millis(600))
+        );
+        let dead = waiter_of(NAMED.into(), 0, "800 3000 1 w", 1_000);
+        assert_eq!(dead.liveness, Liveness::Dead(Duration::from_millis(200)));
+        assert!(!dead.is_alive());
+        assert_eq!(dead.wants, LockKind::Write);
+        let reader = waiter_of(NAMED.into(), 0, "1000 3000 1 r", 1_000);
+        assert!(reader.is_alive());
+        assert_eq!(reader.wants, LockKind::Read);
+        assert_eq!(
+            waiter_of(NAMED.into(), 0, "", 1_000).liveness,
+            Liveness::Unknown
+        );
+    }
+}

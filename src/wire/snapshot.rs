@@ -1,0 +1,70 @@
+//! One lock's keys read at one instant, for operators: a script that only reads
+//! (`lua/inspect.lua`), so the holders, the queue and the server's clock agree.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use crate::keys::LockKeys;
+use crate::wire::conn::Conn;
+
+static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/clock.lua"),
+        include_str!("lua/inspect.lua")
+    ))
+});
+
+/// One lock's keys as Redis holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawLock {
+    /// The server's clock when it read them, in ms.
+    pub(crate) server_ms: u64,
+    /// The lock hash's fields and values.
+    pub(crate) fields: Vec<(String, String)>,
+    /// The hash's PTTL: -2 when it does not exist.
+    pub(crate) pttl_ms: i64,
+    /// The fencing counter, while it lives.
+    pub(crate) fence: Option<u64>,
+    /// How many owners are queued.
+    pub(crate) queued: u64,
+    /// The first queued owners, head first: owner id, arrival (server µs), terms (empty when
+    /// none are recorded).
+    pub(crate) waiters: Vec<(String, u64, String)>,
+}
+
+/// Reads the keys of the lock with `keys`, and at most `max_waiters` (at least one) of its
+/// queue.
+pub(crate) async fn read(
+    conn: &mut Conn,
+    keys: &LockKeys,
+    max_waiters: usize,
+) -> redis::RedisResult<RawLock> {
+    type Reply = (u64, Vec<String>, i64, String, u64, Vec<String>);
+    let (server_ms, fields, pttl_ms, fence, queued, waiters): Reply = INSPECT
+        .key(keys.hash())
+        .key(keys.fence())
+        .key(keys.queue())
+        .key(keys.waiters())
+        .arg(max_waiters.max(1))
+        .invoke_async(conn)
+        .await?;
+    let mut fields = fields.into_iter();
+    let fields = std::iter::from_fn(|| Some((fields.next()?, fields.next()?))).collect();
+    let mut waiters = waiters.into_iter();
+    let waiters = std::iter::from_fn(|| {
+        let (owner, arrival, terms) = (waiters.next()?, waiters.next()?, waiters.next()?);
+        // A score: digits, or a double's exponent form from some servers.
+        let arrival = arrival.parse::<f64>().map_or(0, |us| us.max(0.0) as u64);
+        Some((owner, arrival, terms))
+    })
+    .collect();
+    Ok(RawLock {
+        server_ms,
+        fields,
+        pttl_ms,
+        fence: fence.parse().ok(),
+        queued,
+        waiters,
+    })
+}

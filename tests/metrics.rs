@@ -1,0 +1,403 @@
+//! What the client and the layer count through the `metrics` facade, read back from a
+//! recorder installed for the test's thread (a `#[tokio::test]` runs every task the client
+//! spawns on that thread): each acquisition's outcome and wait, holds, hand-overs along each
+//! path, lost leases by each reason, renewals, Redis errors and the layer's rejections. The
+//! lock span and the lost-lease event carry the fields an operator filters on.
+
+#![cfg(feature = "metrics")]
+
+mod support;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use metrics::LocalRecorderGuard;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::{CompositeKey, MetricKind};
+use support::logs::CapturedLogs;
+use support::{RedisServer, client, client_with_lease};
+use tower::{Layer, ServiceExt, service_fn};
+use tower_redis_lock::{HeaderKey, Lease, LockClient, LockLayer, LostReason};
+
+/// Bound for what normally takes milliseconds; generous because CI machines are shared.
+const SLACK: Duration = Duration::from_secs(10);
+
+/// Every metric recorded on this thread since the test began. The recorder's snapshots
+/// drain it (counters and gauges go back to 0), so they are summed here.
+/// A metric's labels, sorted by name.
+type Labels = Vec<(String, String)>;
+
+struct Recorded {
+    snapshotter: Snapshotter,
+    totals: HashMap<(MetricKind, String, Labels), f64>,
+    samples: HashMap<(String, Labels), Vec<f64>>,
+    _guard: LocalRecorderGuard<'static>,
+}
+
+impl Recorded {
+    fn start() -> Self {
+        // Leaked: the guard borrows the recorder for the whole test.
+        let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
+        Self {
+            snapshotter: recorder.snapshotter(),
+            totals: HashMap::new(),
+            samples: HashMap::new(),
+            _guard: metrics::set_default_local_recorder(recorder),
+        }
+    }
+
+    fn take(&mut self) {
+        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
+            let (kind, name, labels) = parts(key);
+            match value {
+                DebugValue::Counter(n) => {
+                    *self.totals.entry((kind, name, labels)).or_default() += n as f64
+                }
+                DebugValue::Gauge(v) => {
+                    *self.totals.entry((kind, name, labels)).or_default() += v.into_inner()
+                }
+                DebugValue::Histogram(values) => self
+                    .samples
+                    .entry((name, labels))
+                    .or_default()
+                    .extend(values.into_iter().map(|v| v.into_inner())),
+            }
+        }
+    }
+
+    fn counter(&mut self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.take();
+        self.totals
+            .get(&(MetricKind::Counter, name.to_owned(), sorted(labels)))
+            .copied()
+            .unwrap_or(0.0) as u64
+    }
+
+    fn gauge(&mut self, name: &str) -> f64 {
+        self.take();
+        self.totals
+            .get(&(MetricKind::Gauge, name.to_owned(), Vec::new()))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        self.take();
+        self.samples
+            .get(&(name.to_owned(), sorted(labels)))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+fn parts(key: CompositeKey) -> (MetricKind, String, Labels) {
+    let (kind, key) = key.into_parts();
+    let (name, labels) = key.into_parts();
+    let mut labels: Labels = labels
+        .into_iter()
+        .map(|label| {
+            let (key, value) = label.into_parts();
+            (key.to_string(), value.to_string())
+        })
+        .collect();
+    labels.sort();
+    (kind, name.as_str().to_owned(), labels)
+}
+
+fn sorted(labels: &[(&str, &str)]) -> Labels {
+    let mut labels: Labels = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    labels.sort();
+    labels
+}
+
+/// Whether a log line shows `field` with `value` (quoted or not, as fmt writes strings).
+fn has_field(line: &str, field: &str, value: &str) -> bool {
+    line.contains(&format!("{field}=\"{value}\"")) || line.contains(&format!("{field}={value} "))
+}
+
+const ACQUISITIONS: &str = "redis_lock_acquisitions_total";
+
+fn outcome(kind: &'static str, outcome: &'static str) -> [(&'static str, &'static str); 2] {
+    [("kind", kind), ("outcome", outcome)]
+}
+
+#[tokio::test]
+async fn an_acquisition_counts_its_outcome_wait_and_hold_and_the_gauges_return_to_zero() {
+    let mut recorded = Recorded::start();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let lock = locks.lock("tenant-1").unwrap();
+
+    let guard = lock.acquire().await.unwrap();
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("exclusive", "acquired")),
+        1
+    );
+    assert_eq!(recorded.gauge("redis_lock_held"), 1.0);
+    assert_eq!(recorded.gauge("redis_lock_waiting"), 0.0);
+    let waits = recorded.histogram("redis_lock_wait_seconds", &[("kind", "exclusive")]);
+    assert_eq!(waits.len(), 1);
+    assert!(
+        waits[0] >= 0.0 && waits[0] < SLACK.as_secs_f64(),
+        "{waits:?}"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(recorded.gauge("redis_lock_held"), 0.0);
+    assert_eq!(
+        recorded
+            .histogram("redis_lock_hold_seconds", &[("kind", "exclusive")])
+            .len(),
+        1
+    );
+
+    // A read lock is counted under its own kind; no lock name appears in any label.
+    let rw = locks.read_write_lock("report-9").unwrap();
+    drop(rw.read().acquire().await.unwrap());
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("read", "acquired")),
+        1
+    );
+    recorded.take();
+    for (_, _, labels) in recorded.totals.keys() {
+        assert!(
+            labels
+                .iter()
+                .all(|(_, v)| !v.contains("tenant") && !v.contains("report")),
+            "a lock name as a label: {labels:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn timeouts_busy_tries_cancellations_and_unavailable_redis_are_counted_apart() {
+    let mut recorded = Recorded::start();
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let other = client(&server).await;
+    let held = holder.lock("order-5").unwrap().acquire().await.unwrap();
+    let lock = other.lock("order-5").unwrap();
+
+    let err = lock
+        .acquire_timeout(Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), tower_redis_lock::ErrorKind::Timeout);
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("exclusive", "timeout")),
+        1
+    );
+
+    assert!(lock.try_acquire().await.unwrap().is_none());
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("exclusive", "busy")),
+        1
+    );
+
+    // The caller's own bound drops the future: a cancelled acquisition.
+    let dropped = tokio::time::timeout(Duration::from_millis(50), lock.acquire()).await;
+    assert!(dropped.is_err());
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("exclusive", "cancelled")),
+        1
+    );
+    assert_eq!(recorded.gauge("redis_lock_waiting"), 0.0);
+    drop(held);
+
+    // Redis gone: the acquisition is unavailable, and the failed commands are counted.
+    let mut server = server;
+    let locks = client_with_lease(&server.url(), Duration::from_secs(3)).await;
+    server.kill();
+    let err = locks.lock("order-6").unwrap().acquire().await.unwrap_err();
+    assert_eq!(err.kind(), tower_redis_lock::ErrorKind::RedisUnavailable);
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("exclusive", "unavailable")),
+        1
+    );
+    assert!(recorded.counter("redis_lock_redis_errors_total", &[("kind", "unavailable")]) >= 1);
+}
+
+#[tokio::test]
+async fn hand_overs_are_counted_by_path_local_and_redis() {
+    let mut recorded = Recorded::start();
+    let server = RedisServer::start();
+    let first = client(&server).await;
+    let second = client(&server).await;
+    let lock = first.lock("account-3").unwrap();
+
+    // Local: a second task of the same client waits behind the first.
+    let held = lock.acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await.map(|guard| guard.fencing_token()) }
+    });
+    assert!(
+        support::eventually(SLACK, || recorded.gauge("redis_lock_waiting") == 1.0).await,
+        "the second task never counted as waiting"
+    );
+    held.release().await.unwrap();
+    waiting.await.unwrap().unwrap();
+    assert_eq!(
+        recorded.counter("redis_lock_handovers_total", &[("path", "local")]),
+        1
+    );
+
+    // Through Redis: another client waits in the Redis queue and is granted on release.
+    let held = lock.acquire().await.unwrap();
+    let remote = second.lock("account-3").unwrap();
+    let waiting = tokio::spawn(async move { remote.acquire().await.map(drop) });
+    assert!(support::eventually(SLACK, || !support::queued(&server, "account-3").is_empty()).await);
+    held.release().await.unwrap();
+    waiting.await.unwrap().unwrap();
+    assert_eq!(
+        recorded.counter("redis_lock_handovers_total", &[("path", "redis")]),
+        1
+    );
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("exclusive", "acquired")),
+        4
+    );
+}
+
+#[tokio::test]
+async fn lost_leases_are_counted_by_reason_with_an_event_naming_it() {
+    let logs = CapturedLogs::start();
+    let mut recorded = Recorded::start();
+    let server = RedisServer::start();
+    let lost = |reason: &'static str| [("reason", reason)];
+
+    // Taken: an operator force-unlocks; the next renewal finds the lock gone.
+    let locks = client_with_lease(&server.url(), Duration::from_millis(600)).await;
+    let lock = locks.lock("invoice-1").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    assert!(lock.force_unlock().await.unwrap());
+    let reason = tokio::time::timeout(SLACK, guard.lost_signal().lost())
+        .await
+        .unwrap();
+    assert_eq!(reason, LostReason::Taken);
+    assert_eq!(recorded.counter("redis_lock_lost_total", &lost("taken")), 1);
+    assert!(recorded.counter("redis_lock_renewals_total", &[("outcome", "taken")]) >= 1);
+    drop(guard);
+
+    // Renewed: a held lock is renewed by the watchdog.
+    let guard = lock.acquire().await.unwrap();
+    assert!(
+        support::eventually(SLACK, || {
+            recorded.counter("redis_lock_renewals_total", &[("outcome", "renewed")]) >= 1
+        })
+        .await
+    );
+    drop(guard);
+
+    // Expired: a fixed lease runs out while held.
+    let fixed = lock
+        .clone()
+        .with_lease(Lease::Fixed(Duration::from_millis(100)));
+    let guard = fixed.acquire().await.unwrap();
+    let reason = tokio::time::timeout(SLACK, guard.lost_signal().lost())
+        .await
+        .unwrap();
+    assert_eq!(reason, LostReason::Expired);
+    assert_eq!(
+        recorded.counter("redis_lock_lost_total", &lost("expired")),
+        1
+    );
+    drop(guard);
+
+    // Shut down: the client stops while holding.
+    let other = client(&server).await;
+    let guard = other.lock("invoice-2").unwrap().acquire().await.unwrap();
+    other.shutdown().await;
+    assert_eq!(guard.lost_signal().lost().await, LostReason::ShutDown);
+    assert_eq!(
+        recorded.counter("redis_lock_lost_total", &lost("shut_down")),
+        1
+    );
+
+    // Data lost: Redis is flushed under a held lock (its epoch goes with it).
+    let guard = lock.acquire().await.unwrap();
+    server.cmd::<()>(&["FLUSHALL"]);
+    let reason = tokio::time::timeout(SLACK, guard.lost_signal().lost())
+        .await
+        .unwrap();
+    assert_eq!(reason, LostReason::DataLost);
+    assert_eq!(
+        recorded.counter("redis_lock_lost_total", &lost("data_lost")),
+        1
+    );
+    drop(guard);
+
+    // Unreachable: Redis dies under a held lock (a second server: the first quarantines
+    // new locks after losing its data).
+    let mut server = RedisServer::start();
+    let locks = client_with_lease(&server.url(), Duration::from_millis(900)).await;
+    let guard = locks.lock("invoice-3").unwrap().acquire().await.unwrap();
+    server.kill();
+    let reason = tokio::time::timeout(SLACK, guard.lost_signal().lost())
+        .await
+        .unwrap();
+    assert_eq!(reason, LostReason::Unreachable);
+    assert_eq!(
+        recorded.counter("redis_lock_lost_total", &lost("unreachable")),
+        1
+    );
+    assert!(recorded.counter("redis_lock_renewals_total", &[("outcome", "failed")]) >= 1);
+
+    // Each loss is a warning that names its reason.
+    let events = logs.lines_with("lock lease lost");
+    for reason in ["taken", "expired", "data_lost", "shut_down", "unreachable"] {
+        assert!(
+            events.iter().any(|line| has_field(line, "reason", reason)),
+            "{reason}: {events:#?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_layer_counts_its_rejections_and_its_span_names_kind_hand_over_and_tokens() {
+    let logs = CapturedLogs::start();
+    let mut recorded = Recorded::start();
+    let server = RedisServer::start();
+    let locks: LockClient = client(&server).await;
+    let layer = LockLayer::new(locks.clone(), HeaderKey::new("x-tenant-id"))
+        .wait_timeout(Duration::from_millis(50));
+    let service = layer.layer(service_fn(|_: Request<String>| async {
+        tracing::info!("handler ran");
+        Ok::<_, Infallible>(Response::new("ok".to_owned()))
+    }));
+    let request = || {
+        Request::builder()
+            .uri("/orders")
+            .header("x-tenant-id", "acme")
+            .body(String::new())
+            .unwrap()
+    };
+
+    let answer = service.clone().oneshot(request()).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    let ran = logs.lines_with("handler ran");
+    assert_eq!(ran.len(), 1);
+    assert!(has_field(&ran[0], "kind", "exclusive"), "{ran:?}");
+    assert!(has_field(&ran[0], "handover", "none"), "{ran:?}");
+    assert!(ran[0].contains("tokens=["), "{ran:?}");
+
+    let held = locks.lock("acme").unwrap().acquire().await.unwrap();
+    let answer = service.clone().oneshot(request()).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        recorded.counter(
+            "redis_lock_layer_rejections_total",
+            &[("reason", "timeout")]
+        ),
+        1
+    );
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("exclusive", "timeout")),
+        1
+    );
+    drop(held);
+}
