@@ -19,7 +19,7 @@ use metrics_util::{CompositeKey, MetricKind};
 use support::logs::CapturedLogs;
 use support::{RedisServer, client, client_with_lease};
 use tower::{Layer, ServiceExt, service_fn};
-use tower_redis_lock::{HeaderKey, Lease, LockClient, LockLayer, LostReason};
+use tower_redis_lock::{HeaderKey, Lease, LockClient, LockGuard, LockLayer, LostReason};
 
 /// Bound for what normally takes milliseconds; generous because CI machines are shared.
 const SLACK: Duration = Duration::from_secs(10);
@@ -263,23 +263,31 @@ async fn hand_overs_are_counted_by_path_local_and_redis() {
     );
 }
 
+/// Waits for `guard`'s lease to be lost for `reason`, counted once under `label`.
+async fn assert_lost(guard: &LockGuard, recorded: &mut Recorded, reason: LostReason, label: &str) {
+    let lost = tokio::time::timeout(SLACK, guard.lost_signal().lost())
+        .await
+        .expect("the lease is lost within SLACK");
+    assert_eq!(lost, reason);
+    assert_eq!(
+        recorded.counter("redis_lock_lost_total", &[("reason", label)]),
+        1,
+        "{label}"
+    );
+}
+
 #[tokio::test]
 async fn lost_leases_are_counted_by_reason_with_an_event_naming_it() {
     let logs = CapturedLogs::start();
     let mut recorded = Recorded::start();
     let server = RedisServer::start();
-    let lost = |reason: &'static str| [("reason", reason)];
 
     // Taken: an operator force-unlocks; the next renewal finds the lock gone.
     let locks = client_with_lease(&server.url(), Duration::from_millis(600)).await;
     let lock = locks.lock("invoice-1").unwrap();
     let guard = lock.acquire().await.unwrap();
     assert!(lock.force_unlock().await.unwrap());
-    let reason = tokio::time::timeout(SLACK, guard.lost_signal().lost())
-        .await
-        .unwrap();
-    assert_eq!(reason, LostReason::Taken);
-    assert_eq!(recorded.counter("redis_lock_lost_total", &lost("taken")), 1);
+    assert_lost(&guard, &mut recorded, LostReason::Taken, "taken").await;
     assert!(recorded.counter("redis_lock_renewals_total", &[("outcome", "taken")]) >= 1);
     drop(guard);
 
@@ -298,37 +306,19 @@ async fn lost_leases_are_counted_by_reason_with_an_event_naming_it() {
         .clone()
         .with_lease(Lease::Fixed(Duration::from_millis(100)));
     let guard = fixed.acquire().await.unwrap();
-    let reason = tokio::time::timeout(SLACK, guard.lost_signal().lost())
-        .await
-        .unwrap();
-    assert_eq!(reason, LostReason::Expired);
-    assert_eq!(
-        recorded.counter("redis_lock_lost_total", &lost("expired")),
-        1
-    );
+    assert_lost(&guard, &mut recorded, LostReason::Expired, "expired").await;
     drop(guard);
 
     // Shut down: the client stops while holding.
     let other = client(&server).await;
     let guard = other.lock("invoice-2").unwrap().acquire().await.unwrap();
     other.shutdown().await;
-    assert_eq!(guard.lost_signal().lost().await, LostReason::ShutDown);
-    assert_eq!(
-        recorded.counter("redis_lock_lost_total", &lost("shut_down")),
-        1
-    );
+    assert_lost(&guard, &mut recorded, LostReason::ShutDown, "shut_down").await;
 
     // Data lost: Redis is flushed under a held lock (its epoch goes with it).
     let guard = lock.acquire().await.unwrap();
     server.cmd::<()>(&["FLUSHALL"]);
-    let reason = tokio::time::timeout(SLACK, guard.lost_signal().lost())
-        .await
-        .unwrap();
-    assert_eq!(reason, LostReason::DataLost);
-    assert_eq!(
-        recorded.counter("redis_lock_lost_total", &lost("data_lost")),
-        1
-    );
+    assert_lost(&guard, &mut recorded, LostReason::DataLost, "data_lost").await;
     drop(guard);
 
     // Unreachable: Redis dies under a held lock (a second server: the first quarantines
@@ -337,14 +327,13 @@ async fn lost_leases_are_counted_by_reason_with_an_event_naming_it() {
     let locks = client_with_lease(&server.url(), Duration::from_millis(900)).await;
     let guard = locks.lock("invoice-3").unwrap().acquire().await.unwrap();
     server.kill();
-    let reason = tokio::time::timeout(SLACK, guard.lost_signal().lost())
-        .await
-        .unwrap();
-    assert_eq!(reason, LostReason::Unreachable);
-    assert_eq!(
-        recorded.counter("redis_lock_lost_total", &lost("unreachable")),
-        1
-    );
+    assert_lost(
+        &guard,
+        &mut recorded,
+        LostReason::Unreachable,
+        "unreachable",
+    )
+    .await;
     assert!(recorded.counter("redis_lock_renewals_total", &[("outcome", "failed")]) >= 1);
 
     // Each loss is a warning that names its reason.
