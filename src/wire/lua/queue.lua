@@ -32,6 +32,20 @@ local function enqueue(owner, now, alive_ms, claim_ms, block, rest)
   end
 end
 
+-- A waiter's terms (false when it has none) while its liveness lasts at `now`: its claim
+-- lease, token block, when its liveness runs out, and the rest (a kind's own field); nil
+-- once it has run out.
+local function live_terms(terms, now)
+  if not terms then
+    return nil
+  end
+  local alive, claim, block, rest = string.match(terms, '^(%d+) (%d+) (%d+) ?(.*)$')
+  if alive and tonumber(alive) >= now then
+    return tonumber(claim), tonumber(block), tonumber(alive), rest
+  end
+  return nil
+end
+
 -- The first waiter whose liveness has not run out, with its claim lease, token block, when
 -- its liveness runs out, and the rest of its terms (a kind's own field); dead ones are
 -- dropped on the way.
@@ -41,12 +55,9 @@ local function live_head(now)
     if not head then
       return nil
     end
-    local terms = redis.call('hget', KEYS[4], head)
-    if terms then
-      local alive, claim, block, rest = string.match(terms, '^(%d+) (%d+) (%d+) ?(.*)$')
-      if alive and tonumber(alive) >= now then
-        return head, tonumber(claim), tonumber(block), tonumber(alive), rest
-      end
+    local claim, block, alive, rest = live_terms(redis.call('hget', KEYS[4], head), now)
+    if claim then
+      return head, claim, block, alive, rest
     end
     dequeue(head)
   end
@@ -87,9 +98,9 @@ local function pop_live_head(now)
     local terms = redis.call('hget', KEYS[4], head)
     if terms then
       redis.call('hdel', KEYS[4], head)
-      local alive, claim, block, rest = string.match(terms, '^(%d+) (%d+) (%d+) ?(.*)$')
-      if alive and tonumber(alive) >= now then
-        return head, tonumber(claim), tonumber(block), tonumber(alive), rest
+      local claim, block, alive, rest = live_terms(terms, now)
+      if claim then
+        return head, claim, block, alive, rest
       end
     end
   end
