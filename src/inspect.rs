@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
 use crate::lease::MAX_LEASE;
+use crate::lock::hash_holders;
 use crate::wire::snapshot::{self, RawLock};
 
 mod list;
@@ -198,36 +199,23 @@ fn holders_of(
     now_ms: u64,
     lease_left: Option<Duration>,
 ) -> (Option<LockKind>, Vec<LockHolder>) {
-    let mut mode = None;
-    let mut holders: Vec<LockHolder> = Vec::new();
-    for (field, value) in fields {
-        if field == "mode" {
-            mode = Some(value);
-            continue;
-        }
-        let mut parts = value.split(' ');
-        let Some(holds) = parts.next().and_then(|holds| holds.parse::<u64>().ok()) else {
-            continue;
-        };
-        let own_lease = match parts
-            .next()
-            .and_then(|deadline| deadline.parse::<u64>().ok())
-        {
-            Some(deadline) if deadline <= now_ms => continue,
-            Some(deadline) => Some(Duration::from_millis(deadline - now_ms)),
-            None => lease_left,
-        };
-        let owner = field.strip_suffix(":r").unwrap_or(&field);
-        match holders.iter_mut().find(|holder| holder.owner == owner) {
-            Some(holder) => holder.holds += holds,
-            None => holders.push(LockHolder {
-                owner: owner.to_owned(),
-                instance: instance_of(owner),
-                holds,
-                lease_left: own_lease,
-            }),
-        }
-    }
+    let (mode, parsed) = hash_holders(fields);
+    let holders: Vec<LockHolder> = parsed
+        .into_iter()
+        .filter_map(|holder| {
+            let lease_left = match holder.deadline_ms {
+                Some(deadline) if deadline <= now_ms => return None,
+                Some(deadline) => Some(Duration::from_millis(deadline - now_ms)),
+                None => lease_left,
+            };
+            Some(LockHolder {
+                instance: instance_of(&holder.owner),
+                owner: holder.owner,
+                holds: holder.holds,
+                lease_left,
+            })
+        })
+        .collect();
     let kind = match mode.as_deref() {
         Some("read") => LockKind::Read,
         Some("write") => LockKind::Write,
@@ -276,13 +264,7 @@ fn instance_of(owner: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(field, value)| ((*field).to_owned(), (*value).to_owned()))
-            .collect()
-    }
+    use crate::lock::tests::fields;
 
     const NAMED: &str = "orders-7f9c.0123456789abcdef0123456789abcdef:7";
     const UNNAMED: &str = "0123456789abcdef0123456789abcdef:12";

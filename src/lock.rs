@@ -403,33 +403,62 @@ impl LockClient {
     }
 }
 
-/// The owners and hold counts among a lock hash's fields. A read-write lock's hash also
-/// holds its mode, a reader's lease deadline after its count, and the read holds its writer
-/// took (`<owner>:r`, counted with the owner's); see `wire/lua/rw.lua`.
-fn holders(fields: Vec<(String, String)>) -> Vec<(String, u64)> {
-    let mut holders: Vec<(String, u64)> = Vec::with_capacity(fields.len());
+/// One owner among a lock hash's fields: its hold count, and a reader's own lease deadline
+/// (server ms) when it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HashHolder {
+    pub(crate) owner: String,
+    pub(crate) holds: u64,
+    pub(crate) deadline_ms: Option<u64>,
+}
+
+/// A lock hash's mode (a read-write lock's `read` or `write`) and its owners with their hold
+/// counts. A read-write lock's hash holds its mode, a reader's lease deadline after its
+/// count, and the read holds its writer took (`<owner>:r`, counted with the owner's); see
+/// `wire/lua/rw.lua`.
+pub(crate) fn hash_holders(fields: Vec<(String, String)>) -> (Option<String>, Vec<HashHolder>) {
+    let mut mode = None;
+    let mut holders: Vec<HashHolder> = Vec::with_capacity(fields.len());
     for (field, value) in fields {
-        let Some(count) = value
-            .split(' ')
-            .next()
-            .and_then(|count| count.parse::<u64>().ok())
-        else {
+        if field == "mode" {
+            mode = Some(value);
+            continue;
+        }
+        let mut parts = value.split(' ');
+        let Some(holds) = parts.next().and_then(|holds| holds.parse::<u64>().ok()) else {
             continue;
         };
+        let deadline_ms = parts
+            .next()
+            .and_then(|deadline| deadline.parse::<u64>().ok());
         let owner = field.strip_suffix(":r").unwrap_or(&field);
-        match holders.iter_mut().find(|(known, _)| known == owner) {
-            Some((_, holds)) => *holds += count,
-            None => holders.push((owner.to_owned(), count)),
+        match holders.iter_mut().find(|known| known.owner == owner) {
+            Some(known) => known.holds += holds,
+            None => holders.push(HashHolder {
+                owner: owner.to_owned(),
+                holds,
+                deadline_ms,
+            }),
         }
     }
-    holders
+    (mode, holders)
+}
+
+/// The owners and hold counts among a lock hash's fields (see [`hash_holders`]).
+fn holders(fields: Vec<(String, String)>) -> Vec<(String, u64)> {
+    hash_holders(fields)
+        .1
+        .into_iter()
+        .map(|holder| (holder.owner, holder.holds))
+        .collect()
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::holders;
 
-    fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    /// Hash fields from pairs.
+    pub(crate) fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()
             .map(|(field, value)| ((*field).to_owned(), (*value).to_owned()))
