@@ -175,17 +175,12 @@ impl LockClient {
             names.extend(batch.into_iter().map(|(_, name)| name));
             at = if next != 0 {
                 Cursor {
-                    node: at.node,
                     scan: next,
-                    after: None,
+                    ..Cursor::start_of(at.node)
                 }
             } else if let Some(node) = nodes.get(index + 1) {
                 index += 1;
-                Cursor {
-                    node: *node,
-                    scan: 0,
-                    after: None,
-                }
+                Cursor::start_of(*node)
             } else {
                 return Ok((names, None, scans));
             };
@@ -207,6 +202,15 @@ struct Cursor {
 }
 
 impl Cursor {
+    /// The start of `node`.
+    fn start_of(node: u16) -> Self {
+        Self {
+            node,
+            scan: 0,
+            after: None,
+        }
+    }
+
     fn parse(text: &str) -> Result<Self> {
         let invalid = || {
             LockError::new(
@@ -243,29 +247,13 @@ impl std::fmt::Display for Cursor {
 /// no node is left.
 fn start(nodes: &[u16], resume: Option<Cursor>) -> Option<(usize, Cursor)> {
     let Some(resume) = resume else {
-        let node = *nodes.first()?;
-        return Some((
-            0,
-            Cursor {
-                node,
-                scan: 0,
-                after: None,
-            },
-        ));
+        return Some((0, Cursor::start_of(*nodes.first()?)));
     };
     let index = nodes.iter().position(|node| *node >= resume.node)?;
     if nodes[index] == resume.node {
         return Some((index, resume));
     }
-    let node = nodes[index];
-    Some((
-        index,
-        Cursor {
-            node,
-            scan: 0,
-            after: None,
-        },
-    ))
+    Some((index, Cursor::start_of(nodes[index])))
 }
 
 /// FNV-1a of a name: the order of names within one SCAN reply, so that a page cut inside it

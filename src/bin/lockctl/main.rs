@@ -37,6 +37,7 @@ use tower_redis_lock::{
 };
 
 use crate::operate::Watch;
+use crate::show::millis;
 
 const USAGE: &str = "usage: lockctl [--url URL] list [PATTERN] [--limit N] [--cursor C] [--json]
        lockctl [--url URL] inspect NAME [--json]
@@ -488,10 +489,6 @@ fn duration(text: &str) -> Result<Duration, String> {
         _ => return Err(format!("bad duration unit in {text:?}")),
     };
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("bad duration {text:?}"))
-}
-
-fn millis(duration: Duration) -> u64 {
-    duration.as_millis() as u64
 }
 
 fn emit(event: serde_json::Value) {
