@@ -64,6 +64,13 @@ fn kind_benches(c: &mut Criterion) {
             });
         });
     }
+    // One permit of a semaphore, next to the exclusive lock above.
+    let semaphore = first.semaphore("bench:semaphore", 4).unwrap();
+    group.bench_function("uncontended_semaphore_1_of_4", |b| {
+        b.to_async(&runtime).iter(|| async {
+            semaphore.acquire().await.unwrap().release().await.unwrap();
+        });
+    });
     let multi = MultiLock::new(
         ["bench:multi:a", "bench:multi:b", "bench:multi:c"].map(|name| first.lock(name).unwrap()),
     );
@@ -113,6 +120,31 @@ fn kind_benches(c: &mut Criterion) {
                 .iter_custom(|iterations| take_turns(locks.clone(), iterations));
         });
     }
+    // Two clients on a semaphore of one permit: they take turns, as on the exclusive lock.
+    let semaphores = [
+        first.semaphore("bench:two:semaphore", 1).unwrap(),
+        second.semaphore("bench:two:semaphore", 1).unwrap(),
+    ];
+    group.bench_function("two_clients_semaphore_1_of_1", |b| {
+        b.to_async(&runtime).iter_custom(|iterations| {
+            let semaphores = semaphores.clone();
+            async move {
+                let started = Instant::now();
+                let tasks = semaphores.map(|semaphore| {
+                    tokio::spawn(async move {
+                        rounds(iterations.div_ceil(2), || async {
+                            semaphore.acquire().await.unwrap().release().await.unwrap();
+                        })
+                        .await
+                    })
+                });
+                for task in tasks {
+                    task.await.unwrap();
+                }
+                started.elapsed()
+            }
+        });
+    });
     // Two clients sharing four segments: they seldom wait for each other.
     let segments = [
         first.segmented_lock("bench:two:segmented", 4).unwrap(),

@@ -14,6 +14,13 @@
 //! `GET /metrics` answers the lock metrics in Prometheus's text format
 //! (`metrics-exporter-prometheus`), and the lock client names its instance `orders-<instance>`,
 //! which `lockctl list` shows beside each holder.
+//!
+//! `--limit 3` lets three orders per tenant in at once instead of one (`LockLayer::limit`),
+//! for handlers that only need a scarce resource shared fairly, not one at a time: the
+//! counter is then incremented atomically, and the work takes longer (a call to a partner
+//! API, say), so the requests of a busy tenant pile up behind the limit. Each answer says
+//! when its handler started and ended, for the demo's checker to count them per tenant
+//! (`./scripts/demo.sh --limit 3`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -32,11 +39,16 @@ use tower_redis_lock::{LockClient, LockContext, LockLayer};
 
 /// Simulated work inside the critical section, between the read and the write.
 const WORK: Duration = Duration::from_millis(2);
+/// Simulated work under a limit: long beside the time it takes to hand a permit on.
+const LIMITED_WORK: Duration = Duration::from_millis(20);
 
 #[derive(Clone)]
 struct App {
     instance: String,
     data: Data,
+    /// `--limit`: the handlers of one tenant may run together, so the counter is bumped
+    /// atomically instead of read, worked on and written.
+    limited: bool,
 }
 
 /// The tenants' data: on the one Redis, or on the cluster.
@@ -71,7 +83,8 @@ impl ConnectionLike for Data {
     }
 }
 
-/// Reads the tenant's order counter, works a little, writes it back plus one.
+/// Reads the tenant's order counter, works a little, writes it back plus one; under a
+/// limit, works longer and increments the counter in one command.
 async fn create_order(
     State(app): State<App>,
     Path(tenant): Path<String>,
@@ -81,15 +94,21 @@ async fn create_order(
     let mut data = app.data.clone();
     let key = format!("orders:{tenant}");
     let failed = |err: redis::RedisError| (StatusCode::INTERNAL_SERVER_ERROR, err.to_string());
-    let count: Option<u64> = data.get(&key).await.map_err(failed)?;
-    let count = count.unwrap_or(0);
-    tokio::time::sleep(WORK).await;
-    let () = data.set(&key, count + 1).await.map_err(failed)?;
+    let count = if app.limited {
+        tokio::time::sleep(LIMITED_WORK).await;
+        data.incr(&key, 1_u64).await.map_err(failed)?
+    } else {
+        let count: Option<u64> = data.get(&key).await.map_err(failed)?;
+        let count = count.unwrap_or(0) + 1;
+        tokio::time::sleep(WORK).await;
+        let () = data.set(&key, count).await.map_err(failed)?;
+        count
+    };
     Ok(Json(json!({
         "tenant": tenant,
         "instance": app.instance,
         "token": lock.fencing_token(),
-        "count": count + 1,
+        "count": count,
         "waited_us": lock.waited().as_micros() as u64,
         "started_us": started_us,
         "ended_us": now_us(),
@@ -106,8 +125,8 @@ fn now_us() -> u64 {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let (mut urls, mut port, mut instance, mut cluster) =
-        (Vec::new(), 3000_u16, "a".to_owned(), false);
+    let (mut urls, mut port, mut instance, mut cluster, mut limit) =
+        (Vec::new(), 3000_u16, "a".to_owned(), false, None);
     while let Some(flag) = args.next() {
         if flag == "--cluster" {
             cluster = true;
@@ -118,6 +137,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--redis" => urls.push(value),
             "--port" => port = value.parse()?,
             "--instance" => instance = value,
+            "--limit" => limit = Some(value.parse::<u32>()?),
             _ => return Err(format!("unknown option {flag}").into()),
         }
     }
@@ -148,19 +168,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .await?;
         (locks, Data::Server(data))
     };
+    let layer = LockLayer::new(
+        locks.clone(),
+        RouteParamKey::new("/tenants/{tenant}", "tenant"),
+    )
+    .key_prefix("tenant:");
+    let layer = match limit {
+        // At most `n` orders per tenant at once, across every instance.
+        Some(n) => layer.limit(n),
+        None => layer,
+    };
     let app = Router::new()
         .route("/tenants/{tenant}/orders", post(create_order))
         .with_state(App {
             instance: instance.clone(),
             data,
+            limited: limit.is_some(),
         })
-        .layer(
-            LockLayer::new(
-                locks.clone(),
-                RouteParamKey::new("/tenants/{tenant}", "tenant"),
-            )
-            .key_prefix("tenant:"),
-        )
+        .layer(layer)
         // Merged after the layer: scraping takes no lock.
         .merge(Router::new().route(
             "/metrics",
@@ -171,7 +196,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = listener.local_addr()?;
     println!(
         "{}",
-        json!({"event": "listening", "addr": addr.to_string(), "instance": instance})
+        json!({
+            "event": "listening",
+            "addr": addr.to_string(),
+            "instance": instance,
+            "limit": limit,
+        })
     );
     axum::serve(listener, app)
         .with_graceful_shutdown(stop_signal())

@@ -8,16 +8,28 @@
 #
 # Options go to the load generator, e.g. ./scripts/demo.sh --requests 10000 --concurrency 64
 # With --cluster (first), the same runs on a throw-away Redis Cluster of three masters.
+# With --limit N (first, or after --cluster), the instances let N orders per tenant in at
+# once (LockLayer::limit) and the limit's checker (limitgen) counts, per tenant, the most
+# handlers that ran at once across the instances: it fails if one went over N or none
+# reached N.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 source scripts/lib.sh
 
 cluster=false
-if [ "${1:-}" = "--cluster" ]; then
-    cluster=true
-    shift
-fi
+limit=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --cluster) cluster=true; shift ;;
+        --limit)
+            [ $# -ge 2 ] || { echo "--limit needs a number" >&2; exit 2; }
+            limit=$2
+            shift 2
+            ;;
+        *) break ;;
+    esac
+done
 cargo build --locked --quiet --examples
 out=$(mktemp -d)
 trap 'cleanup; rm -rf "$out"' EXIT
@@ -38,10 +50,12 @@ else
     where="redis-server on port $REDIS_PORT"
 fi
 
+limit_args=()
+[ -n "$limit" ] && limit_args+=(--limit "$limit")
 targets=()
 for instance in a b c; do
-    target/debug/examples/axum_tenants "${redis_args[@]}" --port 0 --instance "$instance" \
-        >"$out/$instance.log" 2>&1 &
+    target/debug/examples/axum_tenants "${redis_args[@]}" ${limit_args[@]+"${limit_args[@]}"} \
+        --port 0 --instance "$instance" >"$out/$instance.log" 2>&1 &
     started_pids+=($!)
     addr=""
     for _ in $(seq 1 200); do
@@ -57,7 +71,11 @@ done
 echo "$where; sending load"
 targets_csv=$(IFS=,; echo "${targets[*]}")
 status=0
-target/debug/examples/loadgen "${redis_args[@]}" --targets "$targets_csv" "$@" || status=$?
+if [ -n "$limit" ]; then
+    target/debug/examples/limitgen --limit "$limit" --targets "$targets_csv" "$@" || status=$?
+else
+    target/debug/examples/loadgen "${redis_args[@]}" --targets "$targets_csv" "$@" || status=$?
+fi
 
 # What one instance's lock metrics say after the load: its GET /metrics (Prometheus text),
 # counters and gauges whole, the wait and hold times as their count, sum and p99.

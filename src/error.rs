@@ -47,6 +47,10 @@ pub enum ErrorKind {
     /// asks for acknowledged the acquisition in time: it was released, as a failover could
     /// have lost it. Retry once the replicas catch up.
     ReplicasBehind,
+    /// A [`Semaphore`](crate::Semaphore) is held in Redis with another permit count than the
+    /// one this client asked with: two clients disagree on it. Nothing was taken or queued;
+    /// the count in Redis stands until nobody holds the semaphore.
+    PermitsMismatch,
 }
 
 impl fmt::Display for ErrorKind {
@@ -63,6 +67,7 @@ impl fmt::Display for ErrorKind {
             Self::QuorumUnreachable => "quorum of redis servers unreachable",
             Self::RestartQuarantine => "no lock granted during the restart quarantine",
             Self::ReplicasBehind => "too few replicas acknowledged the acquisition",
+            Self::PermitsMismatch => "the semaphore is held with another permit count",
         })
     }
 }

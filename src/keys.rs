@@ -10,6 +10,9 @@ pub const MAX_NAME_LEN: usize = 512;
 /// The default key prefix: the lock `acme` lives in the hash `lock:{acme}`.
 pub const DEFAULT_PREFIX: &str = "lock:";
 
+/// What follows the hash tag in a semaphore's hash: `lock:{acme}:semaphore`.
+pub(crate) const SEMAPHORE_SUFFIX: &str = ":semaphore";
+
 /// The Redis keys of one lock.
 ///
 /// The escaped name sits inside one `{hash tag}`, so every key of a lock shares one cluster
@@ -32,6 +35,22 @@ impl LockKeys {
     /// [`ErrorKind::InvalidName`] when the name is empty or longer than [`MAX_NAME_LEN`]
     /// bytes, or the prefix contains `{` or `}`.
     pub fn new(prefix: &str, name: &str) -> Result<Self> {
+        Self::with_suffix(prefix, name, "")
+    }
+
+    /// The keys of the semaphore `name` under `prefix`: its hash is
+    /// `<prefix>{<name>}:semaphore`, in the slot of the lock of the same name but apart from
+    /// its keys, so a lock and a semaphore of one name never meet.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockKeys::new`].
+    pub fn semaphore(prefix: &str, name: &str) -> Result<Self> {
+        Self::with_suffix(prefix, name, SEMAPHORE_SUFFIX)
+    }
+
+    /// The keys whose hash is `<prefix>{<escaped name>}<suffix>`.
+    fn with_suffix(prefix: &str, name: &str, suffix: &str) -> Result<Self> {
         validate_prefix(prefix)?;
         if name.is_empty() {
             return Err(LockError::new(
@@ -48,11 +67,12 @@ impl LockKeys {
                 ),
             ));
         }
-        let mut hash = String::with_capacity(prefix.len() + name.len() + 8);
+        let mut hash = String::with_capacity(prefix.len() + name.len() + suffix.len() + 8);
         hash.push_str(prefix);
         hash.push('{');
         escape_into(name, &mut hash);
         hash.push('}');
+        hash.push_str(suffix);
         Ok(Self {
             fence: format!("{hash}:fence"),
             queue: format!("{hash}:queue"),
@@ -157,9 +177,11 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// The SCAN `MATCH` pattern of the hashes of the locks under `prefix` whose names match the
-/// glob `pattern` (`*`, `?`, `[...]`, `\\` as Redis reads them): the prefix with its glob
-/// characters escaped, and the pattern escaped as names are, inside the hash tag.
+/// The SCAN `MATCH` pattern of the hashes of the locks and semaphores under `prefix` whose
+/// names match the glob `pattern` (`*`, `?`, `[...]`, `\\` as Redis reads them): the prefix
+/// with its glob characters escaped, the pattern escaped as names are, inside the hash tag,
+/// and anything after the tag (a semaphore's [`SEMAPHORE_SUFFIX`]; [`name_of_hash`] leaves
+/// out the internal keys this also matches).
 pub(crate) fn hash_pattern(prefix: &str, pattern: &str) -> String {
     let mut out = String::with_capacity(prefix.len() + pattern.len() + 8);
     for c in prefix.chars() {
@@ -170,17 +192,39 @@ pub(crate) fn hash_pattern(prefix: &str, pattern: &str) -> String {
     }
     out.push('{');
     escape_into(pattern, &mut out);
-    out.push('}');
+    out.push_str("}*");
     out
 }
 
-/// The name of the lock whose hash is `key` under `prefix`, or `None` for any other key: the
-/// reverse of [`LockKeys::new`]'s hash.
-pub(crate) fn name_of_hash(prefix: &str, key: &str) -> Option<String> {
-    let escaped = key
-        .strip_prefix(prefix)?
-        .strip_prefix('{')?
-        .strip_suffix('}')?;
+/// Whose hash a key under the prefix is: a lock's (`<prefix>{<name>}`) or a semaphore's
+/// (`<prefix>{<name>}:semaphore`). A lock and a semaphore of one name are two things.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum HashOf {
+    /// An exclusive, fair or read-write lock ([`LockKeys::new`]).
+    Lock,
+    /// A semaphore ([`LockKeys::semaphore`]).
+    Semaphore,
+}
+
+impl HashOf {
+    /// The keys of `name` under `prefix`, of this kind.
+    pub(crate) fn keys(self, prefix: &str, name: &str) -> Result<LockKeys> {
+        match self {
+            Self::Lock => LockKeys::new(prefix, name),
+            Self::Semaphore => LockKeys::semaphore(prefix, name),
+        }
+    }
+}
+
+/// The name of the lock or semaphore whose hash is `key` under `prefix`, and which of the two
+/// it is; `None` for any other key (a fencing counter, a queue, the waiters' terms, the
+/// epoch): the reverse of the hash of [`LockKeys::new`] and [`LockKeys::semaphore`].
+pub(crate) fn name_of_hash(prefix: &str, key: &str) -> Option<(String, HashOf)> {
+    let tagged = key.strip_prefix(prefix)?.strip_prefix('{')?;
+    let (escaped, of) = match tagged.strip_suffix(SEMAPHORE_SUFFIX) {
+        Some(semaphore) => (semaphore.strip_suffix('}')?, HashOf::Semaphore),
+        None => (tagged.strip_suffix('}')?, HashOf::Lock),
+    };
     if escaped.is_empty() || escaped.contains(['{', '}']) {
         return None;
     }
@@ -198,7 +242,7 @@ pub(crate) fn name_of_hash(prefix: &str, key: &str) -> Option<String> {
         rest = &rest[at + 3..];
     }
     name.push_str(rest);
-    Some(name)
+    Some((name, of))
 }
 
 fn escape_into(name: &str, out: &mut String) {
@@ -283,13 +327,15 @@ mod tests {
     fn hash_keys_map_back_to_their_names() {
         for name in ["acme", "a{b}c%", "x}:fence", "%7B", "t\u{e9}nant:*", "%"] {
             assert_eq!(
-                name_of_hash(DEFAULT_PREFIX, keys(name).hash()).as_deref(),
-                Some(name)
+                name_of_hash(DEFAULT_PREFIX, keys(name).hash()),
+                Some((name.to_owned(), HashOf::Lock))
             );
         }
         for other in [
             "lock:{acme}:fence",
             "lock:{acme}:queue",
+            "lock:{acme}:waiters",
+            "lock:{acme}:readers",
             "lock:epoch",
             "lock:epoch:{a}",
             "lock:{}",
@@ -303,13 +349,47 @@ mod tests {
     }
 
     #[test]
+    fn semaphore_hashes_map_back_to_their_names_and_their_internal_keys_to_nothing() {
+        for name in ["pool", "a{b}c%", "x}:semaphore", "x:semaphore", "%7D"] {
+            let sem = LockKeys::semaphore(DEFAULT_PREFIX, name).unwrap();
+            assert_eq!(
+                name_of_hash(DEFAULT_PREFIX, sem.hash()),
+                Some((name.to_owned(), HashOf::Semaphore)),
+                "{}",
+                sem.hash()
+            );
+            assert_eq!(HashOf::Semaphore.keys(DEFAULT_PREFIX, name).unwrap(), sem);
+            for internal in [sem.fence(), sem.queue(), sem.waiters(), sem.readers()] {
+                assert_eq!(name_of_hash(DEFAULT_PREFIX, internal), None, "{internal}");
+            }
+        }
+        // A lock whose name ends in ':semaphore' is still that lock, not a semaphore.
+        assert_eq!(
+            name_of_hash(DEFAULT_PREFIX, "lock:{x:semaphore}"),
+            Some(("x:semaphore".to_owned(), HashOf::Lock))
+        );
+        for other in [
+            "lock:{}:semaphore",
+            "lock:{pool}:semaphore:waiters",
+            "lock:{pool}:semaphore:queue",
+            "lock:{pool}:semaphorex",
+            "lock:{pool}:sem",
+            "lock:{pool}x:semaphore",
+            "lock:{a{b}:semaphore",
+            "other:{pool}:semaphore",
+        ] {
+            assert_eq!(name_of_hash(DEFAULT_PREFIX, other), None, "{other}");
+        }
+    }
+
+    #[test]
     fn a_name_pattern_matches_only_hashes_under_the_prefix() {
-        assert_eq!(hash_pattern("lock:", "*"), "lock:{*}");
+        assert_eq!(hash_pattern("lock:", "*"), "lock:{*}*");
         assert_eq!(
             hash_pattern("lock:", "ten{ant}%*"),
-            "lock:{ten%7Bant%7D%25*}"
+            "lock:{ten%7Bant%7D%25*}*"
         );
-        assert_eq!(hash_pattern("a*b?[c]\\:", "x"), "a\\*b\\?\\[c\\]\\\\:{x}");
+        assert_eq!(hash_pattern("a*b?[c]\\:", "x"), "a\\*b\\?\\[c\\]\\\\:{x}*");
     }
 
     #[test]

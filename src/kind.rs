@@ -18,6 +18,14 @@ pub enum LockKind {
     /// One writer, excluding readers and other writers. The write side of a
     /// [`ReadWriteLock`](crate::ReadWriteLock).
     Write,
+    /// `take` of a [`Semaphore`](crate::Semaphore)'s `permits`, shared with other holders as
+    /// long as the permits they hold add up to no more than `permits`.
+    Semaphore {
+        /// How many permits the semaphore has.
+        permits: u32,
+        /// How many of them this acquisition takes (or waits for).
+        take: u32,
+    },
 }
 
 impl LockKind {

@@ -16,9 +16,10 @@
 //! ```
 //!
 //! Besides the exclusive [`Lock`], a client gives fair locks ([`LockClient::fair_lock`]) and
-//! read-write locks ([`LockClient::read_write_lock`]); [`kinds`] adds multi-locks, RedLock
-//! over several servers and segmented locks. The Tower layer takes exclusive, fair or
-//! read-write locks ([`layer::Sharing`]).
+//! read-write locks ([`LockClient::read_write_lock`]) and semaphores
+//! ([`LockClient::semaphore`]); [`kinds`] adds multi-locks, RedLock over several servers and
+//! segmented locks. The Tower layer takes exclusive, fair or read-write locks, or limits the
+//! requests per key in flight across instances ([`layer::Sharing`]).
 //!
 //! One client runs ONE watchdog task that renews every lease it holds in batches, and ONE
 //! pub/sub connection that wakes every waiter; the tasks of one client that wait for the
@@ -58,7 +59,8 @@ pub use inspect::{LockPage, LockSnapshot};
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
 pub use kind::LockKind;
 pub use kinds::{
-    MultiGuard, MultiLock, ReadWriteLock, RedLock, RedLockGuard, SegmentGuard, SegmentedLock,
+    MultiGuard, MultiLock, PermitGuard, ReadWriteLock, RedLock, RedLockGuard, SegmentGuard,
+    SegmentedLock, Semaphore,
 };
 pub use layer::{HeaderKey, KeyExtractor, LockContext, LockLayer, LockService};
 pub use lease::{Lease, LostReason, MAX_LEASE};

@@ -57,6 +57,13 @@ impl Lock {
         self
     }
 
+    /// The same lock taken as `kind` (a semaphore's, for another number of permits).
+    pub(crate) fn of_kind(&self, kind: LockKind) -> Self {
+        let mut lock = self.clone();
+        lock.target.kind = kind;
+        lock
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.target.name
@@ -298,6 +305,11 @@ impl LockClient {
         Ok(Lock::new(self.clone(), name, keys, kind))
     }
 
+    /// The lock called `name` on `keys` (a semaphore's), taken as `kind`.
+    pub(crate) fn lock_on_keys(&self, name: &str, keys: LockKeys, kind: LockKind) -> Lock {
+        Lock::new(self.clone(), name, keys, kind)
+    }
+
     /// The fair lock called `name`: every task, of every client, gets it in the order it
     /// asked. It shares its Redis keys with [`LockClient::lock`] of the same name, so the two
     /// exclude each other.
@@ -415,14 +427,21 @@ pub(crate) struct HashHolder {
 /// A lock hash's mode (a read-write lock's `read` or `write`) and its owners with their hold
 /// counts. A read-write lock's hash holds its mode, a reader's lease deadline after its
 /// count, and the read holds its writer took (`<owner>:r`, counted with the owner's); see
-/// `wire/lua/rw.lua`.
+/// `wire/lua/rw.lua`. A semaphore's hash holds its `permits` and `used` counts, which are
+/// nobody's, and each holder's permits where a lock has a hold count, then its own lease
+/// deadline; see `wire/lua/sem.lua`.
 pub(crate) fn hash_holders(fields: Vec<(String, String)>) -> (Option<String>, Vec<HashHolder>) {
     let mut mode = None;
     let mut holders: Vec<HashHolder> = Vec::with_capacity(fields.len());
     for (field, value) in fields {
-        if field == "mode" {
-            mode = Some(value);
-            continue;
+        match field.as_str() {
+            "mode" => {
+                mode = Some(value);
+                continue;
+            }
+            // Owner ids always hold a ':': these fields can only be a semaphore's counts.
+            "permits" | "used" => continue,
+            _ => {}
         }
         let mut parts = value.split(' ');
         let Some(holds) = parts.next().and_then(|holds| holds.parse::<u64>().ok()) else {
@@ -455,7 +474,7 @@ fn holders(fields: Vec<(String, String)>) -> Vec<(String, u64)> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::holders;
+    use super::{hash_holders, holders};
 
     /// Hash fields from pairs.
     pub(crate) fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -487,5 +506,28 @@ pub(crate) mod tests {
         // A writer's read holds count as its own.
         let write = fields(&[("mode", "write"), ("a:1", "1"), ("a:1:r", "2")]);
         assert_eq!(holders(write), vec![("a:1".to_owned(), 3)]);
+    }
+
+    #[test]
+    fn a_semaphore_hash_is_its_holders_with_their_permits_and_deadlines_not_its_counts() {
+        let semaphore = fields(&[
+            ("permits", "3"),
+            ("used", "3"),
+            ("a:1", "2 1700000000000"),
+            ("b:7", "1 1700000000500"),
+        ]);
+        let (mode, parsed) = hash_holders(semaphore);
+        assert_eq!(mode, None);
+        let parsed: Vec<(&str, u64, Option<u64>)> = parsed
+            .iter()
+            .map(|holder| (holder.owner.as_str(), holder.holds, holder.deadline_ms))
+            .collect();
+        assert_eq!(
+            parsed,
+            [
+                ("a:1", 2, Some(1_700_000_000_000)),
+                ("b:7", 1, Some(1_700_000_000_500))
+            ]
+        );
     }
 }

@@ -116,6 +116,7 @@ pub(crate) fn kind_label(kind: LockKind) -> &'static str {
         LockKind::Fair => "fair",
         LockKind::Read => "read",
         LockKind::Write => "write",
+        LockKind::Semaphore { .. } => "semaphore",
     }
 }
 

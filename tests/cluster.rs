@@ -158,6 +158,167 @@ async fn a_hand_over_wakes_the_waiter_through_sharded_pub_sub_on_the_slots_node(
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_semaphore_hands_its_permits_to_waiters_of_other_instances_in_its_slot() {
+    let cluster = provisioned_cluster().await;
+    let holder = client(&cluster).await;
+    let waiter = client(&cluster).await;
+    let key = "lock:{exports}:semaphore";
+    let node = cluster.node_of(key);
+    assert_eq!(node, cluster.node_of("lock:{exports}"), "the lock's slot");
+    for port in cluster.ports() {
+        let _: () = cluster.cmd(port, &["CONFIG", "RESETSTAT"]);
+    }
+
+    let semaphore = holder.semaphore("exports", 2).unwrap();
+    let held = semaphore.acquire_many(2).await.unwrap();
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let semaphore = waiter.semaphore("exports", 2).unwrap();
+            tokio::spawn(async move { semaphore.acquire().await })
+        })
+        .collect();
+    assert!(
+        support::eventually(PROMPTLY, || {
+            cluster.cmd::<i64>(node, &["ZCARD", "lock:{exports}:semaphore:queue"]) == 2
+        })
+        .await,
+        "the waiters never queued"
+    );
+    held.release().await.unwrap();
+    // Far sooner than the minute-long re-poll: one release granted both, by their messages.
+    for waiting in waiting {
+        let granted = tokio::time::timeout(PROMPTLY, waiting)
+            .await
+            .expect("a waiter was not woken")
+            .unwrap()
+            .unwrap();
+        assert!(granted.is_held());
+        granted.release().await.unwrap();
+    }
+    assert!(
+        cluster.command_calls(node, "spublish") >= 1,
+        "no SPUBLISH on the slot's node"
+    );
+    for port in cluster.ports() {
+        assert_eq!(
+            cluster.command_calls(port, "publish"),
+            0,
+            "a PUBLISH on {port}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_holders_of_semaphores_on_every_node_never_share_a_fencing_token() {
+    let cluster = provisioned_cluster().await;
+    let clients = [
+        client(&cluster).await,
+        client(&cluster).await,
+        client(&cluster).await,
+    ];
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    // 40 semaphores of 3 permits, each wanted by 9 tasks of 3 instances at once: many
+    // waiters learn of their grants only on their next look (their first wait in a slot
+    // subscribes first), when later holders hold later tokens.
+    for key in 0..40 {
+        for locks in &clients {
+            for _ in 0..3 {
+                let semaphore = locks.semaphore(&format!("tenant-{key}"), 3).unwrap();
+                let tokens = tokens.clone();
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..3 {
+                        let guard = semaphore.acquire().await.unwrap();
+                        tokens.lock().unwrap().push((key, guard.fencing_token()));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        guard.release().await.unwrap();
+                    }
+                }));
+            }
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut tokens = Arc::try_unwrap(tokens).unwrap().into_inner().unwrap();
+    let acquisitions = tokens.len();
+    assert_eq!(acquisitions, 40 * 9 * 3);
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(
+        tokens.len(),
+        acquisitions,
+        "two holders of one semaphore shared a token"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_heartbeat_keeps_places_in_many_slots_alive_one_script_per_slot() {
+    let cluster = provisioned_cluster().await;
+    let holder = client(&cluster).await;
+    let waiter = client(&cluster).await;
+    // Two locks in different slots of one node, and one on another node: the heartbeat must
+    // not put them in one script (a cluster refuses a script whose keys span slots).
+    let node = cluster.node_of("lock:{order-0}");
+    let mut names: Vec<String> = (1..)
+        .map(|n| format!("order-{n}"))
+        .filter(|name| cluster.node_of(&format!("lock:{{{name}}}")) == node)
+        .take(1)
+        .collect();
+    names.push("order-0".to_owned());
+    names.extend(
+        (1..)
+            .map(|n| format!("order-{n}"))
+            .find(|name| cluster.node_of(&format!("lock:{{{name}}}")) != node),
+    );
+    let terms = |name: &str| -> Option<String> {
+        let key = format!("lock:{{{name}}}");
+        cluster.cmd(
+            cluster.node_of(&key),
+            &["HGET", &format!("{key}:waiters"), &owner_of(&cluster, name)],
+        )
+    };
+    fn owner_of(cluster: &RedisCluster, name: &str) -> String {
+        let key = format!("lock:{{{name}}}:queue");
+        let queued: Vec<String> = cluster.cmd(cluster.node_of(&key), &["ZRANGE", &key, "0", "0"]);
+        queued.into_iter().next().unwrap_or_default()
+    }
+    let mut held = Vec::new();
+    let mut waiting = Vec::new();
+    for name in &names {
+        held.push(holder.fair_lock(name).unwrap().acquire().await.unwrap());
+        let lock = waiter.fair_lock(name).unwrap();
+        waiting.push(tokio::spawn(async move { lock.acquire().await }));
+    }
+    assert!(
+        support::eventually(PROMPTLY, || names.iter().all(|name| terms(name).is_some())).await,
+        "the waiters never queued"
+    );
+    let first: Vec<Option<String>> = names.iter().map(|name| terms(name)).collect();
+    // The waiters never re-poll within the test (a minute): their terms move only by the
+    // heartbeat, once a second.
+    assert!(
+        support::eventually(PROMPTLY, || names
+            .iter()
+            .zip(&first)
+            .all(|(name, first)| terms(name) != *first))
+        .await,
+        "a heartbeat did not refresh every place"
+    );
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+    for waiting in waiting {
+        let guard = tokio::time::timeout(PROMPTLY, waiting)
+            .await
+            .expect("a waiter was not served")
+            .unwrap()
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn thousands_of_awaited_keys_use_one_pub_sub_connection_per_node() {
     const KEYS: usize = 10_000;
     let cluster = provisioned_cluster().await;

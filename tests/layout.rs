@@ -74,7 +74,11 @@ fn named_paths(code: &str) -> Vec<String> {
     let mut paths = Vec::new();
     let mut rest = code;
     while let Some(at) = rest.find("use ") {
-        let boundary = at == 0 || !rest.as_bytes()[at - 1].is_ascii_alphanumeric();
+        // `must_use` and other identifiers ending in `use` are no `use` statement.
+        let boundary = at == 0 || {
+            let before = rest.as_bytes()[at - 1];
+            !(before.is_ascii_alphanumeric() || before == b'_')
+        };
         let tail = &rest[at + 4..];
         let end = tail.find(';').unwrap_or(tail.len());
         if boundary {

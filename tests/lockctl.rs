@@ -7,7 +7,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::RedisServer;
+use support::{ChildGuard, RedisServer};
 use tower_redis_lock::inspect::{LIST_MAX_SCANS, LIST_SCAN_COUNT};
 use tower_redis_lock::{ErrorKind, LockClient, LostReason};
 
@@ -694,4 +694,334 @@ async fn an_operator_user_lists_and_inspects_with_the_library_commands_and_scan_
     }
     let denied: Vec<redis::Value> = server.cmd(&["ACL", "LOG"]);
     assert!(denied.is_empty(), "{denied:?}");
+}
+
+/// The watchdog lease of the semaphore holders these tests kill: short, so that a test waits
+/// it out quickly, and long enough that a busy machine's renewals (every third of it) keep
+/// a live holder.
+const SHORT_LEASE: Duration = Duration::from_secs(3);
+
+/// The words of a command line.
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// Starts `lockctl hold` with `args` and waits for its `acquired` event; the process is
+/// killed (by its id) when the guard drops.
+fn hold_until_acquired(
+    server: &RedisServer,
+    args: &[&str],
+) -> (ChildGuard, BufReader<ChildStdout>, Value) {
+    let mut holder = lockctl(server, args);
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let acquired = next_event(&mut out);
+    assert_eq!(acquired["event"], "acquired", "{acquired}");
+    (ChildGuard(holder), out, acquired)
+}
+
+/// Waits until `owners` owners are queued in Redis for the semaphore `name` (server-side
+/// state: no signal to wait on).
+async fn await_semaphore_queued(server: &RedisServer, name: &str, owners: usize) {
+    let queued = support::eventually(WAIT_BOUND, || {
+        support::semaphore_queued(server, name).len() == owners
+    });
+    assert!(
+        queued.await,
+        "{owners} waiters never queued for semaphore {name}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_semaphore_holder_frees_its_permits_at_its_lease_end_and_not_before() {
+    let server = RedisServer::start();
+    let hold = format!(
+        "hold pool --kind semaphore --permits 3 --take 2 --watchdog-lease {}ms --for 60s",
+        SHORT_LEASE.as_millis()
+    );
+    let (mut holder, _out, acquired) = hold_until_acquired(&server, &words(&hold));
+    assert_eq!(
+        (&acquired["kind"], &acquired["permits"], &acquired["take"]),
+        (&json!("Semaphore"), &json!(3), &json!(2))
+    );
+    assert_eq!(
+        acquired["pid"],
+        holder.0.id(),
+        "the event names the process"
+    );
+
+    // One permit is free; a waiter for two queues behind the holder.
+    let locks = support::client(&server).await;
+    let semaphore = locks.semaphore("pool", 3).unwrap();
+    let waiting = tokio::spawn(async move { semaphore.acquire_many(2).await });
+    await_semaphore_queued(&server, "pool", 1).await;
+
+    // SIGKILL (std's `Child::kill` on Unix), by the process's id: no release, no last words.
+    holder.0.kill().unwrap();
+    holder.0.wait().unwrap();
+    let killed_at = std::time::Instant::now();
+    let after_kill = locks.inspect_semaphore("pool").await.unwrap();
+    let dead = after_kill
+        .holders
+        .iter()
+        .find(|holder| holder.owner == acquired["owner"])
+        .unwrap_or_else(|| {
+            panic!("the killed holder still holds until its lease ends: {after_kill:?}")
+        });
+    assert_eq!(dead.permits, Some(2));
+    let left = dead.lease_left.expect("a holder's own lease");
+    assert!(left <= SHORT_LEASE, "{left:?}");
+
+    let guard = tokio::time::timeout(SHORT_LEASE + WAIT_BOUND, waiting)
+        .await
+        .expect("the dead holder's permits came back within its lease and generous slack")
+        .unwrap()
+        .unwrap();
+    let waited = killed_at.elapsed();
+    // Not before the lease it had left at the kill ran out: Redis's clock and ours both run
+    // in real time; 250 ms covers the ms rounding of both and the reading's own latency.
+    assert!(
+        waited + Duration::from_millis(250) >= left,
+        "granted {waited:?} after the kill, with {left:?} of its lease left"
+    );
+    assert_eq!(guard.permits(), 2);
+    assert!(guard.fencing_token() > acquired["token"].as_u64().unwrap());
+    let now = locks.inspect_semaphore("pool").await.unwrap();
+    let permits = now.permits.unwrap();
+    assert_eq!((permits.total, permits.used, permits.free), (3, 2, 1));
+    assert_eq!(now.holders.len(), 1, "only the waiter holds: {now:?}");
+    guard.release().await.unwrap();
+}
+
+/// The cells of the table row of the lock or semaphore `name` of `kind`.
+fn row_of_kind<'a>(table: &'a str, name: &str, kind: &str) -> Vec<&'a str> {
+    table
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|cells| cells.first() == Some(&name) && cells.get(1) == Some(&kind))
+        .unwrap_or_else(|| panic!("no {kind} row for {name} in\n{table}"))
+}
+
+/// The instances of a HOLDERS cell (`a(2),b(1)`) with their counts, sorted.
+fn holders_in(cell: &str) -> Vec<String> {
+    let mut holders: Vec<String> = cell.split(',').map(str::to_owned).collect();
+    holders.sort();
+    holders
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_inspect_show_a_semaphores_permits_its_holders_takes_and_a_queued_waiter() {
+    let server = RedisServer::start();
+    // lockctl holds two of four permits on a 900 ms watchdog lease (renewed every 300 ms):
+    // short, so that it soon learns of the force-unlock at the end.
+    let (_holder, mut holder_out, acquired) = hold_until_acquired(
+        &server,
+        &words(
+            "--instance-name orders-7f9c hold pool --kind semaphore --permits 4 --take 2 \
+             --watchdog-lease 900ms --for 60s",
+        ),
+    );
+    // The same short lease for billing-1, whose permit the force-unlock takes too.
+    let billing = LockClient::builder(&server.url())
+        .instance_name("billing-1")
+        .watchdog_lease(Duration::from_millis(900))
+        .build()
+        .await
+        .unwrap();
+    let one = billing
+        .semaphore("pool", 4)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    // One permit is free: a waiter for three queues.
+    let reports = named(&server, "reports-3").await;
+    let semaphore = reports.semaphore("pool", 4).unwrap();
+    let waiting = tokio::spawn(async move { semaphore.acquire_many(3).await });
+    await_semaphore_queued(&server, "pool", 1).await;
+    // A lock of the same name is another thing, listed apart.
+    let lock = billing.lock("pool").unwrap().acquire().await.unwrap();
+
+    let (code, table, errors) = ctl(&server, &["list"]).await;
+    assert_eq!(code, 0, "{errors}");
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME", "KIND", "HOLDERS", "LEASE", "HELD", "TOKEN", "WAITERS", "FREE"
+        ]
+    );
+    let sem = row_of_kind(&table, "pool", "semaphore");
+    assert_eq!(
+        holders_in(sem[2]),
+        ["billing-1(1)", "orders-7f9c(2)"],
+        "{table}"
+    );
+    assert_eq!(
+        sem[6..],
+        ["1", "1/4"],
+        "one waiter, one of four permits free: {table}"
+    );
+    let plain = row_of_kind(&table, "pool", "exclusive");
+    assert_eq!([plain[2], plain[7]], ["billing-1(1)", "-"], "{table}");
+
+    let (code, out, errors) = ctl(&server, &["list", "--json"]).await;
+    assert_eq!(code, 0, "{errors}");
+    let lines = json_lines(&out);
+    assert_eq!(lines.last().unwrap()["locks"], 2, "{out}");
+    let sem = lines
+        .iter()
+        .find(|line| line["kind"] == "semaphore")
+        .unwrap_or_else(|| panic!("no semaphore in {out}"));
+    assert_semaphore_json(sem, &acquired);
+    let plain = lines
+        .iter()
+        .find(|line| line["kind"] == "exclusive")
+        .unwrap();
+    assert_eq!(
+        (&plain["key"], &plain["permits"]),
+        (&json!("lock:{pool}"), &Value::Null)
+    );
+
+    let (code, text, errors) = ctl(&server, &["inspect", "pool", "--kind", "semaphore"]).await;
+    assert_eq!(code, 0, "{errors}");
+    for line in [
+        "KEY      lock:{pool}:semaphore",
+        "KIND     semaphore",
+        "PERMITS  4 (3 held, 1 free)",
+        "HOLDERS  2",
+        "WAITERS  1",
+    ] {
+        assert!(
+            text.lines().any(|shown| shown == line),
+            "{line:?} missing:\n{text}"
+        );
+    }
+    let cells = |first: &str| -> Vec<String> {
+        text.lines()
+            .map(|line| {
+                line.split_whitespace()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .find(|cells| cells.first().map(String::as_str) == Some(first))
+            .unwrap_or_else(|| panic!("no row starting {first}:\n{text}"))
+    };
+    assert_eq!(cells("INSTANCE")[..2], ["INSTANCE", "PERMITS"]);
+    assert_eq!(cells("orders-7f9c")[1], "2", "{text}");
+    assert_eq!(cells("billing-1")[1], "1", "{text}");
+    assert_eq!(cells("1")[1..4], ["reports-3", "3", "permits"], "{text}");
+
+    let (code, out, errors) = ctl(
+        &server,
+        &["inspect", "pool", "--kind", "semaphore", "--json"],
+    )
+    .await;
+    assert_eq!(code, 0, "{errors}");
+    let inspected = &json_lines(&out)[0];
+    assert_eq!(inspected["event"], "inspect");
+    assert_semaphore_json(inspected, &acquired);
+    // Without --kind, the name is the lock's.
+    let (code, out, _) = ctl(&server, &["inspect", "pool", "--json"]).await;
+    assert_eq!(code, 0);
+    let inspected = &json_lines(&out)[0];
+    assert_eq!(
+        (&inspected["kind"], &inspected["hold_count"]),
+        (&json!("exclusive"), &json!(1))
+    );
+
+    // Force-unlocking the semaphore hands its permits to the queue, leaves the lock alone,
+    // and the holders learn of it at their next renewal.
+    let lost = one.lost_signal();
+    let (code, out, errors) = ctl(
+        &server,
+        &[
+            "force-unlock",
+            "pool",
+            "--kind",
+            "semaphore",
+            "--yes",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{errors}");
+    assert_eq!(json_lines(&out)[0]["removed"], true);
+    let granted = tokio::time::timeout(WAIT_BOUND, waiting)
+        .await
+        .expect("the waiter was granted the freed permits")
+        .unwrap()
+        .unwrap();
+    assert_eq!(granted.permits(), 3);
+    let lost_event = next_event(&mut holder_out);
+    assert_eq!(
+        (&lost_event["event"], &lost_event["reason"]),
+        (&json!("lost"), &json!("Taken")),
+        "{lost_event}"
+    );
+    let reason = tokio::time::timeout(WAIT_BOUND, lost.lost())
+        .await
+        .expect("the library holder was told");
+    assert_eq!(reason, LostReason::Taken);
+    assert!(lock.is_held(), "the lock of the same name stayed held");
+    assert_eq!(billing.inspect("pool").await.unwrap().holders.len(), 1);
+    granted.release().await.unwrap();
+}
+
+/// The semaphore `pool` as the JSON of `list` and `inspect` show it: four permits, three
+/// held (two by lockctl's holder `acquired`, one by billing-1), and reports-3 waiting for
+/// three.
+fn assert_semaphore_json(sem: &Value, acquired: &Value) {
+    assert_eq!(
+        (&sem["name"], &sem["key"], &sem["locked"]),
+        (
+            &json!("pool"),
+            &json!("lock:{pool}:semaphore"),
+            &json!(true)
+        ),
+        "{sem}"
+    );
+    assert_eq!(
+        sem["permits"],
+        json!({"total": 4, "used": 3, "free": 1}),
+        "{sem}"
+    );
+    let holders = sem["holders"].as_array().expect("holders");
+    let mut takes: Vec<(&str, u64)> = holders
+        .iter()
+        .map(|holder| {
+            let lease = holder["lease_left_ms"]
+                .as_u64()
+                .expect("each holder's own lease");
+            assert!(lease > 0 && lease <= 30_000, "{holder}");
+            (
+                holder["instance"].as_str().unwrap(),
+                holder["permits"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    takes.sort_unstable();
+    assert_eq!(takes, [("billing-1", 1), ("orders-7f9c", 2)], "{sem}");
+    assert!(
+        holders
+            .iter()
+            .any(|holder| holder["owner"] == acquired["owner"]),
+        "{sem}"
+    );
+    assert_eq!(sem["queued"], 1);
+    let waiter = &sem["waiters"][0];
+    assert_eq!(
+        (
+            &waiter["instance"],
+            &waiter["wants"],
+            &waiter["permits"],
+            &waiter["alive"]
+        ),
+        (
+            &json!("reports-3"),
+            &json!("semaphore"),
+            &json!(3),
+            &json!(true)
+        ),
+        "{sem}"
+    );
 }

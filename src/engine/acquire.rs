@@ -270,6 +270,19 @@ impl Asking<'_> {
                 AcquireReply::Waiting { .. } | AcquireReply::Quarantined { .. } => {
                     return Ok(None);
                 }
+                AcquireReply::PermitsMismatch { stored } => {
+                    let LockKind::Semaphore { permits, .. } = self.target.kind else {
+                        unreachable!("only a semaphore's script counts permits")
+                    };
+                    return Err(LockError::new(
+                        ErrorKind::PermitsMismatch,
+                        format!(
+                            "semaphore '{}' is held with {stored} permits in Redis, and this \
+                             client asked with {permits}",
+                            shown(&self.target.name)
+                        ),
+                    ));
+                }
                 AcquireReply::NotOwner | AcquireReply::EpochChanged { .. } => {
                     return Err(LockError::new(
                         ErrorKind::Redis,

@@ -224,10 +224,12 @@ impl Waiter {
                 self.last_look = Some((sent_at, server_ms));
                 self.keep_place();
             }
-            // Held elsewhere and not queued, or refused, or Redis lost its data (with whatever
-            // an earlier look queued) and grants nothing yet: Redis keeps nothing of this owner.
+            // Held elsewhere and not queued, or refused (a semaphore's refusal drops a place an
+            // earlier look queued), or Redis lost its data (with whatever an earlier look
+            // queued) and grants nothing yet: Redis keeps nothing of this owner.
             AcquireReply::Waiting { .. }
             | AcquireReply::NotOwner
+            | AcquireReply::PermitsMismatch { .. }
             | AcquireReply::Quarantined { .. } => self.armed = false,
             AcquireReply::Acquired { .. } | AcquireReply::EpochChanged { .. } => {}
         }

@@ -359,7 +359,15 @@ impl Actor {
         };
         let alive_ms = self.waiter_alive.as_millis() as u64;
         let limit = self.connections.command_timeout().min(self.tick);
-        for chunk in places.chunks(BATCH) {
+        // One script per scope, as for renewals (a cluster runs a script in one slot only),
+        // all sent at once.
+        let mut by_scope: HashMap<u16, Vec<(Arc<LockKeys>, Arc<str>)>> = HashMap::new();
+        for place in places {
+            let scope = self.shared.epoch.scope_of(&place.0);
+            by_scope.entry(scope).or_default().push(place);
+        }
+        let chunks = by_scope.values().flat_map(|places| places.chunks(BATCH));
+        join_all(chunks.map(|chunk| async move {
             let pairs: Vec<(&LockKeys, &str)> = chunk
                 .iter()
                 .map(|(keys, owner)| (&**keys, &**owner))
@@ -369,7 +377,8 @@ impl Actor {
                 scripts::heartbeat(&mut conn, &pairs, alive_ms).await
             })
             .await;
-        }
+        }))
+        .await;
     }
 
     /// One script call on the connection of `key`'s shard, bounded by `limit`, while the

@@ -1,12 +1,12 @@
-//! [`LockClient::list`]: the locks under the client's key prefix, found with `SCAN` a page of
-//! bounded cost at a time, on one server or on every master of a cluster.
+//! [`LockClient::list`]: the locks and semaphores under the client's key prefix, found with
+//! `SCAN` a page of bounded cost at a time, on one server or on every master of a cluster.
 
 use futures_util::{StreamExt, TryStreamExt};
 
 use super::LockSnapshot;
 use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError, Result};
-use crate::keys::{LockKeys, hash_pattern, name_of_hash};
+use crate::keys::{HashOf, hash_pattern, name_of_hash};
 use crate::slots::Placement;
 use crate::wire::scan;
 
@@ -19,7 +19,7 @@ pub const LIST_SCAN_COUNT: usize = 1000;
 /// however many the Redis holds. A page that stops there returns a cursor to go on from.
 pub const LIST_MAX_SCANS: u32 = 100;
 
-/// The largest `limit` of [`LockClient::list`]: locks per page.
+/// The largest `limit` of [`LockClient::list`]: locks (and semaphores) per page.
 pub const LIST_MAX_LIMIT: usize = 10_000;
 
 /// Waiters each lock of a [`LockClient::list`] page carries, from the head of its queue.
@@ -32,7 +32,8 @@ const READS_AT_ONCE: usize = 16;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockPage {
-    /// The locks found, held or waited for, by name.
+    /// The locks and semaphores found, held or waited for, by name (a lock before the
+    /// semaphore of the same name; [`LockSnapshot::is_semaphore`] tells them apart).
     pub locks: Vec<LockSnapshot>,
     /// Where the next page starts; `None` once every key was looked at.
     pub next_cursor: Option<String>,
@@ -41,10 +42,11 @@ pub struct LockPage {
 }
 
 impl LockClient {
-    /// The locks under this client's key prefix whose names match the glob `pattern`
-    /// (`None`: every lock; `*`, `?` and `[...]` as Redis's `MATCH` reads them), held or
-    /// waited for, at most `limit` of them, each read as [`LockClient::inspect`] does (with
-    /// the first 16 of its waiters).
+    /// The locks and semaphores under this client's key prefix whose names match the glob
+    /// `pattern` (`None`: every one; `*`, `?` and `[...]` as Redis's `MATCH` reads them),
+    /// held or waited for, at most `limit` of them, each read as [`LockClient::inspect`] or
+    /// [`LockClient::inspect_semaphore`] does (with the first 16 of its waiters). A lock and
+    /// a semaphore of one name are two entries, each counted against `limit`.
     ///
     /// Locks are found with `SCAN` (never `KEYS`), on one server or on every master of a
     /// cluster: each page makes at most [`LIST_MAX_SCANS`] calls of `COUNT`
@@ -108,15 +110,16 @@ impl LockClient {
             None => (Vec::new(), None, 0),
         };
         let mut locks: Vec<LockSnapshot> = futures_util::stream::iter(names)
-            .filter_map(|name| async move {
-                let keys = LockKeys::new(prefix, &name).ok()?;
-                Some(self.read_lock(name, keys, LIST_WAITERS))
+            .filter_map(|(name, of)| async move {
+                // A name too long for a lock is none (a key someone else wrote): skipped.
+                of.keys(prefix, &name).ok()?;
+                Some(self.read_lock(name, of, LIST_WAITERS))
             })
             .buffered(READS_AT_ONCE)
             .try_filter(|lock| std::future::ready(!lock.holders.is_empty() || lock.queued > 0))
             .try_collect()
             .await?;
-        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        locks.sort_by(|a, b| (&a.name, a.is_semaphore()).cmp(&(&b.name, b.is_semaphore())));
         Ok(LockPage {
             locks,
             next_cursor: next.map(|at| at.to_string()),
@@ -124,8 +127,9 @@ impl LockClient {
         })
     }
 
-    /// Scans from `at` on `nodes[index]` on, for at most `limit` names: the names (each
-    /// once), where the next page starts, and the SCAN calls made.
+    /// Scans from `at` on `nodes[index]` on, for at most `limit` names of locks or
+    /// semaphores: the names (each once) with what they name, where the next page starts,
+    /// and the SCAN calls made.
     async fn scan_page(
         &self,
         nodes: &[u16],
@@ -133,7 +137,7 @@ impl LockClient {
         mut at: Cursor,
         matching: &str,
         limit: usize,
-    ) -> Result<(Vec<String>, Option<Cursor>, u32)> {
+    ) -> Result<(Vec<(String, HashOf)>, Option<Cursor>, u32)> {
         let shared = &self.engine.shared;
         let prefix = shared.config.prefix.as_str();
         let mut names = Vec::new();
@@ -151,18 +155,20 @@ impl LockClient {
             scans += 1;
             // In a stable order, so that a page cut inside one reply goes on after the last
             // name it took when that reply is asked for again.
-            let mut batch: Vec<(u64, String)> = keys
+            let mut batch: Vec<(u64, String, HashOf)> = keys
                 .iter()
-                .filter_map(|key| name_of_hash(prefix, key))
-                .map(|name| (resume_hash(&name), name))
-                .filter(|(hash, _)| at.after.is_none_or(|after| *hash > after))
+                .filter_map(|key| {
+                    let (name, of) = name_of_hash(prefix, key)?;
+                    Some((resume_hash(entry_of(&name, of, key)), name, of))
+                })
+                .filter(|(hash, ..)| at.after.is_none_or(|after| *hash > after))
                 .collect();
             batch.sort_unstable();
             batch.dedup();
             let room = limit - names.len();
             if batch.len() > room {
                 let after = batch[room - 1].0;
-                names.extend(batch.into_iter().take(room).map(|(_, name)| name));
+                names.extend(batch.into_iter().take(room).map(|(_, name, of)| (name, of)));
                 return Ok((
                     names,
                     Some(Cursor {
@@ -172,7 +178,7 @@ impl LockClient {
                     scans,
                 ));
             }
-            names.extend(batch.into_iter().map(|(_, name)| name));
+            names.extend(batch.into_iter().map(|(_, name, of)| (name, of)));
             at = if next != 0 {
                 Cursor {
                     scan: next,
@@ -256,9 +262,18 @@ fn start(nodes: &[u16], resume: Option<Cursor>) -> Option<(usize, Cursor)> {
     Some((index, Cursor::start_of(nodes[index])))
 }
 
-/// FNV-1a of a name: the order of names within one SCAN reply, so that a page cut inside it
-/// can go on after the last name it took (two names of one reply with the same 64-bit hash
-/// are the one case this could skip).
+/// What [`resume_hash`] hashes for a lock or semaphore found as `key`: a lock's name, a
+/// semaphore's whole key (so that the lock and the semaphore of one name differ).
+fn entry_of<'a>(name: &'a str, of: HashOf, key: &'a str) -> &'a str {
+    match of {
+        HashOf::Lock => name,
+        HashOf::Semaphore => key,
+    }
+}
+
+/// FNV-1a of an entry (see [`entry_of`]): the order of names within one SCAN reply, so that
+/// a page cut inside it can go on after the last name it took (two entries of one reply
+/// with the same 64-bit hash are the one case this could skip).
 fn resume_hash(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)

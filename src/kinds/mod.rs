@@ -2,6 +2,8 @@
 //!
 //! - [`ReadWriteLock`]: many readers or one writer, in the engine's own scripts; its
 //!   `read()` and `write()` are ordinary [`Lock`](crate::Lock)s.
+//! - [`Semaphore`]: N permits shared across instances, each acquisition on its own lease, in
+//!   the engine's own scripts too.
 //!
 //! The others are built on plain locks and their guards:
 //!
@@ -23,6 +25,7 @@ mod parts;
 mod redlock;
 mod rw;
 mod segmented;
+mod semaphore;
 
 pub use multi::{MultiGuard, MultiLock};
 pub use redlock::{
@@ -30,3 +33,4 @@ pub use redlock::{
 };
 pub use rw::ReadWriteLock;
 pub use segmented::{MAX_SEGMENTS, SegmentGuard, SegmentedLock};
+pub use semaphore::{PermitGuard, Semaphore};

@@ -10,9 +10,10 @@ use futures_util::FutureExt;
 use http::request::Parts;
 use http::{Request, StatusCode};
 
+use super::body::RejectionBody;
 use super::context::LockContext;
 use super::extract::{InvalidKey, KeyExtractor, Keys};
-use super::reject::{Rejection, RejectionBody};
+use super::reject::Rejection;
 
 /// The route parameter `name` as axum's router matched it: with
 /// `.route("/tenants/{tenant}/invoices", …)`, `PathParamKey::new("tenant")` takes `acme` from

@@ -19,7 +19,8 @@ use crate::lease::Lease;
 /// `Retry-After: 1` (gRPC `UNAVAILABLE`); a request with no key runs unlocked; Redis
 /// unreachable fails closed (503 / `UNAVAILABLE`); a lease lost while the handler runs
 /// cancels it (503 / `ABORTED`); watchdog leases; at most 16 keys a request; no key prefix
-/// beyond the client's; exclusive locks ([`Sharing::Exclusive`]).
+/// beyond the client's; exclusive locks ([`Sharing::Exclusive`]; [`LockLayer::limit`] lets
+/// `n` requests per key in at once).
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct LockLayer<K, R = DefaultRejection> {
@@ -99,9 +100,47 @@ impl<K, R> LockLayer<K, R> {
     /// `.sharing(Sharing::Fair)` runs them one at a time in the order they arrived, across
     /// every instance; `.sharing(Sharing::read_write())` lets `GET` and `HEAD` requests share
     /// it as readers while any other method runs alone as a writer (a waiting writer is not
-    /// overtaken by later readers); [`Sharing::ReadWrite`] names the reading methods.
+    /// overtaken by later readers); [`Sharing::ReadWrite`] names the reading methods;
+    /// `.sharing(Sharing::Limit(n))` is [`LockLayer::limit`].
+    ///
+    /// # Panics
+    ///
+    /// On `Sharing::Limit(0)`, as [`LockLayer::limit`].
     pub fn sharing(self, sharing: Sharing) -> Self {
+        assert!(
+            sharing != Sharing::Limit(0),
+            "LockLayer::limit(0) would let no request run: a limit must be at least 1"
+        );
         self.with_policy(|policy| policy.sharing = sharing)
+    }
+
+    /// At most `n` requests per key at once, across every instance, instead of one:
+    /// `.limit(3)` is `.sharing(Sharing::Limit(3))`. Each request takes one permit of the
+    /// [`Semaphore`](crate::Semaphore) named by its key (after the `key_prefix`; a
+    /// semaphore's Redis keys are its own, so it never meets a lock of the same name), in
+    /// the order the requests asked across instances; a request with several keys takes one
+    /// permit of each, in the canonical order locks are taken in, so no two requests
+    /// deadlock. Handlers find their [`LockContext`](super::LockContext) as usual: a fencing
+    /// token per key (growing across the key's holders) and the lost signal of the leases.
+    ///
+    /// The others wait up to the wait bound ([`LockLayer::wait_timeout`]), then get 503 with
+    /// `Retry-After`, and gRPC `UNAVAILABLE`, as a lock wait that runs out
+    /// ([`RejectionKind::Timeout`](super::RejectionKind::Timeout)): a full limit frees up as
+    /// soon as one request ends, and `UNAVAILABLE` says just that (transient; gRPC clients
+    /// retry it with backoff), where `RESOURCE_EXHAUSTED` would say a quota is spent that
+    /// will not come back soon.
+    ///
+    /// Every instance must give a key the same `n`: Redis keeps the count while anyone holds
+    /// the key's semaphore, and a request of an instance that disagrees runs nowhere; it is
+    /// answered 500 (gRPC `INTERNAL`), counted as `permits_mismatch` and logged at ERROR.
+    /// So change `n` with a new `key_prefix`, or expect those 500s on busy keys while old
+    /// and new instances overlap.
+    ///
+    /// # Panics
+    ///
+    /// When `n` is 0: such a layer could run no request.
+    pub fn limit(self, n: u32) -> Self {
+        self.sharing(Sharing::Limit(n))
     }
 
     /// `Retry-After` of a 503 answer (default 1 s, rounded up to whole seconds).

@@ -53,8 +53,9 @@ impl LayerLog {
         Some(std::mem::take(&mut window.unlogged))
     }
 
-    /// A request the layer answered itself: INFO, or WARN for a handler cancelled because
-    /// its lease was lost while it ran.
+    /// A request the layer answered itself: INFO, WARN for a handler cancelled because its
+    /// lease was lost while it ran, or ERROR for instances that disagree on a limit (an
+    /// operator must fix a configuration; no retry will).
     pub(crate) fn rejected(&self, rejection: &Rejection) {
         let kind = rejection.kind();
         let Some(unlogged) = self.due(kind.as_str()) else {
@@ -64,6 +65,14 @@ impl LayerLog {
         let detail = rejection.detail();
         if kind == RejectionKind::LeaseLost {
             tracing::warn!(%keys, detail, unlogged, "lease lost while the handler ran; cancelled it");
+        } else if kind == RejectionKind::PermitsMismatch {
+            tracing::error!(
+                %keys,
+                detail,
+                unlogged,
+                "instances disagree on the layer's limit for a key; give every instance the \
+                 same LockLayer::limit, or a new key_prefix for a new limit"
+            );
         } else {
             tracing::info!(kind = kind.as_str(), %keys, detail, unlogged, "request rejected");
         }

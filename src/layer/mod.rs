@@ -1,5 +1,6 @@
 //! The Tower layer: take lock keys out of each request and run the handlers for one key one
-//! at a time, across every instance of a service.
+//! at a time, across every instance of a service (or up to `n` at a time with
+//! [`LockLayer::limit`], one permit of a semaphore per key).
 //!
 //! `LockLayer` → [`LockService`] → [`ResponseFuture`]. The future acquires the request's
 //! locks, runs the inner service with the guards held in its own fields, and releases them
@@ -35,10 +36,12 @@
 
 #[cfg(feature = "axum")]
 mod axum_support;
+mod body;
 mod context;
 mod extract;
 #[allow(clippy::module_inception)]
 mod layer;
+mod limit;
 mod log;
 mod policy;
 mod reject;
@@ -48,6 +51,7 @@ pub mod future;
 
 #[cfg(feature = "axum")]
 pub use axum_support::{MissingLockContext, PathParamKey};
+pub use body::RejectionBody;
 pub use context::LockContext;
 pub use extract::{
     ConstantKey, GrpcMethodKey, HeaderKey, InvalidKey, KeyExtractor, Keys, MetadataKey,
@@ -59,5 +63,5 @@ pub use policy::{
     DEFAULT_MAX_KEYS, DEFAULT_RETRY_AFTER, DEFAULT_WAIT, OnLeaseLost, OnMissingKey,
     OnRedisUnavailable, Sharing,
 };
-pub use reject::{DefaultRejection, ProblemJson, Reject, Rejection, RejectionBody, RejectionKind};
+pub use reject::{DefaultRejection, ProblemJson, Reject, Rejection, RejectionKind};
 pub use service::LockService;

@@ -53,10 +53,10 @@ pub enum OnLeaseLost {
 /// How the requests for one key share its lock: [`LockLayer::sharing`](super::LockLayer::sharing).
 ///
 /// What it costs against [`Sharing::Exclusive`]: about the same for a free lock; under
-/// contention every fair or read-write waiter waits in Redis on its own (a heartbeat script
-/// per waiting client each second, a re-poll per waiter), where exclusive waiters of one
-/// instance queue locally behind one; and a read lock's scripts read every reader of the key.
-/// The README gives measured figures.
+/// contention every fair, read-write or limited waiter waits in Redis on its own (a
+/// heartbeat script per waiting client each second, a re-poll per waiter), where exclusive
+/// waiters of one instance queue locally behind one; and a read lock's scripts read every
+/// reader of the key. The README gives measured figures.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Sharing {
@@ -71,6 +71,11 @@ pub enum Sharing {
         /// The methods that only read (default `GET` and `HEAD`).
         read_methods: Vec<Method>,
     },
+    /// At most this many requests per key at once, across every instance: each request takes
+    /// one permit of the [`Semaphore`](crate::Semaphore) named by its key, in the order they
+    /// asked ([`LockLayer::limit`](super::LockLayer::limit)). Zero is refused when the layer
+    /// is built.
+    Limit(u32),
 }
 
 impl Sharing {
@@ -88,6 +93,10 @@ impl Sharing {
             Self::Fair => LockKind::Fair,
             Self::ReadWrite { read_methods } if read_methods.contains(method) => LockKind::Read,
             Self::ReadWrite { .. } => LockKind::Write,
+            Self::Limit(permits) => LockKind::Semaphore {
+                permits: *permits,
+                take: 1,
+            },
         }
     }
 }

@@ -1,15 +1,12 @@
 //! The layer's own answers: a typed [`Rejection`], turned into an HTTP or gRPC response by
 //! a [`Reject`] hook ([`DefaultRejection`] unless the user brings one).
 
-use std::convert::Infallible;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Request, Response, StatusCode};
-use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
-use http_body_util::{BodyExt, Empty, Full};
 
+use super::body::RejectionBody;
 use super::policy::DEFAULT_RETRY_AFTER;
 use crate::error::{ErrorKind, LockError};
 use crate::keys::shown_all;
@@ -36,12 +33,16 @@ pub enum RejectionKind {
     /// The wait bound passed during a restart quarantine: Redis lost its data and grants no
     /// lock until every holder of a lost lock has been told.
     RestartQuarantine,
+    /// A key's limit ([`LockLayer::limit`](super::LockLayer::limit)) is held in Redis with
+    /// another count than this layer's: two instances are configured differently. The
+    /// request did not run; a retry cannot help until the configurations agree.
+    PermitsMismatch,
 }
 
 impl RejectionKind {
     /// A short name, for logs, metrics and the `kind` member of a problem+json answer:
     /// `timeout`, `redis_unavailable`, `lease_lost`, `missing_key`, `invalid_key`,
-    /// `too_many_keys`, `shut_down` or `restart_quarantine`.
+    /// `too_many_keys`, `shut_down`, `restart_quarantine` or `permits_mismatch`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Timeout => "timeout",
@@ -52,6 +53,7 @@ impl RejectionKind {
             Self::TooManyKeys => "too_many_keys",
             Self::ShutDown => "shut_down",
             Self::RestartQuarantine => "restart_quarantine",
+            Self::PermitsMismatch => "permits_mismatch",
         }
     }
 }
@@ -102,6 +104,7 @@ impl Rejection {
             ErrorKind::ShutDown => RejectionKind::ShutDown,
             ErrorKind::Timeout => RejectionKind::Timeout,
             ErrorKind::RestartQuarantine => RejectionKind::RestartQuarantine,
+            ErrorKind::PermitsMismatch => RejectionKind::PermitsMismatch,
             _ => RejectionKind::RedisUnavailable,
         };
         Self::new(kind, grpc, keys, error.to_string(), retry_after)
@@ -160,6 +163,9 @@ impl Rejection {
             RejectionKind::RestartQuarantine => {
                 format!("lock service recovering from a loss of its data{keys}; retry later")
             }
+            RejectionKind::PermitsMismatch => {
+                format!("concurrency limit configured differently across instances{keys}")
+            }
         }
     }
 
@@ -175,19 +181,25 @@ impl Rejection {
         }
     }
 
-    /// The HTTP status of the default answer: 503 for what a retry may cure, 400 for bad keys.
+    /// The HTTP status of the default answer: 503 for what a retry may cure, 400 for bad
+    /// keys, 500 for instances that disagree on a limit (the server's fault, not the client's).
     pub fn http_status(&self) -> StatusCode {
         match self.retry_after() {
             Some(_) => StatusCode::SERVICE_UNAVAILABLE,
+            None if self.kind == RejectionKind::PermitsMismatch => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
             None => StatusCode::BAD_REQUEST,
         }
     }
 
     /// The gRPC status code of the default answer: `UNAVAILABLE` (14), `ABORTED` (10) for a
-    /// lost lease, `INVALID_ARGUMENT` (3) for bad keys.
+    /// lost lease, `INVALID_ARGUMENT` (3) for bad keys, `INTERNAL` (13) for instances that
+    /// disagree on a limit.
     pub fn grpc_code(&self) -> u16 {
         match self.kind {
             RejectionKind::LeaseLost => 10,
+            RejectionKind::PermitsMismatch => 13,
             _ if self.retry_after().is_some() => 14,
             _ => 3,
         }
@@ -247,118 +259,6 @@ impl Rejection {
             headers.insert(RETRY_AFTER, HeaderValue::from(seconds.max(1)));
         }
         response
-    }
-}
-
-/// A response body the layer's answers can be written in: empty for gRPC, a short text for
-/// HTTP. Implemented for `String`, `Vec<u8>`, `Bytes`, http-body-util's `Full<Bytes>`,
-/// `BoxBody<Bytes, E>` and `UnsyncBoxBody<Bytes, E>` (the body type of tonic 0.12 and 0.13),
-/// axum's body (feature `axum`) and tonic 0.14's (feature `tonic`); and for `()` and
-/// `Empty<Bytes>`, which hold no text. For another body type, implement it, or give the
-/// layer a hook of your own ([`LockLayer::rejection`](super::LockLayer::rejection)).
-#[diagnostic::on_unimplemented(
-    message = "the layer cannot write its answers in a `{Self}` body",
-    note = "enable the `axum` or `tonic` feature of tower-redis-lock for their bodies, implement \
-            `RejectionBody` for yours, or answer rejections yourself with `LockLayer::rejection`"
-)]
-pub trait RejectionBody: Sized {
-    /// An empty body.
-    fn empty() -> Self;
-
-    /// A body holding `text`.
-    fn from_text(text: String) -> Self;
-}
-
-/// A body that holds nothing: the text is left out.
-impl RejectionBody for () {
-    fn empty() -> Self {}
-
-    fn from_text(_text: String) -> Self {}
-}
-
-/// A body that holds nothing: the text is left out.
-impl RejectionBody for Empty<Bytes> {
-    fn empty() -> Self {
-        Self::new()
-    }
-
-    fn from_text(_text: String) -> Self {
-        Self::new()
-    }
-}
-
-impl RejectionBody for String {
-    fn empty() -> Self {
-        Self::new()
-    }
-
-    fn from_text(text: String) -> Self {
-        text
-    }
-}
-
-impl RejectionBody for Vec<u8> {
-    fn empty() -> Self {
-        Self::new()
-    }
-
-    fn from_text(text: String) -> Self {
-        text.into_bytes()
-    }
-}
-
-impl RejectionBody for Bytes {
-    fn empty() -> Self {
-        Self::new()
-    }
-
-    fn from_text(text: String) -> Self {
-        text.into()
-    }
-}
-
-impl RejectionBody for Full<Bytes> {
-    fn empty() -> Self {
-        Self::default()
-    }
-
-    fn from_text(text: String) -> Self {
-        Self::new(text.into())
-    }
-}
-
-impl<E: 'static> RejectionBody for UnsyncBoxBody<Bytes, E> {
-    fn empty() -> Self {
-        Self::default()
-    }
-
-    fn from_text(text: String) -> Self {
-        Full::<Bytes>::from_text(text)
-            .map_err(|never: Infallible| match never {})
-            .boxed_unsync()
-    }
-}
-
-impl<E: 'static> RejectionBody for BoxBody<Bytes, E> {
-    fn empty() -> Self {
-        Self::default()
-    }
-
-    fn from_text(text: String) -> Self {
-        Full::<Bytes>::from_text(text)
-            .map_err(|never: Infallible| match never {})
-            .boxed()
-    }
-}
-
-#[cfg(feature = "tonic")]
-impl RejectionBody for tonic::body::Body {
-    fn empty() -> Self {
-        Self::empty()
-    }
-
-    fn from_text(text: String) -> Self {
-        Self::new(text)
     }
 }
 
@@ -551,25 +451,21 @@ mod tests {
     }
 
     #[test]
-    fn every_body_type_holds_the_text() {
-        macro_rules! text {
-            ($body:expr) => {
-                futures_util::FutureExt::now_or_never($body.collect())
-                    .expect("a full body is ready")
-                    .expect("no error")
-                    .to_bytes()
-            };
-        }
-        assert_eq!(text!(Full::<Bytes>::from_text("hi".into())), "hi");
+    fn instances_that_disagree_on_a_limit_get_a_500_that_invites_no_retry() {
+        let error = LockError::new(ErrorKind::PermitsMismatch, "held with 3 permits, not 5");
+        let mismatch =
+            Rejection::from_error(&error, false, vec!["acme".into()], DEFAULT_RETRY_AFTER);
+        assert_eq!(mismatch.kind(), RejectionKind::PermitsMismatch);
+        assert_eq!(mismatch.kind().as_str(), "permits_mismatch");
+        let answer: Response<String> = mismatch.default_response();
+        assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(answer.headers().get(RETRY_AFTER).is_none());
         assert_eq!(
-            text!(UnsyncBoxBody::<Bytes, Infallible>::from_text("hi".into())),
-            "hi"
+            answer.body(),
+            "concurrency limit configured differently across instances for [acme]\n"
         );
-        assert_eq!(
-            text!(BoxBody::<Bytes, Infallible>::from_text("hi".into())),
-            "hi"
-        );
-        assert_eq!(text!(UnsyncBoxBody::<Bytes, Infallible>::empty()), "");
-        assert_eq!(Bytes::from_text("hi".into()), "hi");
+        let grpc: Response<String> =
+            rejection(RejectionKind::PermitsMismatch, true).default_response();
+        assert_eq!(grpc.headers()["grpc-status"], "13");
     }
 }

@@ -2,7 +2,7 @@
 //! server clock of `lua/clock.lua`; the scripts that take a lock share `lua/tokens.lua`, those
 //! that hand a lock over the queue functions of `lua/queue.lua`, and those that take or renew
 //! one the epoch check of `lua/epoch.lua`. A read-write lock's scripts (`rw_*.lua`) also share
-//! the state functions of `lua/rw.lua`. An exclusive lock's acquire and release start with
+//! the state functions of `lua/rw.lua`, and a semaphore's (`sem_*.lua`) those of `lua/sem.lua`. An exclusive lock's acquire and release start with
 //! their free-lock part (`*_free.lua`), placed before the queue's functions: Lua creates a
 //! function each time a script runs past its definition, and most acquisitions and releases
 //! find nobody queued and return before.
@@ -70,6 +70,34 @@ static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
         include_str!("lua/queue.lua"),
         include_str!("lua/rw.lua"),
         include_str!("lua/rw_force_unlock.lua")
+    ))
+});
+static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/clock.lua"),
+        include_str!("lua/tokens.lua"),
+        include_str!("lua/queue.lua"),
+        include_str!("lua/epoch.lua"),
+        include_str!("lua/sem.lua"),
+        include_str!("lua/sem_acquire.lua")
+    ))
+});
+static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/clock.lua"),
+        include_str!("lua/tokens.lua"),
+        include_str!("lua/queue.lua"),
+        include_str!("lua/sem.lua"),
+        include_str!("lua/sem_release.lua")
+    ))
+});
+static SEM_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/clock.lua"),
+        include_str!("lua/tokens.lua"),
+        include_str!("lua/queue.lua"),
+        include_str!("lua/sem.lua"),
+        include_str!("lua/sem_force_unlock.lua")
     ))
 });
 static RENEW: LazyLock<Script> = LazyLock::new(|| {
@@ -143,6 +171,9 @@ pub(crate) enum AcquireReply {
     /// Redis lost its data and grants no lock until its restart quarantine ends (this much
     /// later); the server's clock when the script ran. Nothing was queued.
     Quarantined { left_ms: u64, server_ms: u64 },
+    /// The semaphore is held with another permit count than this client's (the one Redis
+    /// holds); nothing was taken or queued.
+    PermitsMismatch { stored: u64 },
 }
 
 /// What the server's epoch is to a client: the one it knows and the longest lease it knows
@@ -188,7 +219,8 @@ pub(crate) enum HandoffReply {
 }
 
 /// Which keys a script takes besides a lock's four: the epoch key, and the readers' index
-/// (always last, where a read-write lock's scripts find it).
+/// (always last, where a read-write lock's and a semaphore's scripts find it; a semaphore
+/// keeps its holders there).
 #[derive(Debug, Clone, Copy)]
 struct ExtraKeys<'a> {
     epoch: Option<&'a str>,
@@ -196,11 +228,12 @@ struct ExtraKeys<'a> {
 }
 
 impl<'a> ExtraKeys<'a> {
-    /// The epoch key, and the readers' index when `kind` has readers.
+    /// The epoch key, and the readers' index when `kind` has readers (or holders with
+    /// leases of their own).
     fn of(kind: LockKind, epoch: Option<&'a str>) -> Self {
         Self {
             epoch,
-            readers: rw_role(kind).is_some(),
+            readers: !matches!(kind, LockKind::Exclusive | LockKind::Fair),
         }
     }
 }
@@ -262,6 +295,7 @@ fn acquire_script(kind: LockKind) -> &'static Script {
     match kind {
         LockKind::Exclusive | LockKind::Fair => &ACQUIRE,
         LockKind::Read | LockKind::Write => &RW_ACQUIRE,
+        LockKind::Semaphore { .. } => &SEM_ACQUIRE,
     }
 }
 
@@ -270,6 +304,7 @@ fn release_script(kind: LockKind) -> &'static Script {
     match kind {
         LockKind::Exclusive | LockKind::Fair => &RELEASE,
         LockKind::Read | LockKind::Write => &RW_RELEASE,
+        LockKind::Semaphore { .. } => &SEM_RELEASE,
     }
 }
 
@@ -278,6 +313,7 @@ fn force_unlock_script(kind: LockKind) -> &'static Script {
     match kind {
         LockKind::Exclusive | LockKind::Fair => &FORCE_UNLOCK,
         LockKind::Read | LockKind::Write => &RW_FORCE_UNLOCK,
+        LockKind::Semaphore { .. } => &SEM_FORCE_UNLOCK,
     }
 }
 
@@ -286,7 +322,7 @@ fn rw_role(kind: LockKind) -> Option<&'static str> {
     match kind {
         LockKind::Read => Some("read"),
         LockKind::Write => Some("write"),
-        LockKind::Exclusive | LockKind::Fair => None,
+        LockKind::Exclusive | LockKind::Fair | LockKind::Semaphore { .. } => None,
     }
 }
 
@@ -316,8 +352,14 @@ pub(crate) async fn acquire(
     if let Some(role) = rw_role(terms.kind) {
         cmd.arg(role);
     }
+    if let LockKind::Semaphore { permits, take } = terms.kind {
+        cmd.arg(permits).arg(take);
+    }
     let (status, first, second): (i64, i64, i64) = run(conn, script, &cmd).await?;
     Ok(match status {
+        -4 => AcquireReply::PermitsMismatch {
+            stored: first.max(0) as u64,
+        },
         -2 => AcquireReply::EpochChanged {
             epoch: first.max(0) as u64,
             longest_lease_ms: second.max(0) as u64,

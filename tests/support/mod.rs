@@ -385,3 +385,13 @@ pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
         .expect("PUBSUB NUMSUB");
     reply.1
 }
+
+/// The owner ids queued in Redis for the semaphore `name` (default prefix), first first.
+pub fn semaphore_queued(server: &RedisServer, name: &str) -> Vec<String> {
+    server.cmd(&[
+        "ZRANGE",
+        &format!("lock:{{{name}}}:semaphore:queue"),
+        "0",
+        "-1",
+    ])
+}

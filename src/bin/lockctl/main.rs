@@ -3,10 +3,12 @@
 //!
 //! ```text
 //! lockctl [--url URL] list [PATTERN] [--limit N] [--cursor C] [--json]
-//! lockctl [--url URL] inspect NAME [--json]
+//! lockctl [--url URL] inspect NAME [--kind semaphore] [--json]
 //! lockctl [--url URL] watch [PATTERN] [--interval 1s] [--count N] [--limit N] [--json]
-//! lockctl [--url URL] force-unlock NAME [--yes] [--json]
-//! lockctl [--url URL] hold NAME --for 2s [--lease 5s] [--wait 10s] [--kind KIND]
+//! lockctl [--url URL] force-unlock NAME [--kind semaphore] [--yes] [--json]
+//! lockctl [--url URL] hold NAME --for 2s [--lease 5s | --watchdog-lease 30s] [--wait 10s]
+//!                     [--kind KIND]
+//! lockctl [--url URL] hold NAME --for 2s --kind semaphore --permits N [--take K]
 //! lockctl --url URL1 --url URL2 --url URL3 hold NAME --for 2s --kind redlock
 //! lockctl [--url URL] waive-quarantine
 //! lockctl --cluster --url SEED [--url SEED ...] COMMAND ...
@@ -16,7 +18,12 @@
 //! `list`, `inspect` and `watch` print tables (`watch` redraws one on a terminal, and prints
 //! one `key=value` line per lock otherwise); `--json` prints one JSON object per line. `hold`
 //! and `waive-quarantine` print one JSON line per event. KIND is `exclusive` (the default),
-//! `fair`, `read`, `write` or `redlock` (a quorum of the servers named by several `--url`).
+//! `fair`, `read`, `write`, `semaphore` (`--take` of its `--permits`, default 1) or `redlock`
+//! (a quorum of the servers named by several `--url`). `list` and `watch` show locks and
+//! semaphores together; `inspect` and `force-unlock` name a lock unless `--kind semaphore`
+//! says the semaphore of that name (its keys are apart from the lock's). `hold` keeps its
+//! lease with the watchdog (`--watchdog-lease`, default 30 s, renewed every third of it)
+//! unless `--lease` fixes it.
 //! With `--cluster`, the URLs are seeds of one Redis Cluster; with `--sentinel MASTER`, they
 //! are the sentinels that name that master; `--prefix` is the clients' key prefix and
 //! `--instance-name` names lockctl's own instance (what others see holding or waiting).
@@ -34,17 +41,19 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tower_redis_lock::{
     ErrorKind, Lease, Lock, LockClient, LockClientBuilder, LockError, LostSignal, RedLock,
+    Semaphore,
 };
 
 use crate::operate::Watch;
 use crate::show::millis;
 
 const USAGE: &str = "usage: lockctl [--url URL] list [PATTERN] [--limit N] [--cursor C] [--json]
-       lockctl [--url URL] inspect NAME [--json]
+       lockctl [--url URL] inspect NAME [--kind semaphore] [--json]
        lockctl [--url URL] watch [PATTERN] [--interval DURATION] [--count N] [--limit N] [--json]
-       lockctl [--url URL] force-unlock NAME [--yes] [--json]
-       lockctl [--url URL] hold NAME --for DURATION [--lease DURATION] [--wait DURATION]
-                      [--kind exclusive|fair|read|write|redlock]
+       lockctl [--url URL] force-unlock NAME [--kind semaphore] [--yes] [--json]
+       lockctl [--url URL] hold NAME --for DURATION [--lease DURATION | --watchdog-lease DURATION]
+                      [--wait DURATION] [--kind exclusive|fair|read|write|redlock]
+       lockctl [--url URL] hold NAME --for DURATION --kind semaphore --permits N [--take K]
        lockctl --url URL --url URL ... hold NAME --for DURATION --kind redlock
        lockctl [--url URL] waive-quarantine
        lockctl --cluster --url SEED [--url SEED ...] COMMAND ...
@@ -56,7 +65,8 @@ durations: 250ms, 2s, 1m (a bare number is seconds)";
 /// Locks a page of `list` or `watch` shows unless `--limit` says otherwise.
 const DEFAULT_LIMIT: usize = 100;
 
-/// Which kind of lock `hold` takes.
+/// Which kind of lock `hold` takes (and, for `inspect` and `force-unlock`, whether NAME is a
+/// semaphore's).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Exclusive,
@@ -64,6 +74,17 @@ enum Kind {
     Read,
     Write,
     RedLock,
+    /// `take` of a semaphore's `permits`.
+    Semaphore {
+        permits: u32,
+        take: u32,
+    },
+}
+
+impl Kind {
+    fn is_semaphore(self) -> bool {
+        matches!(self, Self::Semaphore { .. })
+    }
 }
 
 /// Which Redis the URLs name.
@@ -86,6 +107,7 @@ enum Command {
     },
     Inspect {
         name: String,
+        semaphore: bool,
         json: bool,
     },
     List {
@@ -97,6 +119,7 @@ enum Command {
     Watch(Watch),
     ForceUnlock {
         name: String,
+        semaphore: bool,
         yes: bool,
         json: bool,
     },
@@ -151,6 +174,9 @@ async fn main() -> ExitCode {
 struct Settings {
     prefix: Option<String>,
     instance_name: Option<String>,
+    /// `hold --watchdog-lease`: how long a held lock outlives a lockctl that stops renewing
+    /// it (killed, or cut off from Redis).
+    watchdog_lease: Option<Duration>,
 }
 
 impl Settings {
@@ -160,6 +186,9 @@ impl Settings {
         }
         if let Some(name) = &self.instance_name {
             builder = builder.instance_name(name);
+        }
+        if let Some(lease) = self.watchdog_lease {
+            builder = builder.watchdog_lease(lease);
         }
         builder
     }
@@ -201,6 +230,11 @@ async fn run(
             kind,
         } => {
             let lock = match kind {
+                Kind::Semaphore { permits, take } => {
+                    let semaphore = locks.semaphore(&name, permits)?;
+                    let semaphore = semaphore.with_lease(lease_of(lease));
+                    return hold_semaphore(semaphore, take, hold_for, wait).await;
+                }
                 Kind::Fair => locks.fair_lock(&name)?,
                 Kind::Read => locks.read_write_lock(&name)?.read(),
                 Kind::Write => locks.read_write_lock(&name)?.write(),
@@ -208,7 +242,11 @@ async fn run(
             };
             hold(lock.with_lease(lease_of(lease)), hold_for, wait).await
         }
-        Command::Inspect { name, json } => operate::inspect(&locks, &name, json).await,
+        Command::Inspect {
+            name,
+            semaphore,
+            json,
+        } => operate::inspect(&locks, &name, semaphore, json).await,
         Command::List {
             pattern,
             cursor,
@@ -216,9 +254,12 @@ async fn run(
             json,
         } => operate::list(&locks, pattern.as_deref(), cursor.as_deref(), limit, json).await,
         Command::Watch(watch) => operate::watch(&locks, watch).await,
-        Command::ForceUnlock { name, yes, json } => {
-            operate::force_unlock(&locks, &name, yes, json).await
-        }
+        Command::ForceUnlock {
+            name,
+            semaphore,
+            yes,
+            json,
+        } => operate::force_unlock(&locks, &name, semaphore, yes, json).await,
         Command::WaiveQuarantine => {
             let waived = locks.waive_restart_quarantine().await?;
             emit(json!({"event": "quarantine-waived", "waived": waived}));
@@ -266,6 +307,39 @@ async fn hold(
         "event": "acquired",
         "name": name,
         "kind": format!("{:?}", lock.kind()),
+        "token": token,
+        "waited_ms": millis(started.elapsed()),
+        "pid": std::process::id(),
+        "owner": guard.owner_id(),
+    }));
+    let lost = guard.lost_signal();
+    keep_until(&name, json!(token), hold_for, lost, guard.release()).await
+}
+
+/// `hold --kind semaphore`: takes `take` of the semaphore's permits, and keeps them as `hold`
+/// keeps a lock.
+async fn hold_semaphore(
+    semaphore: Semaphore,
+    take: u32,
+    hold_for: Duration,
+    wait: Option<Duration>,
+) -> Result<ExitCode, LockError> {
+    let name = semaphore.name().to_owned();
+    let started = Instant::now();
+    let acquired = match wait {
+        Some(wait) => semaphore.acquire_many_timeout(take, wait).await,
+        None => semaphore.acquire_many(take).await,
+    };
+    let Some(guard) = unless_timed_out(acquired, &name, started)? else {
+        return Ok(ExitCode::from(3));
+    };
+    let token = guard.fencing_token();
+    emit(json!({
+        "event": "acquired",
+        "name": name,
+        "kind": "Semaphore",
+        "permits": semaphore.permits(),
+        "take": guard.permits(),
         "token": token,
         "waited_ms": millis(started.elapsed()),
         "pid": std::process::id(),
@@ -334,11 +408,19 @@ type Parsed = (Vec<String>, Topology, Settings, Command);
 /// `--prefix` and `--instance-name`.
 fn options_of(verb: &str) -> &'static [&'static str] {
     match verb {
-        "hold" => &["--for", "--lease", "--wait", "--kind"],
+        "hold" => &[
+            "--for",
+            "--lease",
+            "--watchdog-lease",
+            "--wait",
+            "--kind",
+            "--permits",
+            "--take",
+        ],
         "list" => &["--limit", "--cursor", "--json"],
-        "inspect" => &["--json"],
+        "inspect" => &["--kind", "--json"],
         "watch" => &["--interval", "--count", "--limit", "--json"],
-        "force-unlock" => &["--yes", "--json"],
+        "force-unlock" => &["--kind", "--yes", "--json"],
         _ => &[],
     }
 }
@@ -351,6 +433,7 @@ fn parse(args: Vec<String>) -> Result<Parsed, String> {
     let mut given = Vec::new();
     let (mut hold_for, mut lease, mut wait) = (None, None, None);
     let mut kind = Kind::Exclusive;
+    let (mut permits, mut take) = (None, None);
     let (mut json, mut yes) = (false, false);
     let (mut limit, mut cursor) = (DEFAULT_LIMIT, None);
     let (mut interval, mut count) = (Duration::from_secs(1), None);
@@ -365,8 +448,11 @@ fn parse(args: Vec<String>) -> Result<Parsed, String> {
             "--instance-name" => settings.instance_name = Some(value()?),
             "--for" => hold_for = Some(duration(&value()?)?),
             "--lease" => lease = Some(duration(&value()?)?),
+            "--watchdog-lease" => settings.watchdog_lease = Some(duration(&value()?)?),
             "--wait" => wait = Some(duration(&value()?)?),
             "--kind" => kind = lock_kind(&value()?)?,
+            "--permits" => permits = Some(number::<u32>(&value()?)?),
+            "--take" => take = Some(number::<u32>(&value()?)?),
             "--json" => json = true,
             "--yes" | "-y" => yes = true,
             "--limit" => limit = number(&value()?)?,
@@ -399,6 +485,25 @@ fn parse(args: Vec<String>) -> Result<Parsed, String> {
     if interval.is_zero() || count == Some(0) || limit == 0 {
         return Err("--interval, --count and --limit must be above 0".into());
     }
+    if lease.is_some() && settings.watchdog_lease.is_some() {
+        return Err(
+            "--lease fixes the lease: the watchdog's (--watchdog-lease) is not used".into(),
+        );
+    }
+    if kind.is_semaphore() && verb == "hold" {
+        let permits = permits.ok_or("hold --kind semaphore needs --permits")?;
+        kind = Kind::Semaphore {
+            permits,
+            take: take.unwrap_or(1),
+        };
+    } else if permits.is_some() || take.is_some() {
+        return Err("--permits and --take are for hold --kind semaphore".into());
+    }
+    if verb != "hold" && !matches!(kind, Kind::Exclusive | Kind::Semaphore { .. }) {
+        return Err(format!(
+            "{verb} takes --kind semaphore, or no --kind for a lock of any other kind"
+        ));
+    }
     let command = match positional.as_slice() {
         [verb, name] if verb == "hold" => Command::Hold {
             name: name.clone(),
@@ -409,6 +514,7 @@ fn parse(args: Vec<String>) -> Result<Parsed, String> {
         },
         [verb, name] if verb == "inspect" => Command::Inspect {
             name: name.clone(),
+            semaphore: kind.is_semaphore(),
             json,
         },
         [verb, pattern @ ..] if verb == "list" && pattern.len() <= 1 => Command::List {
@@ -426,6 +532,7 @@ fn parse(args: Vec<String>) -> Result<Parsed, String> {
         }),
         [verb, name] if verb == "force-unlock" => Command::ForceUnlock {
             name: name.clone(),
+            semaphore: kind.is_semaphore(),
             yes,
             json,
         },
@@ -470,6 +577,11 @@ fn lock_kind(text: &str) -> Result<Kind, String> {
         "read" => Ok(Kind::Read),
         "write" => Ok(Kind::Write),
         "redlock" => Ok(Kind::RedLock),
+        // Its permits come from --permits and --take.
+        "semaphore" => Ok(Kind::Semaphore {
+            permits: 0,
+            take: 0,
+        }),
         _ => Err(format!("unknown lock kind {text:?}")),
     }
 }

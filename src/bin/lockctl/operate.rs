@@ -14,7 +14,8 @@ use crate::show::{self, human};
 /// Clears a terminal and puts the cursor at its top left (ANSI).
 const CLEAR: &str = "\x1b[H\x1b[2J";
 
-/// `lockctl list`: one page of locks, as a table or as JSON lines and a last `page` line.
+/// `lockctl list`: one page of locks and semaphores, as a table or as JSON lines (each
+/// `"event": "lock"`, a semaphore's with its `permits`) and a last `page` line.
 pub(crate) async fn list(
     locks: &LockClient,
     pattern: Option<&str>,
@@ -50,13 +51,15 @@ fn matching(pattern: Option<&str>) -> String {
     pattern.map_or_else(String::new, |pattern| format!(" matching {pattern:?}"))
 }
 
-/// `lockctl inspect NAME`: the lock in full, or its JSON (`"event": "inspect"`).
+/// `lockctl inspect NAME`: the lock (or with `--kind semaphore` the semaphore) in full, or
+/// its JSON (`"event": "inspect"`).
 pub(crate) async fn inspect(
     locks: &LockClient,
     name: &str,
+    semaphore: bool,
     json: bool,
 ) -> Result<ExitCode, LockError> {
-    let lock = locks.inspect(name).await?;
+    let lock = read(locks, name, semaphore).await?;
     if json {
         emit(show::json_of(&lock, "inspect"));
     } else {
@@ -170,16 +173,28 @@ pub(crate) fn can_confirm() -> bool {
     std::io::stdin().is_terminal()
 }
 
+/// The lock `name`, or the semaphore `name`, as Redis holds it.
+async fn read(locks: &LockClient, name: &str, semaphore: bool) -> Result<LockSnapshot, LockError> {
+    if semaphore {
+        locks.inspect_semaphore(name).await
+    } else {
+        locks.inspect(name).await
+    }
+}
+
 /// `lockctl force-unlock NAME`: shows who holds the lock, asks (unless `yes`), removes it
 /// and hands it to the first live waiter. A read-write lock is removed as one, so that its
-/// queue is served as a read-write lock's (one writer, or the readers first in line).
+/// queue is served as a read-write lock's (one writer, or the readers first in line). With
+/// `--kind semaphore`, every holder of the semaphore is removed, and its queue gets the
+/// permits in order.
 pub(crate) async fn force_unlock(
     locks: &LockClient,
     name: &str,
+    semaphore: bool,
     yes: bool,
     json: bool,
 ) -> Result<ExitCode, LockError> {
-    let before = locks.inspect(name).await?;
+    let before = read(locks, name, semaphore).await?;
     if before.holders.is_empty() {
         return Ok(unlocked(name, false, json));
     }
@@ -194,15 +209,17 @@ pub(crate) async fn force_unlock(
             return Ok(ExitCode::from(1));
         }
     }
-    let read_write = show::kind_of(&before).0 == "read-write";
-    let lock = if read_write {
-        locks.read_write_lock(name)?.write()
+    let removed = if semaphore {
+        // The count is only for acquisitions: removing needs none, and changes none.
+        let any_count = before.permits.map_or(1, |permits| permits.total.max(1));
+        locks.semaphore(name, any_count)?.force_unlock().await?
+    } else if show::kind_of(&before).0 == "read-write" {
+        locks.read_write_lock(name)?.write().force_unlock().await?
     } else {
-        locks.lock(name)?
+        locks.lock(name)?.force_unlock().await?
     };
-    let removed = lock.force_unlock().await?;
     if removed && !json {
-        let after = locks.inspect(name).await?;
+        let after = read(locks, name, semaphore).await?;
         let next = match after.holders.as_slice() {
             [] => String::new(),
             holders => {
@@ -216,14 +233,14 @@ pub(crate) async fn force_unlock(
     Ok(unlocked(name, removed, json))
 }
 
-/// Says whether `force-unlock` removed the lock `name`.
+/// Says whether `force-unlock` removed the lock (or semaphore) `name`.
 fn unlocked(name: &str, removed: bool, json: bool) -> ExitCode {
     if json {
         emit(json!({"event": "force-unlocked", "name": name, "removed": removed}));
     } else if removed {
         println!("force-unlocked {name}");
     } else {
-        println!("{name} is not locked: nothing removed");
+        println!("{name} is not held: nothing removed");
     }
     ExitCode::SUCCESS
 }
@@ -244,15 +261,34 @@ fn summary(lock: &LockSnapshot) -> String {
                 Some(LockKind::Write) => " writing",
                 _ => "",
             };
+            let holds = match holder.permits {
+                Some(permits) => plural(u64::from(permits), "permit"),
+                None => plural(holder.holds, "hold"),
+            };
             format!(
-                "{}{kind} (owner {}, {} hold{}, lease {} left)",
+                "{}{kind} (owner {}, {holds}, lease {} left)",
                 holder.instance,
                 holder.owner,
-                holder.holds,
-                if holder.holds == 1 { "" } else { "s" },
                 holder.lease_left.map_or_else(|| "-".to_owned(), human),
             )
         })
         .collect();
-    format!("{} is held by {}{waiting}", lock.name, holders.join(", "))
+    let what = if lock.is_semaphore() {
+        "semaphore "
+    } else {
+        ""
+    };
+    format!(
+        "{what}{} is held by {}{waiting}",
+        lock.name,
+        holders.join(", ")
+    )
+}
+
+/// `1 permit`, `2 permits`.
+fn plural(count: u64, noun: &str) -> String {
+    match count {
+        1 => format!("1 {noun}"),
+        count => format!("{count} {noun}s"),
+    }
 }

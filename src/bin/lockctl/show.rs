@@ -16,9 +16,13 @@ const SHOWN_NAME: usize = 64;
 const SHOWN_HOLDERS: usize = 3;
 
 /// What a lock is, as a word: `exclusive` (an exclusive or a fair lock: Redis does not tell
-/// them apart), `read-write` (with how it is held: `read` or `write`), or `free`.
+/// them apart), `read-write` (with how it is held: `read` or `write`), `semaphore`, or
+/// `free`.
 pub(crate) fn kind_of(lock: &LockSnapshot) -> (&'static str, Option<&'static str>) {
     let read_write = |kind: LockKind| matches!(kind, LockKind::Read | LockKind::Write);
+    if lock.is_semaphore() {
+        return ("semaphore", None);
+    }
     match lock.held_as {
         Some(LockKind::Read) => ("read-write", Some("read")),
         Some(LockKind::Write) => ("read-write", Some("write")),
@@ -41,13 +45,40 @@ fn wants(kind: LockKind) -> &'static str {
     match kind {
         LockKind::Read => "read",
         LockKind::Write => "write",
+        LockKind::Semaphore { .. } => "semaphore",
         _ => "exclusive",
     }
 }
 
+/// The permits a semaphore's waiter asks for; `None` for a lock's.
+fn wanted_permits(kind: LockKind) -> Option<u32> {
+    match kind {
+        LockKind::Semaphore { take, .. } => Some(take),
+        _ => None,
+    }
+}
+
+/// What a waiter wants, for people: `write`, `2 permits`.
+fn wants_cell(kind: LockKind) -> String {
+    match wanted_permits(kind) {
+        Some(1) => "1 permit".to_owned(),
+        Some(take) => format!("{take} permits"),
+        None => wants(kind).to_owned(),
+    }
+}
+
+/// A semaphore's permits as `free/total` (`1/3`: one of three free); `-` for a lock.
+fn free_cell(lock: &LockSnapshot) -> String {
+    or_dash(
+        lock.permits
+            .map(|permits| format!("{}/{}", permits.free, permits.total)),
+    )
+}
+
 /// A lock as JSON: the fields `lockctl inspect` has always printed (`name`, `key`, `locked`,
 /// `holders` with `owner` and `count`, `hold_count`, `pttl_ms`, `fence`) and the rest of
-/// what Redis holds.
+/// what Redis holds. A semaphore's (`"kind": "semaphore"`) has its `permits` (`total`,
+/// `used`, `free`), each holder's `permits` and each waiter's (`null` for a lock's).
 pub(crate) fn json_of(lock: &LockSnapshot, event: &str) -> Value {
     let (kind, mode) = kind_of(lock);
     let holders: Vec<Value> = lock
@@ -59,6 +90,7 @@ pub(crate) fn json_of(lock: &LockSnapshot, event: &str) -> Value {
                 "instance": holder.instance,
                 "count": holder.holds,
                 "lease_left_ms": holder.lease_left.map(millis),
+                "permits": holder.permits,
             })
         })
         .collect();
@@ -83,6 +115,11 @@ pub(crate) fn json_of(lock: &LockSnapshot, event: &str) -> Value {
         "queued": lock.queued,
         "waiters": waiters,
         "server_time_ms": lock.server_time_ms,
+        "permits": lock.permits.map(|permits| json!({
+            "total": permits.total,
+            "used": permits.used,
+            "free": permits.free,
+        })),
     })
 }
 
@@ -97,6 +134,7 @@ fn waiter_json(position: usize, waiter: &LockWaiter) -> Value {
         "owner": waiter.owner,
         "instance": waiter.instance,
         "wants": wants(waiter.wants),
+        "permits": wanted_permits(waiter.wants),
         "waited_ms": millis(waiter.waited),
         "alive": waiter.is_alive(),
         "alive_left_ms": alive_left,
@@ -104,12 +142,14 @@ fn waiter_json(position: usize, waiter: &LockWaiter) -> Value {
     })
 }
 
-/// The locks as a table: NAME KIND HOLDERS LEASE HELD TOKEN WAITERS.
+/// The locks as a table: NAME KIND HOLDERS LEASE HELD TOKEN WAITERS, and FREE (a
+/// semaphore's free permits of its count) when the table has a semaphore.
 pub(crate) fn table(locks: &[LockSnapshot]) -> String {
+    let semaphores = locks.iter().any(LockSnapshot::is_semaphore);
     let rows = locks
         .iter()
         .map(|lock| {
-            vec![
+            let mut row = vec![
                 cut(&lock.name),
                 kind_word(lock),
                 holders_cell(&lock.holders),
@@ -117,15 +157,20 @@ pub(crate) fn table(locks: &[LockSnapshot]) -> String {
                 or_dash(lock.held_for.map(human)),
                 or_dash(lock.fence.map(|fence| fence.to_string())),
                 waiters_cell(lock),
-            ]
+            ];
+            if semaphores {
+                row.push(free_cell(lock));
+            }
+            row
         })
         .collect();
-    columns(
-        &[
-            "NAME", "KIND", "HOLDERS", "LEASE", "HELD", "TOKEN", "WAITERS",
-        ],
-        rows,
-    )
+    let mut headers = vec![
+        "NAME", "KIND", "HOLDERS", "LEASE", "HELD", "TOKEN", "WAITERS",
+    ];
+    if semaphores {
+        headers.push("FREE");
+    }
+    columns(&headers, rows)
 }
 
 /// One lock in full, for `lockctl inspect`: its state, its holders and its queue in order.
@@ -144,6 +189,7 @@ pub(crate) fn details(lock: &LockSnapshot) -> String {
         ("NAME", lock.name.clone()),
         ("KEY", lock.key.clone()),
         ("KIND", kind),
+        ("PERMITS", permits_fact(lock)),
         (
             "LEASE",
             or_dash(lock.lease_left.map(|left| format!("{} left", human(left)))),
@@ -153,6 +199,10 @@ pub(crate) fn details(lock: &LockSnapshot) -> String {
         ("HOLDERS", lock.holders.len().to_string()),
     ];
     for (label, value) in facts {
+        // Only a semaphore has permits.
+        if label == "PERMITS" && !lock.is_semaphore() {
+            continue;
+        }
         let _ = writeln!(out, "{label:<9}{value}");
     }
     if !lock.holders.is_empty() {
@@ -162,15 +212,21 @@ pub(crate) fn details(lock: &LockSnapshot) -> String {
             .map(|holder| {
                 vec![
                     holder.instance.clone(),
-                    holder.holds.to_string(),
+                    holder.permits.map_or(holder.holds, u64::from).to_string(),
                     or_dash(holder.lease_left.map(human)),
                     holder.owner.clone(),
                 ]
             })
             .collect();
+        // A semaphore's holder holds once, some of its permits.
+        let counted = if lock.is_semaphore() {
+            "PERMITS"
+        } else {
+            "HOLDS"
+        };
         indent(
             &mut out,
-            &columns(&["INSTANCE", "HOLDS", "LEASE", "OWNER"], rows),
+            &columns(&["INSTANCE", counted, "LEASE", "OWNER"], rows),
         );
     }
     let _ = writeln!(out, "{:<9}{}", "WAITERS", waiters_cell(lock));
@@ -183,7 +239,7 @@ pub(crate) fn details(lock: &LockSnapshot) -> String {
                 vec![
                     (index + 1).to_string(),
                     waiter.instance.clone(),
-                    wants(waiter.wants).to_owned(),
+                    wants_cell(waiter.wants),
                     human(waiter.waited),
                     liveness(waiter.liveness),
                     waiter.owner.clone(),
@@ -200,7 +256,20 @@ pub(crate) fn details(lock: &LockSnapshot) -> String {
     out
 }
 
-/// One lock as one `key=value` line (no spaces inside values), for logs and pipes.
+/// A semaphore's permits for `inspect`: `3 (2 held, 1 free)`; `-` once nobody holds it
+/// (Redis keeps the count only while someone does).
+fn permits_fact(lock: &LockSnapshot) -> String {
+    match lock.permits {
+        Some(permits) if permits.total > 0 => format!(
+            "{} ({} held, {} free)",
+            permits.total, permits.used, permits.free
+        ),
+        _ => "-".to_owned(),
+    }
+}
+
+/// One lock as one `key=value` line (no spaces inside values), for logs and pipes; a
+/// semaphore's ends with its `permits=` count, and how many are `used=` and `free=`.
 pub(crate) fn line(lock: &LockSnapshot) -> String {
     let holders: Vec<String> = lock.holders.iter().map(holder_word).collect();
     let dead = lock
@@ -208,8 +277,14 @@ pub(crate) fn line(lock: &LockSnapshot) -> String {
         .iter()
         .filter(|waiter| !waiter.is_alive())
         .count();
+    let permits = lock.permits.map_or_else(String::new, |permits| {
+        format!(
+            " permits={} used={} free={}",
+            permits.total, permits.used, permits.free
+        )
+    });
     format!(
-        "name={} kind={} holders={} lease={} held={} token={} waiters={} dead={}",
+        "name={} kind={} holders={} lease={} held={} token={} waiters={} dead={}{permits}",
         lock.name.replace(char::is_whitespace, "_"),
         kind_word(lock),
         or_dash((!holders.is_empty()).then(|| holders.join(","))),
@@ -221,9 +296,10 @@ pub(crate) fn line(lock: &LockSnapshot) -> String {
     )
 }
 
-/// A holder as `instance(holds)`.
+/// A holder as `instance(holds)`; a semaphore's as `instance(permits it holds)`.
 fn holder_word(holder: &LockHolder) -> String {
-    format!("{}({})", holder.instance, holder.holds)
+    let count = holder.permits.map_or(holder.holds, u64::from);
+    format!("{}({count})", holder.instance)
 }
 
 fn holders_cell(holders: &[LockHolder]) -> String {

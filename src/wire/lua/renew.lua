@@ -5,9 +5,10 @@
 -- quarantine ms to start on a missing epoch, ARGV[4] the longest lease of the epoch this
 -- client knows, ARGV[n + 4] the owner id of the n-th lock.
 -- An owner's field holds its hold count; a reader of a read-write lock's holds
--- '<holds> <lease deadline ms>' (see rw.lua): its own deadline moves, in the hash and in the
--- readers' index, and the keys' expiry only ever grows, as other readers may have longer
--- leases.
+-- '<holds> <lease deadline ms>' (see rw.lua), and a semaphore's holder
+-- '<permits> <lease deadline ms> <token>' (see sem.lua): its own deadline moves, in the hash
+-- and in the readers' index, and the keys' expiry only ever grows, as other holders may have
+-- longer leases.
 -- Returns {0, then per lock 1 when renewed and 0 when that owner no longer holds it}, or
 -- {epoch, longest lease} when the client must learn them (a changed epoch: every lock of an
 -- earlier epoch is gone).
@@ -21,9 +22,9 @@ for n = 1, (#KEYS - 1) / 2 do
   local hash, readers, i = KEYS[2 * n], KEYS[2 * n + 1], n + 1
   local owner = ARGV[n + 4]
   local holds = redis.call('hget', hash, owner)
-  local count, deadline
+  local count, deadline, token
   if holds then
-    count, deadline = string.match(holds, '^(%d+) (%d+)$')
+    count, deadline, token = string.match(holds, '^(%d+) (%d+)( ?%d*)$')
   end
   if not holds then
     renewed[i] = 0
@@ -33,7 +34,7 @@ for n = 1, (#KEYS - 1) / 2 do
   else
     now = now or now_ms()
     if tonumber(deadline) > now then
-      redis.call('hset', hash, owner, string.format('%s %d', count, now + lease))
+      redis.call('hset', hash, owner, string.format('%s %d%s', count, now + lease, token))
       redis.call('zadd', readers, now + lease, owner)
       if redis.call('pttl', hash) < lease then
         redis.call('pexpire', hash, lease)
