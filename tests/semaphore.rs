@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use support::{RedisServer, client, eventually};
+use support::{RedisServer, client, eventually, semaphore_queued as queued};
 use tokio::task::JoinHandle;
 use tower_redis_lock::{ErrorKind, Lease, LockClient, PermitGuard, Semaphore};
 
@@ -28,16 +28,6 @@ async fn client_never_polling(server: &RedisServer) -> LockClient {
         .build()
         .await
         .unwrap()
-}
-
-/// The owner ids queued in Redis for the semaphore `name`, first first.
-fn queued(server: &RedisServer, name: &str) -> Vec<String> {
-    server.cmd(&[
-        "ZRANGE",
-        &format!("lock:{{{name}}}:semaphore:queue"),
-        "0",
-        "-1",
-    ])
 }
 
 /// How many permits Redis counts as held for the semaphore `name`.
