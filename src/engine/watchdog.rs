@@ -44,6 +44,9 @@ const BATCH: usize = 500;
 /// A lease due for renewal: its watchdog id, its lock's keys and its owner.
 type Due = (u64, Arc<LockKeys>, Arc<str>);
 
+/// A place in a queue the heartbeat keeps alive: its lock's keys and its owner id.
+type QueuedPlace = (Arc<LockKeys>, Arc<str>);
+
 /// A place a waiter of this client holds in a lock's Redis queue.
 #[derive(Debug)]
 struct Place {
@@ -350,7 +353,7 @@ impl Actor {
     /// failure is only logged: a place that runs out is dropped from its queue, and its
     /// waiter joins again at its next look.
     async fn heartbeat(&self) {
-        let places: Vec<(Arc<LockKeys>, Arc<str>)> = {
+        let places: Vec<QueuedPlace> = {
             let places = self.shared.places.lock().expect("places");
             places
                 .values()
@@ -361,7 +364,7 @@ impl Actor {
         let limit = self.connections.command_timeout().min(self.tick);
         // One script per scope, as for renewals (a cluster runs a script in one slot only),
         // all sent at once.
-        let mut by_scope: HashMap<u16, Vec<(Arc<LockKeys>, Arc<str>)>> = HashMap::new();
+        let mut by_scope: HashMap<u16, Vec<QueuedPlace>> = HashMap::new();
         for place in places {
             let scope = self.shared.epoch.scope_of(&place.0);
             by_scope.entry(scope).or_default().push(place);

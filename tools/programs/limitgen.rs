@@ -15,19 +15,17 @@
 //!          [--requests 3000] [--tenants 40] [--hot 3] [--concurrency 48]
 //! ```
 
+#[path = "orders_traffic.rs"]
+mod orders_traffic;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 use serde_json::json;
+
+use orders_traffic::{percentile, plan, send};
 
 /// One handler run, as the instance reported it.
 #[derive(Debug, Deserialize)]
@@ -52,7 +50,9 @@ struct Settings {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let settings = parse()?;
     let started = Instant::now();
-    let (served, failures) = run(&settings, Arc::new(plan(&settings))).await;
+    let plan = plan(settings.requests, settings.tenants, settings.hot);
+    let answers = send::<Served>(&settings.targets, settings.concurrency, Arc::new(plan)).await;
+    let (served, failures) = (answers.reports, answers.failures);
     let elapsed = started.elapsed();
 
     let most = most_at_once(&served);
@@ -123,13 +123,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn percentile(sorted: &[u64], p: usize) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() - 1) * p) / 100]
-}
-
 fn is_hot(tenant: &str, hot: usize) -> bool {
     tenant
         .strip_prefix('t')
@@ -176,75 +169,6 @@ fn shared_tokens(served: &[Served]) -> usize {
         );
     }
     shared.len()
-}
-
-/// Which tenant each request is for: half the traffic to the hot tenants.
-fn plan(settings: &Settings) -> Vec<String> {
-    let mut rng = StdRng::seed_from_u64(7);
-    (0..settings.requests)
-        .map(|_| {
-            let tenant = if rng.random_bool(0.5) {
-                rng.random_range(0..settings.hot)
-            } else {
-                rng.random_range(settings.hot..settings.tenants)
-            };
-            format!("t{tenant}")
-        })
-        .collect()
-}
-
-/// Sends the plan from `concurrency` workers, round-robin over the targets; the handler
-/// runs reported, and how many requests failed.
-async fn run(settings: &Settings, plan: Arc<Vec<String>>) -> (Vec<Served>, usize) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let next = Arc::new(AtomicUsize::new(0));
-    let targets = Arc::new(settings.targets.clone());
-    let workers: Vec<_> = (0..settings.concurrency)
-        .map(|_| {
-            let (client, next, targets, plan) =
-                (client.clone(), next.clone(), targets.clone(), plan.clone());
-            tokio::spawn(async move {
-                let (mut served, mut failures) = (Vec::new(), 0);
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(tenant) = plan.get(i) else { break };
-                    let target = &targets[i % targets.len()];
-                    let request = hyper::Request::post(format!("{target}/tenants/{tenant}/orders"))
-                        .body(Empty::new())
-                        .expect("request");
-                    // Far past the layer's 10 s wait bound: a request that gets no answer by
-                    // then is stuck, not waiting.
-                    let outcome =
-                        tokio::time::timeout(Duration::from_secs(30), client.request(request))
-                            .await;
-                    let response = match outcome {
-                        Ok(Ok(response)) if response.status().is_success() => response,
-                        other => {
-                            eprintln!("request to {target} for {tenant} failed: {other:?}");
-                            failures += 1;
-                            continue;
-                        }
-                    };
-                    let body = response.into_body().collect().await.map(|b| b.to_bytes());
-                    match body
-                        .ok()
-                        .and_then(|b| serde_json::from_slice::<Served>(&b).ok())
-                    {
-                        Some(record) => served.push(record),
-                        None => failures += 1,
-                    }
-                }
-                (served, failures)
-            })
-        })
-        .collect();
-    let (mut served, mut failures) = (Vec::new(), 0);
-    for worker in workers {
-        let (s, f) = worker.await.expect("worker");
-        served.extend(s);
-        failures += f;
-    }
-    (served, failures)
 }
 
 fn parse() -> Result<Settings, String> {

@@ -16,20 +16,17 @@
 
 #[path = "commandstats.rs"]
 mod commandstats;
+#[path = "orders_traffic.rs"]
+mod orders_traffic;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 use serde_json::json;
+
+use orders_traffic::{percentile, plan, send};
 
 /// One handler run, as the instance reported it.
 #[derive(Debug, Deserialize)]
@@ -68,9 +65,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         nodes.push(node);
     }
 
-    let plan = plan(&settings);
+    let plan = plan(settings.requests, settings.tenants, settings.hot);
     let started = Instant::now();
-    let (served, latencies, failures) = run(&settings, Arc::new(plan)).await;
+    let answers = send::<Served>(&settings.targets, settings.concurrency, Arc::new(plan)).await;
+    let (served, latencies, failures) = (answers.reports, answers.latencies_us, answers.failures);
     let elapsed = started.elapsed();
 
     let mut sent: BTreeMap<String, u64> = BTreeMap::new();
@@ -196,74 +194,6 @@ fn commands_sent(stats: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// Which tenant each request is for: half the traffic to the hot tenants.
-fn plan(settings: &Settings) -> Vec<String> {
-    let mut rng = StdRng::seed_from_u64(7);
-    (0..settings.requests)
-        .map(|_| {
-            let tenant = if rng.random_bool(0.5) {
-                rng.random_range(0..settings.hot)
-            } else {
-                rng.random_range(settings.hot..settings.tenants)
-            };
-            format!("t{tenant}")
-        })
-        .collect()
-}
-
-async fn run(settings: &Settings, plan: Arc<Vec<String>>) -> (Vec<Served>, Vec<u64>, usize) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let next = Arc::new(AtomicUsize::new(0));
-    let targets = Arc::new(settings.targets.clone());
-    let workers: Vec<_> = (0..settings.concurrency)
-        .map(|_| {
-            let (client, next, targets, plan) =
-                (client.clone(), next.clone(), targets.clone(), plan.clone());
-            tokio::spawn(async move {
-                let (mut served, mut latencies, mut failures) = (Vec::new(), Vec::new(), 0);
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(tenant) = plan.get(i) else { break };
-                    let target = &targets[i % targets.len()];
-                    let request = hyper::Request::post(format!("{target}/tenants/{tenant}/orders"))
-                        .body(Empty::new())
-                        .expect("request");
-                    let sent = Instant::now();
-                    let outcome =
-                        tokio::time::timeout(Duration::from_secs(30), client.request(request))
-                            .await;
-                    let response = match outcome {
-                        Ok(Ok(response)) if response.status().is_success() => response,
-                        other => {
-                            eprintln!("request to {target} for {tenant} failed: {other:?}");
-                            failures += 1;
-                            continue;
-                        }
-                    };
-                    let body = response.into_body().collect().await.map(|b| b.to_bytes());
-                    latencies.push(sent.elapsed().as_micros() as u64);
-                    match body
-                        .ok()
-                        .and_then(|b| serde_json::from_slice::<Served>(&b).ok())
-                    {
-                        Some(record) => served.push(record),
-                        None => failures += 1,
-                    }
-                }
-                (served, latencies, failures)
-            })
-        })
-        .collect();
-    let (mut served, mut latencies, mut failures) = (Vec::new(), Vec::new(), 0);
-    for worker in workers {
-        let (s, l, f) = worker.await.expect("worker");
-        served.extend(s);
-        latencies.extend(l);
-        failures += f;
-    }
-    (served, latencies, failures)
-}
-
 struct Report {
     overlaps: u64,
     token_disorder: u64,
@@ -302,13 +232,6 @@ fn check(served: &[Served], final_counts: &BTreeMap<String, u64>) -> Report {
         report.lost_updates += duplicates.max((runs.len() as u64).saturating_sub(stored));
     }
     report
-}
-
-fn percentile(sorted: &[u64], p: usize) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() - 1) * p) / 100]
 }
 
 fn parse() -> Result<Settings, String> {
