@@ -18,6 +18,58 @@ use crate::wire::scripts::{self, AcquireMode, AcquireReply, RenewReply, Terms};
 
 /// New epochs one attempt learns before it gives up (a Redis losing its data in a loop).
 const MAX_EPOCHS_LEARNED: u32 = 3;
+/// First pause before a queued owner looks again after Redis was unavailable; doubles on
+/// each failure.
+const FIRST_RIDE_OUT_PAUSE: Duration = Duration::from_millis(50);
+/// Longest pause between those looks.
+const LONGEST_RIDE_OUT_PAUSE: Duration = Duration::from_secs(1);
+
+/// How a queued owner rides out Redis being unavailable: during a failover the old master
+/// pauses writes and then answers MOVED, and the cluster client takes a while to follow, so
+/// a look may time out or fail although Redis keeps the lock, the queue and this owner's
+/// place. Giving up then would end a wait that nothing ended. It looks again, with growing
+/// pauses, for as long as `bound` from the first failure (the watchdog lease: what this
+/// client's holders ride out); a zero bound gives every failure back at once.
+#[derive(Debug)]
+struct RideOut {
+    bound: Duration,
+    /// When the outage stops being ridden out, once it started.
+    until: Option<Instant>,
+    pause: Duration,
+}
+
+impl RideOut {
+    fn new(bound: Duration) -> Self {
+        Self {
+            bound,
+            until: None,
+            pause: FIRST_RIDE_OUT_PAUSE,
+        }
+    }
+
+    /// Sleeps before the next try after `err`, or gives `err` back: it is not Redis being
+    /// unavailable (nothing a retry cures), or the outage outlasted the bound.
+    async fn pause_after(&mut self, err: LockError) -> Result<()> {
+        if err.kind() != ErrorKind::RedisUnavailable || self.bound.is_zero() {
+            return Err(err);
+        }
+        let now = Instant::now();
+        let until = *self.until.get_or_insert(now + self.bound);
+        let left = until.saturating_duration_since(now);
+        if left.is_zero() {
+            return Err(err);
+        }
+        let pause = self.pause.min(left);
+        self.pause = (self.pause * 2).min(LONGEST_RIDE_OUT_PAUSE);
+        tracing::debug!(
+            error = %err,
+            retry_in_ms = pause.as_millis() as u64,
+            "redis unavailable while queued: looking again"
+        );
+        tokio::time::sleep(pause).await;
+        Ok(())
+    }
+}
 
 /// One owner's wait. Dropping it before the lock is held (cancelled, failed, shut down)
 /// leaves the queue, and releases the lock if Redis granted it unseen.
@@ -141,10 +193,16 @@ impl Waiter {
         terms: &Terms,
         mode: AcquireMode,
     ) -> Result<AcquireReply> {
-        let shared = &self.shared;
+        let shared = Arc::clone(&self.shared);
         self.slot.mark_seen();
-        let mut conn = shared.connections.get(self.keys.hash()).await?;
-        self.conn = Some(conn.clone());
+        // An owner already queued rides out an outage as this client's holders do; a first
+        // look (or a try) fails fast.
+        let mut ride_out = RideOut::new(if mode == AcquireMode::Wait && self.is_queued() {
+            shared.config.watchdog_lease
+        } else {
+            Duration::ZERO
+        });
+        let mut conn = self.connection(&mut ride_out).await?;
         // Until its first script is sent, Redis cannot know this owner.
         let mut unseen = !self.armed;
         self.armed = true;
@@ -182,11 +240,18 @@ impl Waiter {
                 // a Redis that is really gone fails the second time too.
                 Err(err) if err.is_connection_broken() && !reconnected => {
                     reconnected = true;
-                    conn = shared.connections.get(self.keys.hash()).await?;
-                    self.conn = Some(conn.clone());
+                    conn = self.connection(&mut ride_out).await?;
                     continue;
                 }
-                reply => reply?,
+                // Redis unavailable for a while (a failover, a slot moving): a queued owner
+                // looks again on a fresh connection until the outage outlasts its bound.
+                Err(err) => {
+                    ride_out.pause_after(err).await?;
+                    shared.ensure_running()?;
+                    conn = self.connection(&mut ride_out).await?;
+                    continue;
+                }
+                Ok(reply) => reply,
             };
             match reply {
                 // Nothing was done: learn the epoch (telling this client's holders when
@@ -234,6 +299,23 @@ impl Waiter {
             AcquireReply::Acquired { .. } | AcquireReply::EpochChanged { .. } => {}
         }
         Ok(reply)
+    }
+
+    /// The connection of this owner's key (kept for the undo), checked out again for as long
+    /// as `ride_out` rides out the failures.
+    async fn connection(&mut self, ride_out: &mut RideOut) -> Result<Conn> {
+        loop {
+            match self.shared.connections.get(self.keys.hash()).await {
+                Ok(conn) => {
+                    self.conn = Some(conn.clone());
+                    return Ok(conn);
+                }
+                Err(err) => {
+                    ride_out.pause_after(err).await?;
+                    self.shared.ensure_running()?;
+                }
+            }
+        }
     }
 
     /// Sleeps until a grant to this owner, a wake-up, or `bound`.

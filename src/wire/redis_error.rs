@@ -15,7 +15,11 @@ impl From<redis::RedisError> for LockError {
                 err.kind(),
                 K::Server(
                     S::BusyLoading | S::TryAgain | S::ClusterDown | S::MasterDown | S::ReadOnly
-                ) | K::ClusterConnectionNotFound
+                )
+                    // Redirections the cluster client still met after its retries: the slot
+                    // is moving (a failover, a resharding) and will answer from its new node.
+                    | K::Server(S::Moved | S::Ask)
+                    | K::ClusterConnectionNotFound
                     // The sentinels name no master for now: a failover is under way.
                     | K::MasterNameNotFoundBySentinel
             );
