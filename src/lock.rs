@@ -305,9 +305,11 @@ impl LockClient {
         Ok(Lock::new(self.clone(), name, keys, kind))
     }
 
-    /// The lock called `name` on `keys` (a semaphore's), taken as `kind`.
-    pub(crate) fn lock_on_keys(&self, name: &str, keys: LockKeys, kind: LockKind) -> Lock {
-        Lock::new(self.clone(), name, keys, kind)
+    /// The semaphore called `name` as a lock handle on its own keys, taken as `kind` (a
+    /// number of its permits).
+    pub(crate) fn semaphore_of_kind(&self, name: &str, kind: LockKind) -> Result<Lock> {
+        let keys = LockKeys::semaphore(&self.engine.shared.config.prefix, name)?;
+        Ok(Lock::new(self.clone(), name, keys, kind))
     }
 
     /// The fair lock called `name`: every task, of every client, gets it in the order it
@@ -372,7 +374,8 @@ impl LockClient {
             .await
     }
 
-    /// [`LockClient::acquire_all_timeout`] for locks of `kind` (the layer's sharing mode).
+    /// [`LockClient::acquire_all_timeout`] for locks of `kind` (the layer's sharing mode; of
+    /// a semaphore's kind, one permit of each name's semaphore: the layer's per-key limit).
     pub(crate) async fn acquire_all_of_kind_within<N: AsRef<str>>(
         &self,
         names: &[N],
@@ -404,7 +407,13 @@ impl LockClient {
     ) -> Result<Vec<LockGuard>> {
         let mut locks = names
             .iter()
-            .map(|name| Ok(self.lock_of_kind(name.as_ref(), kind)?.with_lease(lease)))
+            .map(|name| {
+                let lock = match kind {
+                    LockKind::Semaphore { .. } => self.semaphore_of_kind(name.as_ref(), kind)?,
+                    _ => self.lock_of_kind(name.as_ref(), kind)?,
+                };
+                Ok(lock.with_lease(lease))
+            })
             .collect::<Result<Vec<_>>>()?;
         Lock::sort_canonically(&mut locks);
         let mut guards = Vec::with_capacity(locks.len());

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{LockGuard, LostSignal};
-use crate::keys::{LockKeys, shown};
+use crate::keys::shown;
 use crate::kind::LockKind;
 use crate::lease::Lease;
 use crate::lock::Lock;
@@ -183,11 +183,6 @@ impl Semaphore {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.one.force_unlock().await
     }
-
-    /// The lock handle behind one permit (the layer's per-key limit takes it).
-    pub(crate) fn one_permit(&self) -> &Lock {
-        &self.one
-    }
 }
 
 /// Proof of holding permits of a [`Semaphore`]. Release it with [`PermitGuard::release`] to
@@ -259,8 +254,7 @@ impl LockClient {
                 format!("semaphore '{}' needs at least one permit", shown(name)),
             ));
         }
-        let keys = LockKeys::semaphore(&self.engine.shared.config.prefix, name)?;
-        let one = self.lock_on_keys(name, keys, LockKind::Semaphore { permits, take: 1 });
+        let one = self.semaphore_of_kind(name, LockKind::Semaphore { permits, take: 1 })?;
         Ok(Semaphore { one, permits })
     }
 }

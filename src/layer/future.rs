@@ -21,7 +21,6 @@ use tokio::time::Instant;
 use tower::Service;
 
 use super::context::LockContext;
-use super::limit::take_permits;
 use super::log::LayerLog;
 use super::policy::{OnLeaseLost, OnRedisUnavailable, Policy};
 use super::reject::{Reject, Rejection, is_grpc};
@@ -29,7 +28,6 @@ use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError};
 use crate::guard::LockGuard;
 use crate::keys::shown_all;
-use crate::kind::LockKind;
 use crate::lease::LostReason;
 use crate::meter::{self, kind_label};
 
@@ -134,16 +132,9 @@ where
         let (wait, lease) = (policy.wait, policy.lease);
         let wanted = names.clone();
         let acquire = Box::pin(async move {
-            match kind {
-                LockKind::Semaphore { permits, .. } => {
-                    take_permits(&client, &wanted, permits, lease, wait).await
-                }
-                _ => {
-                    client
-                        .acquire_all_of_kind_within(&wanted, lease, kind, wait)
-                        .await
-                }
-            }
+            client
+                .acquire_all_of_kind_within(&wanted, lease, kind, wait)
+                .await
         });
         let waiting = Waiting {
             grpc: is_grpc(&request),

@@ -41,7 +41,6 @@ mod context;
 mod extract;
 #[allow(clippy::module_inception)]
 mod layer;
-mod limit;
 mod log;
 mod policy;
 mod reject;
