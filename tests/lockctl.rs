@@ -7,6 +7,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::tls::TestPki;
 use support::{ChildGuard, RedisServer};
 use tower_redis_lock::inspect::{LIST_MAX_SCANS, LIST_SCAN_COUNT};
 use tower_redis_lock::{ErrorKind, LockClient, LostReason};
@@ -242,9 +243,14 @@ fn an_operator_waives_the_quarantine_of_a_new_server() {
 /// Runs lockctl against `server` to the end, stdin closed (no terminal): its exit code,
 /// stdout and stderr.
 async fn ctl(server: &RedisServer, args: &[&str]) -> (i32, String, String) {
+    ctl_at(&server.url(), args).await
+}
+
+/// [`ctl`] with the URL `url` (credentials, TLS).
+async fn ctl_at(url: &str, args: &[&str]) -> (i32, String, String) {
     let output = tokio::process::Command::new(support::lockctl_path())
         .arg("--url")
-        .arg(server.url())
+        .arg(url)
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -652,6 +658,91 @@ async fn instance_names_are_checked_and_start_every_owner_id() {
     assert!(random.len() == 32 && random.bytes().all(|byte| byte.is_ascii_hexdigit()));
     let snapshot = orders.inspect("invoice-42").await.unwrap();
     assert_eq!(snapshot.holders[0].instance, "orders-7f9c");
+}
+
+#[tokio::test]
+async fn lockctl_lists_over_mutual_tls_with_a_password_given_the_files_and_is_refused_without() {
+    const PASSWORD: &str = "ops-pass";
+    let pki = TestPki::create();
+    let server = RedisServer::start_tls(&pki.server(true), &["--requirepass", PASSWORD]);
+    let url = server.url_as("", PASSWORD);
+    let holder = LockClient::builder(&url)
+        .tls_root_certificate(pki.ca_pem())
+        .tls_client_certificate(pki.client_cert_pem(), pki.client_key_pem())
+        .instance_name("orders-tls")
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("invoice-tls").unwrap().acquire().await.unwrap();
+    let (ca, cert, key) = (
+        pki.file("ca.crt"),
+        pki.file("client.crt"),
+        pki.file("client.key"),
+    );
+    let (ca, cert, key) = (
+        ca.to_str().unwrap(),
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+    );
+
+    let (code, stdout, stderr) = ctl_at(
+        &url,
+        &[
+            "--tls-ca",
+            ca,
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "list",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let lines = json_lines(&stdout);
+    let listed = lock_named(&lines, "invoice-tls");
+    assert_eq!(listed["holders"][0]["instance"], "orders-tls", "{listed:#}");
+    // The counter's top: the holder's token, or past it by the block reserved with it.
+    assert!(
+        listed["fence"].as_u64().unwrap() >= guard.fencing_token(),
+        "{listed:#}"
+    );
+
+    // Each missing piece is refused as access denied: the CA, the client certificate, the
+    // password.
+    let without_password = server.url();
+    let refusals: [(&str, &[&str]); 3] = [
+        (&url, &["--tls-cert", cert, "--tls-key", key]),
+        (&url, &["--tls-ca", ca]),
+        (
+            &without_password,
+            &["--tls-ca", ca, "--tls-cert", cert, "--tls-key", key],
+        ),
+    ];
+    for (url, files) in refusals {
+        let args: Vec<&str> = files.iter().copied().chain(["list", "--json"]).collect();
+        let (code, stdout, _) = ctl_at(url, &args).await;
+        assert_eq!(code, 1, "{files:?}: {stdout}");
+        let error = &json_lines(&stdout)[0];
+        assert_eq!(error["event"], "error", "{files:?}: {error}");
+        assert_eq!(error["kind"], "AccessDenied", "{files:?}: {error}");
+    }
+
+    // A file that cannot be read, or a certificate without its key, is a usage error.
+    let (code, _, stderr) = ctl_at(&url, &["--tls-ca", "/nonexistent/ca.crt", "list"]).await;
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("cannot read /nonexistent/ca.crt"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = ctl_at(&url, &["--tls-cert", cert, "list"]).await;
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("--tls-cert and --tls-key go together"),
+        "{stderr}"
+    );
+    guard.release().await.unwrap();
 }
 
 /// The commands README.md's ACL line grants the library's user.

@@ -80,6 +80,12 @@ impl TestPki {
         self.read("client.key")
     }
 
+    /// The path of one of the PEM files (`ca.crt`, `client.crt`, `client.key`), for programs
+    /// that read them from disk.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
     /// A TLS-only server with this CA's server certificate; with
     /// `require_client_certificates`, it refuses clients without one signed by this CA.
     pub fn server(&self, require_client_certificates: bool) -> ServerTls {

@@ -27,6 +27,9 @@
 //! With `--cluster`, the URLs are seeds of one Redis Cluster; with `--sentinel MASTER`, they
 //! are the sentinels that name that master; `--prefix` is the clients' key prefix and
 //! `--instance-name` names lockctl's own instance (what others see holding or waiting).
+//! A `rediss://` URL is checked against the system's roots unless `--tls-ca FILE` names the
+//! CA (PEM) to trust; `--tls-cert FILE --tls-key FILE` present a client certificate to a
+//! server that asks for one. A password goes in the URL (`rediss://user:password@host`).
 //! Exit codes: 0 done, 1 error (or a force-unlock answered no), 2 usage (or a force-unlock
 //! without a terminal to ask on and without `--yes`), 3 wait timed out, 4 lease lost while
 //! holding. The URL defaults to `$REDIS_URL`, else `redis://127.0.0.1:6379`.
@@ -59,7 +62,9 @@ const USAGE: &str = "usage: lockctl [--url URL] list [PATTERN] [--limit N] [--cu
        lockctl --cluster --url SEED [--url SEED ...] COMMAND ...
        lockctl --sentinel MASTER --url SENTINEL [--url SENTINEL ...] COMMAND ...
 options: --prefix PREFIX (the key prefix, default lock:), --instance-name NAME (lockctl's own,
-         as holders and waiters show it); PATTERN is a glob (tenant:*)
+         as holders and waiters show it), --tls-ca FILE (the CA a rediss:// server's
+         certificate is checked against), --tls-cert FILE --tls-key FILE (a client
+         certificate, PEM); PATTERN is a glob (tenant:*)
 durations: 250ms, 2s, 1m (a bare number is seconds)";
 
 /// Locks a page of `list` or `watch` shows unless `--limit` says otherwise.
@@ -177,6 +182,10 @@ struct Settings {
     /// `hold --watchdog-lease`: how long a held lock outlives a lockctl that stops renewing
     /// it (killed, or cut off from Redis).
     watchdog_lease: Option<Duration>,
+    /// `--tls-ca`: the CA certificate (PEM) a `rediss://` server's certificate must chain to.
+    tls_ca: Option<Vec<u8>>,
+    /// `--tls-cert` and `--tls-key`: a client certificate and its key (PEM).
+    tls_client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Settings {
@@ -189,6 +198,12 @@ impl Settings {
         }
         if let Some(lease) = self.watchdog_lease {
             builder = builder.watchdog_lease(lease);
+        }
+        if let Some(ca) = &self.tls_ca {
+            builder = builder.tls_root_certificate(ca.clone());
+        }
+        if let Some((certificate, key)) = &self.tls_client {
+            builder = builder.tls_client_certificate(certificate.clone(), key.clone());
         }
         builder
     }
@@ -405,7 +420,7 @@ async fn keep_until(
 type Parsed = (Vec<String>, Topology, Settings, Command);
 
 /// The options each command takes, besides the global `--url`, `--cluster`, `--sentinel`,
-/// `--prefix` and `--instance-name`.
+/// `--prefix`, `--instance-name` and the `--tls-*` files.
 fn options_of(verb: &str) -> &'static [&'static str] {
     match verb {
         "hold" => &[
@@ -437,6 +452,7 @@ fn parse(args: Vec<String>) -> Result<Parsed, String> {
     let (mut json, mut yes) = (false, false);
     let (mut limit, mut cursor) = (DEFAULT_LIMIT, None);
     let (mut interval, mut count) = (Duration::from_secs(1), None);
+    let (mut tls_cert, mut tls_key) = (None, None);
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -446,6 +462,9 @@ fn parse(args: Vec<String>) -> Result<Parsed, String> {
             "--sentinel" => topology = Topology::Sentinel(value()?),
             "--prefix" => settings.prefix = Some(value()?),
             "--instance-name" => settings.instance_name = Some(value()?),
+            "--tls-ca" => settings.tls_ca = Some(pem_file(&value()?)?),
+            "--tls-cert" => tls_cert = Some(pem_file(&value()?)?),
+            "--tls-key" => tls_key = Some(pem_file(&value()?)?),
             "--for" => hold_for = Some(duration(&value()?)?),
             "--lease" => lease = Some(duration(&value()?)?),
             "--watchdog-lease" => settings.watchdog_lease = Some(duration(&value()?)?),
@@ -475,6 +494,9 @@ fn parse(args: Vec<String>) -> Result<Parsed, String> {
         "--sentinel",
         "--prefix",
         "--instance-name",
+        "--tls-ca",
+        "--tls-cert",
+        "--tls-key",
     ];
     if let Some(flag) = given
         .iter()
@@ -482,6 +504,11 @@ fn parse(args: Vec<String>) -> Result<Parsed, String> {
     {
         return Err(format!("{flag} is not an option of {verb:?}"));
     }
+    settings.tls_client = match (tls_cert, tls_key) {
+        (Some(certificate), Some(key)) => Some((certificate, key)),
+        (None, None) => None,
+        _ => return Err("--tls-cert and --tls-key go together".into()),
+    };
     if interval.is_zero() || count == Some(0) || limit == 0 {
         return Err("--interval, --count and --limit must be above 0".into());
     }
@@ -564,6 +591,11 @@ fn parse(args: Vec<String>) -> Result<Parsed, String> {
         urls.push(std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()));
     }
     Ok((urls, topology, settings, command))
+}
+
+/// The contents of a PEM file named on the command line.
+fn pem_file(path: &str) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|err| format!("cannot read {path}: {err}"))
 }
 
 fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
