@@ -17,7 +17,11 @@ const SLACK: Duration = Duration::from_secs(2);
 const NEVER_POLL: Duration = Duration::from_secs(60);
 
 async fn client_with_repoll(server: &RedisServer, repoll: Duration) -> LockClient {
-    LockClient::builder(&server.url())
+    client_with_url_and_repoll(&server.url(), repoll).await
+}
+
+async fn client_with_url_and_repoll(url: &str, repoll: Duration) -> LockClient {
+    LockClient::builder(url)
         .repoll_interval(repoll)
         .build()
         .await
@@ -117,7 +121,9 @@ async fn after_a_killed_pubsub_connection_the_wake_channel_is_subscribed_again()
     let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     assert_eq!(killed, 2, "the pub/sub connections of both clients");
     assert!(eventually(SLACK, || subscribers(&server, &channel) == 0).await);
-    let resubscribed = eventually(Duration::from_secs(10), || {
+    // The actor sees the cut when its stream ends, or at the latest at its next PING (every
+    // 5 s), then reconnects within its first backoff; 20 s leaves room for a loaded machine.
+    let resubscribed = eventually(Duration::from_secs(20), || {
         subscribers(&server, &channel) == 1
     });
     assert!(
@@ -440,4 +446,93 @@ async fn a_fixed_lease_granted_after_a_wait_keeps_its_length() {
         "a 60 s lease granted from the queue has {left:?} left"
     );
     guard.release().await.unwrap();
+}
+
+/// The expiry of `name`'s queue and of its waiters' terms, read at one instant (ms; -2 when
+/// the key is gone).
+fn queue_expiries(server: &RedisServer, name: &str) -> (i64, i64) {
+    redis::pipe()
+        .atomic()
+        .cmd("PTTL")
+        .arg(format!("lock:{{{name}}}:queue"))
+        .cmd("PTTL")
+        .arg(format!("lock:{{{name}}}:waiters"))
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_and_its_terms_expire_together_outlive_a_live_waiter_and_go_after_a_dead_one() {
+    const REPOLL: Duration = Duration::from_millis(200);
+    // Three re-polls: how long a place lives without a refresh.
+    const ALIVE_MS: i64 = 600;
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter = client_with_repoll(&server, REPOLL).await;
+    let (guard, waiting) = contest(&server, &holder, &waiter, "kept").await;
+
+    // For ten liveness periods the live waiter keeps its place; the two keys always share one
+    // expiry, never more than twice a liveness away.
+    let until = Instant::now() + Duration::from_millis(10 * ALIVE_MS as u64);
+    let mut samples = 0;
+    while Instant::now() < until {
+        let (queue, terms) = queue_expiries(&server, "kept");
+        assert!(
+            queue > 0 && queue <= 2 * ALIVE_MS,
+            "queue expiry {queue} ms"
+        );
+        assert!(
+            (queue - terms).abs() <= 1,
+            "queue {queue} ms, terms {terms} ms"
+        );
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(samples >= 20, "{samples} samples");
+    assert_eq!(
+        queued(&server, "kept").len(),
+        1,
+        "the live waiter kept its place"
+    );
+    guard.release().await.unwrap();
+    acquired_within(SLACK, waiting, "the release grants the live waiter").await;
+    assert_eq!(
+        queue_expiries(&server, "kept"),
+        (-2, -2),
+        "granted: nobody queued"
+    );
+
+    // A waiter whose runtime is gone (a process that died) refreshes nothing: with the lock
+    // still held, its place and the queue go within two liveness periods of its last refresh.
+    let guard = holder.lock("abandoned").unwrap().acquire().await.unwrap();
+    let (die, dying) = tokio::sync::oneshot::channel::<()>();
+    let url = server.url();
+    let doomed = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let waiting = runtime.block_on(async {
+            let locks = client_with_url_and_repoll(&url, REPOLL).await;
+            let lock = locks.lock("abandoned").unwrap();
+            let waiting = tokio::spawn(async move { lock.acquire().await });
+            dying.await.unwrap();
+            (locks, waiting)
+        });
+        // Every task of that client stops where it is: nothing more reaches Redis.
+        drop(runtime);
+        drop(waiting);
+    });
+    assert!(
+        eventually(SLACK, || queued(&server, "abandoned").len() == 1).await,
+        "the doomed waiter queued"
+    );
+    die.send(()).unwrap();
+    doomed.join().unwrap();
+    let bound = SLACK + Duration::from_millis(2 * ALIVE_MS as u64);
+    assert!(
+        eventually(bound, || queue_expiries(&server, "abandoned") == (-2, -2)).await,
+        "the dead waiter's queue outlived {bound:?}"
+    );
+    assert!(guard.is_held());
 }

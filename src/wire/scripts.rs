@@ -1,6 +1,7 @@
 //! The Lua scripts, run with EVALSHA (redis-rs reloads them on NOSCRIPT). They share the
 //! server clock of `lua/clock.lua`; the scripts that take a lock share `lua/tokens.lua`, those
-//! that hand a lock over the queue functions of `lua/queue.lua`, and those that take or renew
+//! that hand a lock over the queue functions of `lua/queue.lua` (and, with the heartbeat, the
+//! queue's expiry of `lua/queue_expiry.lua`), and those that take or renew
 //! one the epoch check of `lua/epoch.lua`. A read-write lock's scripts (`rw_*.lua`) also share
 //! the state functions of `lua/rw.lua`, and a semaphore's (`sem_*.lua`) those of `lua/sem.lua`. An exclusive lock's acquire and release start with
 //! their free-lock part (`*_free.lua`), placed before the queue's functions: Lua creates a
@@ -23,6 +24,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("lua/tokens.lua"),
         include_str!("lua/epoch.lua"),
         include_str!("lua/acquire_free.lua"),
+        include_str!("lua/queue_expiry.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/acquire.lua")
     ))
@@ -32,6 +34,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("lua/release_free.lua"),
         include_str!("lua/clock.lua"),
         include_str!("lua/tokens.lua"),
+        include_str!("lua/queue_expiry.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/release.lua")
     ))
@@ -40,6 +43,7 @@ static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
         include_str!("lua/tokens.lua"),
+        include_str!("lua/queue_expiry.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/force_unlock.lua")
     ))
@@ -48,6 +52,7 @@ static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
         include_str!("lua/tokens.lua"),
+        include_str!("lua/queue_expiry.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/epoch.lua"),
         include_str!("lua/rw.lua"),
@@ -58,6 +63,7 @@ static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
         include_str!("lua/tokens.lua"),
+        include_str!("lua/queue_expiry.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/rw.lua"),
         include_str!("lua/rw_release.lua")
@@ -67,6 +73,7 @@ static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
         include_str!("lua/tokens.lua"),
+        include_str!("lua/queue_expiry.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/rw.lua"),
         include_str!("lua/rw_force_unlock.lua")
@@ -76,6 +83,7 @@ static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
         include_str!("lua/tokens.lua"),
+        include_str!("lua/queue_expiry.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/epoch.lua"),
         include_str!("lua/sem.lua"),
@@ -86,6 +94,7 @@ static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
         include_str!("lua/tokens.lua"),
+        include_str!("lua/queue_expiry.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/sem.lua"),
         include_str!("lua/sem_release.lua")
@@ -95,6 +104,7 @@ static SEM_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
         include_str!("lua/tokens.lua"),
+        include_str!("lua/queue_expiry.lua"),
         include_str!("lua/queue.lua"),
         include_str!("lua/sem.lua"),
         include_str!("lua/sem_force_unlock.lua")
@@ -118,6 +128,7 @@ static EPOCH_WAIVE: LazyLock<Script> = LazyLock::new(|| {
 static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("lua/clock.lua"),
+        include_str!("lua/queue_expiry.lua"),
         include_str!("lua/heartbeat.lua")
     ))
 });

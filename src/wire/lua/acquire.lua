@@ -39,6 +39,8 @@ if free then
   left = grant_to(head, now, claim, head_block, alive_until)
 end
 if mode == 'wait' or mode == 'join' then
-  enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block)
+  -- A held lock that was the only key of the two found has nobody queued yet.
+  local fresh = not free and present == 1
+  enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block, nil, fresh)
 end
 return {0, left, now}

@@ -5,7 +5,6 @@
 -- Returns per place 1 when it is still queued (its liveness now runs from the server's
 -- clock), 0 when it is not (granted meanwhile, or dropped as dead).
 local alive = tonumber(ARGV[1])
-local keep = 2 * alive
 local now = now_ms()
 local kept = {}
 for i = 1, #ARGV - 1 do
@@ -14,11 +13,7 @@ for i = 1, #ARGV - 1 do
   local rest = terms and string.match(terms, '^%d+ (.*)$')
   if rest and redis.call('zscore', queue, owner) then
     redis.call('hset', waiters, owner, string.format('%d %s', now + alive, rest))
-    for _, key in ipairs({queue, waiters}) do
-      if redis.call('pttl', key) < keep then
-        redis.call('pexpire', key, keep)
-      end
-    end
+    keep_queue(queue, waiters, alive)
     kept[i] = 1
   else
     kept[i] = 0

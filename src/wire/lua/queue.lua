@@ -15,21 +15,16 @@ end
 -- Puts `owner` at the back of the queue, or keeps its place, and extends its liveness; `rest`
 -- (optional) is what a kind of lock adds to the terms. Arrival is the server's clock in
 -- microseconds, read once per script: one ZADD NX places a newcomer behind everyone queued
--- before it and leaves a queued owner where it is.
-local function enqueue(owner, now, alive_ms, claim_ms, block, rest)
+-- before it and leaves a queued owner where it is. `fresh`: the caller knows nobody was
+-- queued (the queue is created here).
+local function enqueue(owner, now, alive_ms, claim_ms, block, rest, fresh)
   redis.call('zadd', KEYS[3], 'NX', now_us(), owner)
   local terms = string.format('%d %d %d', now + alive_ms, claim_ms, block)
   if rest then
     terms = terms .. ' ' .. rest
   end
   redis.call('hset', KEYS[4], owner, terms)
-  -- The queue vanishes on its own once every waiter has stopped refreshing its place.
-  local keep = 2 * alive_ms
-  for i = 3, 4 do
-    if redis.call('pttl', KEYS[i]) < keep then
-      redis.call('pexpire', KEYS[i], keep)
-    end
-  end
+  keep_queue(KEYS[3], KEYS[4], alive_ms, fresh)
 end
 
 -- A waiter's terms (false when it has none) while its liveness lasts at `now`: its claim
