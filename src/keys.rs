@@ -1,6 +1,6 @@
 //! Lock names to Redis keys: escaping, the hash tag, and the keys one lock owns.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{ErrorKind, LockError, Result};
 
@@ -19,7 +19,9 @@ pub(crate) const SEMAPHORE_SUFFIX: &str = ":semaphore";
 /// slot and no name can reach another lock's keys: `{`, `}` and `%` are percent-encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockKeys {
-    hash: String,
+    /// Shared: the local key table keys its entries by it, and every acquisition would copy
+    /// it there otherwise.
+    hash: Arc<str>,
     fence: String,
     queue: String,
     waiters: String,
@@ -78,12 +80,17 @@ impl LockKeys {
             queue: format!("{hash}:queue"),
             waiters: format!("{hash}:waiters"),
             readers: OnceLock::new(),
-            hash,
+            hash: hash.into(),
         })
     }
 
     /// The hash holding owner ids and hold counts.
     pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// [`LockKeys::hash`], shared with whoever keeps it (the local key table).
+    pub(crate) fn shared_hash(&self) -> &Arc<str> {
         &self.hash
     }
 

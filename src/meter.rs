@@ -4,6 +4,8 @@
 //! never from a lock name: names are tenants, accounts, orders, without bound.
 
 use std::future::Future;
+#[cfg(feature = "metrics")]
+use std::sync::LazyLock;
 use std::time::Instant;
 
 use crate::error::ErrorKind;
@@ -120,6 +122,84 @@ pub(crate) fn kind_label(kind: LockKind) -> &'static str {
     }
 }
 
+/// Every value of the `kind` label: the lock kinds ([`kind_label`]) and the composite locks.
+#[cfg(feature = "metrics")]
+const KINDS: [&str; 8] = [
+    "exclusive",
+    "fair",
+    "read",
+    "write",
+    "semaphore",
+    "multi",
+    "redlock",
+    "segmented",
+];
+
+/// Every value of the `outcome` label of `redis_lock_acquisitions_total`.
+#[cfg(feature = "metrics")]
+const OUTCOMES: [&str; 8] = [
+    "acquired",
+    "busy",
+    "timeout",
+    "unavailable",
+    "denied",
+    "cancelled",
+    "shut_down",
+    "error",
+];
+
+/// What the `metrics` macros give a metric recorded in this module.
+#[cfg(feature = "metrics")]
+static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+/// The key of `name` labelled with `kind`. Its labels are borrowed from a table built once:
+/// the `metrics` macros would collect them into a new `Vec` on every acquisition and hold.
+#[cfg(feature = "metrics")]
+fn kind_key(name: &'static str, kind: &'static str) -> metrics::Key {
+    use metrics::{Key, Label};
+    static LABELS: LazyLock<Vec<[Label; 1]>> = LazyLock::new(|| {
+        KINDS
+            .iter()
+            .map(|kind| [Label::from_static_parts("kind", kind)])
+            .collect()
+    });
+    match KINDS.iter().position(|known| *known == kind) {
+        Some(index) => Key::from_static_labels(name, &LABELS[index]),
+        None => Key::from_parts(name, vec![Label::new("kind", kind)]),
+    }
+}
+
+/// The key of `name` labelled with `kind` and `outcome`, borrowed as [`kind_key`]'s.
+#[cfg(feature = "metrics")]
+fn kind_outcome_key(name: &'static str, kind: &'static str, outcome: &'static str) -> metrics::Key {
+    use metrics::{Key, Label};
+    static LABELS: LazyLock<Vec<[Label; 2]>> = LazyLock::new(|| {
+        KINDS
+            .iter()
+            .flat_map(|kind| {
+                OUTCOMES.iter().map(move |outcome| {
+                    [
+                        Label::from_static_parts("kind", kind),
+                        Label::from_static_parts("outcome", outcome),
+                    ]
+                })
+            })
+            .collect()
+    });
+    let kind_index = KINDS.iter().position(|known| *known == kind);
+    let outcome_index = OUTCOMES.iter().position(|known| *known == outcome);
+    match kind_index.zip(outcome_index) {
+        Some((kind, outcome)) => {
+            Key::from_static_labels(name, &LABELS[kind * OUTCOMES.len() + outcome])
+        }
+        None => Key::from_parts(
+            name,
+            vec![Label::new("kind", kind), Label::new("outcome", outcome)],
+        ),
+    }
+}
+
 /// How one acquisition ended, as `redis_lock_acquisitions_total` counts it.
 fn outcome_of<T>(result: Result<Option<&T>, &crate::LockError>) -> &'static str {
     match result {
@@ -163,14 +243,19 @@ impl AcquireMeter {
         self.count(outcome_of(result));
         #[cfg(feature = "metrics")]
         if matches!(result, Ok(Some(_))) {
-            metrics::histogram!(WAIT_SECONDS, "kind" => self.kind)
+            let key = kind_key(WAIT_SECONDS, self.kind);
+            metrics::with_recorder(|recorder| recorder.register_histogram(&key, &METADATA))
                 .record(self.started.elapsed().as_secs_f64());
         }
     }
 
     fn count(&self, outcome: &'static str) {
         #[cfg(feature = "metrics")]
-        metrics::counter!(ACQUISITIONS, "kind" => self.kind, "outcome" => outcome).increment(1);
+        {
+            let key = kind_outcome_key(ACQUISITIONS, self.kind, outcome);
+            metrics::with_recorder(|recorder| recorder.register_counter(&key, &METADATA))
+                .increment(1);
+        }
         #[cfg(not(feature = "metrics"))]
         let _ = (self.kind, self.started, outcome);
     }
@@ -210,7 +295,8 @@ impl Drop for HoldMeter {
         #[cfg(feature = "metrics")]
         {
             metrics::gauge!(HELD).decrement(1.0);
-            metrics::histogram!(HOLD_SECONDS, "kind" => self.kind)
+            let key = kind_key(HOLD_SECONDS, self.kind);
+            metrics::with_recorder(|recorder| recorder.register_histogram(&key, &METADATA))
                 .record(self.since.elapsed().as_secs_f64());
         }
         #[cfg(not(feature = "metrics"))]
@@ -320,4 +406,56 @@ pub(crate) async fn counted_try<T>(
     let acquired = trying.await;
     meter.end(acquired.as_ref().map(Option::as_ref));
     acquired
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_lock_kind_has_its_labels_in_the_table() {
+        let kinds = [
+            LockKind::Exclusive,
+            LockKind::Fair,
+            LockKind::Read,
+            LockKind::Write,
+            LockKind::Semaphore {
+                permits: 2,
+                take: 1,
+            },
+        ];
+        for kind in kinds {
+            assert!(KINDS.contains(&kind_label(kind)), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_from_the_tables_is_the_key_the_macros_build() {
+        let built = |kind: &'static str, outcome: &'static str| {
+            metrics::Key::from_parts(
+                ACQUISITIONS,
+                vec![
+                    metrics::Label::new("kind", kind),
+                    metrics::Label::new("outcome", outcome),
+                ],
+            )
+        };
+        for kind in KINDS {
+            assert_eq!(
+                kind_key(HOLD_SECONDS, kind),
+                metrics::Key::from_parts(HOLD_SECONDS, vec![metrics::Label::new("kind", kind)])
+            );
+            for outcome in OUTCOMES {
+                assert_eq!(
+                    kind_outcome_key(ACQUISITIONS, kind, outcome),
+                    built(kind, outcome)
+                );
+            }
+        }
+        // A value outside the tables still gets its labels.
+        assert_eq!(
+            kind_outcome_key(ACQUISITIONS, "other", "acquired"),
+            built("other", "acquired")
+        );
+    }
 }

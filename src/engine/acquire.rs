@@ -44,9 +44,9 @@ impl Target {
         let turn = if !self.kind.queues_locally() {
             None
         } else if wait {
-            Some(engine.local.turn(self.keys.hash()).await)
+            Some(engine.local.turn(self.keys.shared_hash()).await)
         } else {
-            match engine.local.try_turn(self.keys.hash()) {
+            match engine.local.try_turn(self.keys.shared_hash()) {
                 Some(turn) => Some(turn),
                 None => return Ok(None),
             }
@@ -221,7 +221,7 @@ impl Asking<'_> {
                     if let Some(expires_at) = self.waiter.grant_deadline(grant) {
                         let granted = Duration::from_millis(grant.lease_ms);
                         let handed = self.hand_out(grant.token, expires_at, granted, true, true);
-                        if let Some(holder) = Box::pin(handed).await? {
+                        if let Some(holder) = handed.await? {
                             return Ok(Some(holder));
                         }
                     }
@@ -252,7 +252,7 @@ impl Asking<'_> {
                         // A queued waiter's look found the lock granted to it from the
                         // queue: a hand-over through Redis all the same.
                         let handed = self.hand_out(token, expires_at, granted, false, was_queued);
-                        if let Some(holder) = Box::pin(handed).await? {
+                        if let Some(holder) = handed.await? {
                             return Ok(Some(holder));
                         }
                     }
@@ -309,21 +309,17 @@ impl Asking<'_> {
     ) -> Result<Option<Holder>> {
         let terms = self.terms;
         let asked = Duration::from_millis(terms.lease_ms);
-        let key = self.target.keys.hash();
-        // A grant was written by the releaser's connection: a write of this owner's own
-        // makes its WAIT cover the grant too.
-        let own_write_needed = replicas::asked(self.shared) && by_release;
-        let expires_at =
-            if !own_write_needed && (self.target.lease == Lease::Watchdog || granted >= asked) {
-                expires_at
-            } else {
-                match self.waiter.extend_to(terms.lease_ms).await? {
-                    Some(sent_at) => lost_deadline(sent_at, asked),
-                    None => return Ok(None),
-                }
-            };
-        // Not acknowledged: the error drops the waiter, which gives the lock back.
-        replicas::acknowledged(self.shared, key).await?;
+        let extension_needed = self.target.lease != Lease::Watchdog && granted < asked;
+        let expires_at = if extension_needed || replicas::asked(self.shared) {
+            // Boxed, and only here: most grants need no more round trips, and the acquire
+            // loop should not carry their large futures.
+            match Box::pin(self.confirm(expires_at, extension_needed, by_release)).await? {
+                Some(expires_at) => expires_at,
+                None => return Ok(None),
+            }
+        } else {
+            expires_at
+        };
         let granted = Granted {
             owner: self.waiter.settle(),
             token,
@@ -343,6 +339,33 @@ impl Asking<'_> {
             "lock acquired"
         );
         Ok(Some(holder))
+    }
+
+    /// The round trips a grant needs before it is handed out (lease left `expires_at`): the
+    /// extension of a fixed lease granted shorter than asked (`extension_needed`), and the
+    /// replicas' acknowledgement when asked for. Returns when the holder must be told the
+    /// lease is lost, or `None` when the grant turned out to be no longer this owner's.
+    async fn confirm(
+        &mut self,
+        expires_at: Instant,
+        extension_needed: bool,
+        by_release: bool,
+    ) -> Result<Option<Instant>> {
+        let lease_ms = self.terms.lease_ms;
+        // A grant was written by the releaser's connection: a write of this owner's own
+        // makes its WAIT cover the grant too.
+        let own_write_needed = replicas::asked(self.shared) && by_release;
+        let expires_at = if extension_needed || own_write_needed {
+            match self.waiter.extend_to(lease_ms).await? {
+                Some(sent_at) => lost_deadline(sent_at, Duration::from_millis(lease_ms)),
+                None => return Ok(None),
+            }
+        } else {
+            expires_at
+        };
+        // Not acknowledged: the error drops the waiter, which gives the lock back.
+        replicas::acknowledged(self.shared, self.target.keys.hash()).await?;
+        Ok(Some(expires_at))
     }
 }
 

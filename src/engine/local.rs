@@ -18,7 +18,8 @@ struct Entry<B> {
     tickets: usize,
 }
 
-type Entries<B> = Arc<Mutex<HashMap<String, Entry<B>>>>;
+// Keyed by the lock's shared hash name: taking a turn copies no key.
+type Entries<B> = Arc<Mutex<HashMap<Arc<str>, Entry<B>>>>;
 
 pub(crate) struct LocalTable<B> {
     entries: Entries<B>,
@@ -59,13 +60,13 @@ impl<B> std::fmt::Debug for LocalTurn<B> {
 /// A place in a key's queue; removes the key's entry when the last place goes.
 struct Ticket<B> {
     entries: Entries<B>,
-    key: String,
+    key: Arc<str>,
 }
 
 impl<B: Default> LocalTable<B> {
-    fn ticket(&self, key: &str) -> (Ticket<B>, Arc<FifoMutex<B>>) {
+    fn ticket(&self, key: &Arc<str>) -> (Ticket<B>, Arc<FifoMutex<B>>) {
         let mut entries = self.entries.lock().expect("local table");
-        let entry = entries.entry(key.to_owned()).or_insert_with(|| Entry {
+        let entry = entries.entry(key.clone()).or_insert_with(|| Entry {
             queue: Arc::default(),
             tickets: 0,
         });
@@ -73,14 +74,14 @@ impl<B: Default> LocalTable<B> {
         let queue = entry.queue.clone();
         let ticket = Ticket {
             entries: self.entries.clone(),
-            key: key.to_owned(),
+            key: key.clone(),
         };
         (ticket, queue)
     }
 
     /// Waits for this key's turn (FIFO among this client's tasks). Cancel-safe: dropping the
     /// future leaves the queue.
-    pub(crate) async fn turn(&self, key: &str) -> LocalTurn<B> {
+    pub(crate) async fn turn(&self, key: &Arc<str>) -> LocalTurn<B> {
         let (ticket, queue) = self.ticket(key);
         LocalTurn {
             turn: queue.lock_owned().await,
@@ -89,7 +90,7 @@ impl<B: Default> LocalTable<B> {
     }
 
     /// The key's turn if nobody in this client holds it or is ahead in its queue.
-    pub(crate) fn try_turn(&self, key: &str) -> Option<LocalTurn<B>> {
+    pub(crate) fn try_turn(&self, key: &Arc<str>) -> Option<LocalTurn<B>> {
         let (ticket, queue) = self.ticket(key);
         Some(LocalTurn {
             turn: queue.try_lock_owned().ok()?,
@@ -115,7 +116,7 @@ impl<B> LocalTurn<B> {
     pub(crate) fn others_waiting(&self) -> bool {
         let entries = self.ticket.entries.lock().expect("local table");
         entries
-            .get(&self.ticket.key)
+            .get(&*self.ticket.key)
             .is_some_and(|entry| entry.tickets > 1)
     }
 }
@@ -124,12 +125,12 @@ impl<B> Drop for Ticket<B> {
     fn drop(&mut self) {
         let unused = {
             let mut entries = self.entries.lock().expect("local table");
-            let last = entries.get_mut(&self.key).is_some_and(|entry| {
+            let last = entries.get_mut(&*self.key).is_some_and(|entry| {
                 entry.tickets -= 1;
                 entry.tickets == 0
             });
             if last {
-                entries.remove(&self.key)
+                entries.remove(&*self.key)
             } else {
                 None
             }
@@ -146,17 +147,18 @@ mod tests {
     #[tokio::test]
     async fn turns_are_fifo_and_entries_vanish_when_unused() {
         let table = Arc::new(LocalTable::<()>::default());
-        let first = table.turn("k").await;
+        let k = key("k");
+        let first = table.turn(&k).await;
         assert!(!first.others_waiting());
-        assert!(table.try_turn("k").is_none());
-        assert!(table.try_turn("other").is_some());
+        assert!(table.try_turn(&k).is_none());
+        assert!(table.try_turn(&key("other")).is_some());
 
         let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut waiters = Vec::new();
         for i in 0..3 {
-            let (queued, order_tx) = (table.clone(), order_tx.clone());
+            let (queued, order_tx, k) = (table.clone(), order_tx.clone(), k.clone());
             waiters.push(tokio::spawn(async move {
-                let _turn = queued.turn("k").await;
+                let _turn = queued.turn(&k).await;
                 order_tx.send(i).unwrap();
             }));
             // Let waiter i join the queue before waiter i + 1 is spawned.
@@ -181,10 +183,11 @@ mod tests {
     #[tokio::test]
     async fn the_baton_passes_to_the_next_task_and_is_dropped_when_nobody_is_left() {
         let table = Arc::new(LocalTable::<Option<Arc<()>>>::default());
+        let k = key("k");
         let baton = Arc::new(());
-        let mut first = table.turn("k").await;
-        let queued = table.clone();
-        let next = tokio::spawn(async move { queued.turn("k").await.baton().take() });
+        let mut first = table.turn(&k).await;
+        let (queued, next_key) = (table.clone(), k.clone());
+        let next = tokio::spawn(async move { queued.turn(&next_key).await.baton().take() });
         while tickets(&table, "k") < 2 {
             tokio::task::yield_now().await;
         }
@@ -197,7 +200,7 @@ mod tests {
         assert!(Arc::ptr_eq(&received, &baton));
 
         // Left in an entry that nobody awaits: dropped with the entry.
-        let mut last = table.turn("k").await;
+        let mut last = table.turn(&k).await;
         *last.baton() = Some(received);
         drop(last);
         assert_eq!(Arc::strong_count(&baton), 1);
@@ -207,12 +210,17 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_wait_leaves_no_entry() {
         let table = LocalTable::<()>::default();
-        let held = table.turn("k").await;
-        let waiting = tokio::time::timeout(std::time::Duration::from_millis(10), table.turn("k"));
+        let k = key("k");
+        let held = table.turn(&k).await;
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(10), table.turn(&k));
         assert!(waiting.await.is_err());
         assert!(!held.others_waiting());
         drop(held);
         assert_eq!(table.len(), 0);
+    }
+
+    fn key(name: &str) -> Arc<str> {
+        name.into()
     }
 
     fn tickets<B>(table: &LocalTable<B>, key: &str) -> usize {

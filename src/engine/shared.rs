@@ -3,10 +3,11 @@
 //! holds it (as mini-redis's `Shared` and deadpool's `PoolInner` do): the acquisitions, the
 //! waiters and the give-backs reach it, and it reaches none of them.
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::engine::config::Config;
+use crate::engine::config::{Config, MAX_INSTANCE_NAME};
 use crate::engine::epoch::Epoch;
 use crate::engine::pubsub::{PubSub, WakeSource};
 use crate::engine::watchdog::Watchdog;
@@ -14,6 +15,10 @@ use crate::error::{LockError, Result};
 use crate::keys::LockKeys;
 use crate::slots::{Names, Placement};
 use crate::wire::conn::Connections;
+
+/// Room for an owner id on the stack: the longest instance id (a name, `.` and 32 hex digits),
+/// `:` and a holder number of up to 20 digits.
+const OWNER_ID_ROOM: usize = MAX_INSTANCE_NAME + 1 + 32 + 1 + 20;
 
 /// The shared state of one client and its clones.
 #[derive(Debug)]
@@ -113,7 +118,18 @@ impl Shared {
 
     /// A fresh owner id: `<instance id>:<holder number>`.
     pub(crate) fn new_owner(&self) -> Arc<str> {
-        format!("{}:{}", self.instance_id, self.new_holder_id()).into()
+        let holder = self.new_holder_id();
+        // Written on the stack and copied once into its `Arc`: every acquisition makes one,
+        // and a formatted `String` would cost two allocations more.
+        let mut room = [0u8; OWNER_ID_ROOM];
+        let mut free = &mut room[..];
+        if write!(free, "{}:{holder}", self.instance_id).is_ok() {
+            let written = OWNER_ID_ROOM - free.len();
+            if let Ok(owner) = std::str::from_utf8(&room[..written]) {
+                return owner.into();
+            }
+        }
+        format!("{}:{holder}", self.instance_id).into()
     }
 
     /// A number no other holder of this client has (the watchdog's id for a lease).

@@ -9,15 +9,18 @@
 //! different keys spread over the pool's connections.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use deadpool_redis::Pool;
+use pin_project::pin_project;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::error::{ErrorKind, LockError, Result};
 use crate::meter;
@@ -37,6 +40,19 @@ impl std::fmt::Debug for Conn {
             Self::Server(_) => "Conn::Server",
             Self::Cluster(_) => "Conn::Cluster",
         })
+    }
+}
+
+impl Conn {
+    /// Sends `cmd` and reads its reply as `Cmd::query_async` does, but on one server without
+    /// boxing the request: `ConnectionLike` boxes every command's future, and every lock
+    /// operation sends one.
+    pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
+        let reply = match self {
+            Self::Server(conn) => conn.send_packed_command(cmd).await?,
+            Self::Cluster(conn) => conn.req_packed_command(cmd).await?,
+        };
+        Ok(redis::from_redis_value(reply.extract_error()?)?)
     }
 }
 
@@ -255,31 +271,24 @@ impl Connections {
 
     /// Awaits a command about `key` within the command timeout, forgetting the connection on
     /// failure.
-    pub(crate) async fn bounded<T>(
-        &self,
-        key: &str,
-        command: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T> {
-        self.bounded_by(key, self.command_timeout, command).await
+    pub(crate) fn bounded<'a, F: Future>(&'a self, key: &'a str, command: F) -> Bounded<'a, F> {
+        self.bounded_by(key, self.command_timeout, command)
     }
 
     /// [`Self::bounded`] within `limit` instead of the command timeout, for a command that
     /// blocks on the server (WAIT).
-    pub(crate) async fn bounded_by<T>(
-        &self,
-        key: &str,
+    pub(crate) fn bounded_by<'a, F: Future>(
+        &'a self,
+        key: &'a str,
         limit: Duration,
-        command: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T> {
-        self.note_sent();
-        let outcome = match tokio::time::timeout(limit, command).await {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(err)) => LockError::from(err),
-            Err(_) => LockError::command_timeout(),
-        };
-        meter::redis_error(outcome.kind());
-        self.note_failure(key, &outcome);
-        Err(outcome)
+        command: F,
+    ) -> Bounded<'a, F> {
+        Bounded {
+            command: tokio::time::timeout(limit, command),
+            connections: self,
+            key,
+            counted: false,
+        }
     }
 
     pub(crate) fn close(&self) {
@@ -289,5 +298,39 @@ impl Connections {
         if let Source::Pool(pool) = &self.source {
             pool.close();
         }
+    }
+}
+
+/// A command about `key` awaited within a time limit ([`Connections::bounded`]): counted as
+/// sent when first polled, and on failure counted as an error and its connection forgotten.
+/// A future of its own, not an `async fn`: the command's future, often large, is then kept
+/// once, not once per layer it passes through.
+#[pin_project]
+pub(crate) struct Bounded<'a, F> {
+    #[pin]
+    command: tokio::time::Timeout<F>,
+    connections: &'a Connections,
+    key: &'a str,
+    /// Counted as sent already (at the first poll).
+    counted: bool,
+}
+
+impl<T, F: Future<Output = redis::RedisResult<T>>> Future for Bounded<'_, F> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if !*this.counted {
+            *this.counted = true;
+            this.connections.note_sent();
+        }
+        let outcome = match ready!(this.command.poll(cx)) {
+            Ok(Ok(value)) => return Poll::Ready(Ok(value)),
+            Ok(Err(err)) => LockError::from(err),
+            Err(_) => LockError::command_timeout(),
+        };
+        meter::redis_error(outcome.kind());
+        this.connections.note_failure(this.key, &outcome);
+        Poll::Ready(Err(outcome))
     }
 }

@@ -249,14 +249,69 @@ impl<'a> ExtraKeys<'a> {
     }
 }
 
+/// The longest number a command carries: a `u64` in decimal.
+const MAX_NUMBER_LEN: usize = 20;
+
+/// Room for a command's arguments: how many, and at most how many bytes, so the command is
+/// sized once and its buffers never grow.
+#[derive(Debug, Clone, Copy)]
+struct ArgsRoom {
+    args: usize,
+    bytes: usize,
+}
+
+impl ArgsRoom {
+    /// No arguments.
+    const NONE: Self = Self { args: 0, bytes: 0 };
+
+    /// And `words` (keys, owner ids, modes, roles).
+    fn words<'a>(mut self, words: impl IntoIterator<Item = &'a str>) -> Self {
+        for word in words {
+            self.args += 1;
+            self.bytes += word.len();
+        }
+        self
+    }
+
+    /// And `count` numbers.
+    fn numbers(mut self, count: usize) -> Self {
+        self.args += count;
+        self.bytes += count * MAX_NUMBER_LEN;
+        self
+    }
+}
+
 /// EVALSHA of `script` with a lock's four keys (and the `extra` ones) and the wake prefix; the
-/// caller adds the rest of its arguments. Built as one command buffer: a lock operation
-/// should not allocate per argument.
-fn evalsha(script: &Script, keys: &LockKeys, extra: ExtraKeys<'_>, wake: &str) -> Cmd {
-    let mut cmd = Cmd::with_capacity(16, 256);
+/// caller adds the rest of its arguments, for which `tail` is room. Built as one command
+/// buffer of the size it needs: a lock operation should not allocate per argument, nor grow
+/// its buffers.
+fn evalsha(
+    script: &Script,
+    keys: &LockKeys,
+    extra: ExtraKeys<'_>,
+    wake: &str,
+    tail: ArgsRoom,
+) -> Cmd {
+    let key_count = 4 + usize::from(extra.epoch.is_some()) + usize::from(extra.readers);
+    // Named only when a script takes it: it is built on first use.
+    let readers = extra.readers.then(|| keys.readers());
+    let head = ArgsRoom::NONE
+        .words([
+            "EVALSHA",
+            script.get_hash(),
+            keys.hash(),
+            keys.fence(),
+            keys.queue(),
+            keys.waiters(),
+        ])
+        .words(extra.epoch)
+        .words(readers)
+        .words([wake])
+        .numbers(1);
+    let mut cmd = Cmd::with_capacity(head.args + tail.args, head.bytes + tail.bytes);
     cmd.arg("EVALSHA")
         .arg(script.get_hash())
-        .arg(4 + usize::from(extra.epoch.is_some()) + usize::from(extra.readers))
+        .arg(key_count)
         .arg(keys.hash())
         .arg(keys.fence())
         .arg(keys.queue())
@@ -264,8 +319,8 @@ fn evalsha(script: &Script, keys: &LockKeys, extra: ExtraKeys<'_>, wake: &str) -
     if let Some(epoch_key) = extra.epoch {
         cmd.arg(epoch_key);
     }
-    if extra.readers {
-        cmd.arg(keys.readers());
+    if let Some(readers) = readers {
+        cmd.arg(readers);
     }
     cmd.arg(wake);
     cmd
@@ -282,7 +337,7 @@ async fn run<T: FromRedisValue>(
     script: &Script,
     cmd: &Cmd,
 ) -> redis::RedisResult<T> {
-    match cmd.query_async(conn).await {
+    match conn.query(cmd).await {
         Err(err) if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
             // Boxed: rare, and every script's future would carry it otherwise.
             Box::pin(load_and_run(conn, script, cmd)).await
@@ -298,7 +353,7 @@ async fn load_and_run<T: FromRedisValue>(
     cmd: &Cmd,
 ) -> redis::RedisResult<T> {
     script.prepare_invoke().load_async(conn).await?;
-    cmd.query_async(conn).await
+    conn.query(cmd).await
 }
 
 /// The script that takes or waits for a lock of `kind`.
@@ -348,22 +403,34 @@ pub(crate) async fn acquire(
 ) -> redis::RedisResult<AcquireReply> {
     let script = acquire_script(terms.kind);
     let extra = ExtraKeys::of(terms.kind, Some(epoch.key));
-    let mut cmd = evalsha(script, keys, extra, wake);
-    cmd.arg(owner).arg(terms.lease_ms).arg(match mode {
+    let mode = match mode {
         AcquireMode::Wait => "wait",
         AcquireMode::Join => "join",
         AcquireMode::Try => "try",
         AcquireMode::Reenter => "reenter",
         AcquireMode::ReadWithin => "within",
-    });
+    };
+    let role = rw_role(terms.kind);
+    let semaphore = match terms.kind {
+        LockKind::Semaphore { permits, take } => Some((permits, take)),
+        _ => None,
+    };
+    // The lease, the three terms, the three of the epoch, and a semaphore's two counts.
+    let numbers = 7 + if semaphore.is_some() { 2 } else { 0 };
+    let tail = ArgsRoom::NONE
+        .words([owner, mode])
+        .words(role)
+        .numbers(numbers);
+    let mut cmd = evalsha(script, keys, extra, wake, tail);
+    cmd.arg(owner).arg(terms.lease_ms).arg(mode);
     with_terms(&mut cmd, terms);
     cmd.arg(epoch.known)
         .arg(epoch.quarantine_ms)
         .arg(epoch.known_lease_ms);
-    if let Some(role) = rw_role(terms.kind) {
+    if let Some(role) = role {
         cmd.arg(role);
     }
-    if let LockKind::Semaphore { permits, take } = terms.kind {
+    if let Some((permits, take)) = semaphore {
         cmd.arg(permits).arg(take);
     }
     let (status, first, second): (i64, i64, i64) = run(conn, script, &cmd).await?;
@@ -401,12 +468,15 @@ pub(crate) async fn release(
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
     let script = release_script(kind);
-    let mut cmd = evalsha(script, keys, ExtraKeys::of(kind, None), wake);
-    cmd.arg(owner).arg(match scope {
+    let scope = match scope {
         ReleaseScope::One => "one",
         ReleaseScope::All => "all",
-    });
-    if let Some(role) = rw_role(kind) {
+    };
+    let role = rw_role(kind);
+    let tail = ArgsRoom::NONE.words([owner, scope]).words(role);
+    let mut cmd = evalsha(script, keys, ExtraKeys::of(kind, None), wake, tail);
+    cmd.arg(owner).arg(scope);
+    if let Some(role) = role {
         cmd.arg(role);
     }
     let (left, _, _): (i64, i64, i64) = run(conn, script, &cmd).await?;
@@ -422,11 +492,16 @@ pub(crate) async fn handoff(
     next_owner: &str,
     terms: &Terms,
 ) -> redis::RedisResult<HandoffReply> {
+    // The three terms and the lease.
+    let tail = ArgsRoom::NONE
+        .words([owner, "handoff", next_owner])
+        .numbers(4);
     let mut cmd = evalsha(
         &RELEASE,
         keys,
         ExtraKeys::of(LockKind::Exclusive, None),
         wake,
+        tail,
     );
     cmd.arg(owner).arg("handoff").arg(next_owner);
     with_terms(&mut cmd, terms);
@@ -500,7 +575,8 @@ pub(crate) async fn force_unlock(
         epoch: None,
         readers: true,
     };
-    let removed: i64 = run(conn, script, &evalsha(script, keys, extra, wake)).await?;
+    let cmd = evalsha(script, keys, extra, wake, ArgsRoom::NONE);
+    let removed: i64 = run(conn, script, &cmd).await?;
     Ok(removed == 1)
 }
 
