@@ -3,6 +3,7 @@
 //! nothing of locks beyond their keys.
 
 pub(crate) mod access;
+mod args_room;
 pub(crate) mod conn;
 pub(crate) mod endpoint;
 mod redis_error;

@@ -16,6 +16,7 @@ use redis::{Cmd, FromRedisValue, Script, ServerErrorKind};
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
 use crate::slots::slot_of;
+use crate::wire::args_room::ArgsRoom;
 use crate::wire::conn::Conn;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -246,38 +247,6 @@ impl<'a> ExtraKeys<'a> {
             epoch,
             readers: !matches!(kind, LockKind::Exclusive | LockKind::Fair),
         }
-    }
-}
-
-/// The longest number a command carries: a `u64` in decimal.
-const MAX_NUMBER_LEN: usize = 20;
-
-/// Room for a command's arguments: how many, and at most how many bytes, so the command is
-/// sized once and its buffers never grow.
-#[derive(Debug, Clone, Copy)]
-struct ArgsRoom {
-    args: usize,
-    bytes: usize,
-}
-
-impl ArgsRoom {
-    /// No arguments.
-    const NONE: Self = Self { args: 0, bytes: 0 };
-
-    /// And `words` (keys, owner ids, modes, roles).
-    fn words<'a>(mut self, words: impl IntoIterator<Item = &'a str>) -> Self {
-        for word in words {
-            self.args += 1;
-            self.bytes += word.len();
-        }
-        self
-    }
-
-    /// And `count` numbers.
-    fn numbers(mut self, count: usize) -> Self {
-        self.args += count;
-        self.bytes += count * MAX_NUMBER_LEN;
-        self
     }
 }
 
