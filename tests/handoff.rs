@@ -60,6 +60,7 @@ async fn a_release_wakes_one_waiting_instance_in_arrival_order() {
     }
 
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let released_at = Instant::now();
     first.release().await.unwrap();
     let mut order = Vec::new();
     for _ in 0..CLIENTS {
@@ -73,7 +74,14 @@ async fn a_release_wakes_one_waiting_instance_in_arrival_order() {
     // Eight releases: each published one wake message to one instance, and no instance
     // looked at the lock again (a herd would show up as failed acquire scripts).
     assert_eq!(command_calls(&server, "publish"), CLIENTS as u64);
-    assert_eq!(command_calls(&server, "evalsha"), CLIENTS as u64 + 1);
+    // Each client's watchdog may send its heartbeat (one script a second) while the waiters
+    // still wait, on a slow machine; a herd would add several scripts per release.
+    let ticks = CLIENTS as u64 * (released_at.elapsed().as_secs() + 1);
+    let scripts = command_calls(&server, "evalsha");
+    assert!(
+        scripts >= CLIENTS as u64 + 1 && scripts <= CLIENTS as u64 + 1 + ticks,
+        "{scripts} scripts for {CLIENTS} releases and the first, {ticks} heartbeats allowed"
+    );
     assert!(queued(&server, "herd").is_empty());
 }
 
