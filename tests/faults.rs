@@ -404,8 +404,12 @@ async fn a_quarantine_covers_the_longest_lease_granted_before_the_loss() {
         .await
         .unwrap();
     let long = client(&server).await;
-    // Another client takes a fixed lease of 8 s: the epoch records it, and the short-lease
-    // client learns it at its next script.
+    // The short-lease client knows the epoch with its own 1 s as the longest lease, and
+    // checks it by the epoch's marker from then on.
+    drop(short.lock("known").unwrap().acquire().await.unwrap());
+    drop(short.lock("known").unwrap().acquire().await.unwrap());
+    // Another client takes a fixed lease of 8 s: the epoch records it (which replaces the
+    // marker), and the short-lease client learns it at its next acquisition.
     let _held = long
         .lock("long")
         .unwrap()
@@ -423,6 +427,28 @@ async fn a_quarantine_covers_the_longest_lease_granted_before_the_loss() {
         left > Duration::from_secs(7),
         "the quarantine covers the 8 s lease, not the client's own 1 s: {left:?}"
     );
+}
+
+#[tokio::test]
+async fn an_epoch_key_deleted_alone_is_a_loss_though_its_marker_is_left() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let lock = locks.lock("marked").unwrap();
+    // The first acquisition learns the epoch and writes its marker; the second checks the
+    // epoch by that marker alone.
+    lock.acquire().await.unwrap().release().await.unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let markers = || server.cmd::<Vec<String>>(&["KEYS", "lock:epoch:*"]);
+    assert_eq!(markers().len(), 1, "{:?}", markers());
+
+    let _: i64 = server.cmd(&["DEL", "lock:epoch"]);
+    assert!(lock.try_acquire().await.unwrap().is_none(), "quarantined");
+    assert!(
+        locks.restart_quarantine_left().is_some(),
+        "a quarantine runs"
+    );
+    // The look that found the epoch missing took the lost epoch's marker with it.
+    assert_eq!(markers(), Vec::<String>::new());
 }
 
 #[tokio::test]

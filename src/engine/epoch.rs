@@ -31,12 +31,24 @@ pub(crate) struct Epoch {
     quarantine_until: Arc<Mutex<Option<Instant>>>,
 }
 
-/// The epoch a client knows (0 until a script told one), and the longest lease granted in
-/// it as far as the client knows.
-#[derive(Debug, Default, Clone, Copy)]
+/// The epoch a client knows (0 until a script told one), the longest lease granted in it as
+/// far as the client knows, and the name of their marker (see `wire/lua/epoch.lua`), made
+/// once per change.
+#[derive(Debug, Default, Clone)]
 struct Known {
     epoch: u64,
     longest_lease_ms: u64,
+    marker: Option<Arc<str>>,
+}
+
+impl Known {
+    fn new(epoch_key: &str, epoch: u64, longest_lease_ms: u64) -> Self {
+        Self {
+            epoch,
+            longest_lease_ms,
+            marker: Some(format!("{epoch_key}:{epoch}:{longest_lease_ms}").into()),
+        }
+    }
 }
 
 impl Epoch {
@@ -61,24 +73,37 @@ impl Epoch {
     }
 
     /// [`Self::terms`] for the lock with `keys`.
-    pub(crate) fn terms_for(&self, keys: &LockKeys, lease_ms: u64) -> EpochTerms<'_> {
-        self.terms(self.scope_of(keys), lease_ms)
+    pub(crate) fn terms_for(&self, keys: &LockKeys) -> EpochTerms<'_> {
+        self.terms(self.scope_of(keys))
     }
 
-    /// What a script that asks for a lease of `lease_ms` needs: the key, the epoch known now
-    /// and its longest lease (at least this one: a client need not learn a lease it set), and
-    /// the quarantine to start on a missing epoch, long enough for every lease it knows of to
-    /// run out.
-    pub(crate) fn terms(&self, scope: u16, lease_ms: u64) -> EpochTerms<'_> {
-        let known = self.known.lock().expect("epoch")[usize::from(scope)];
+    /// What a script needs: the key, the epoch known now, its longest lease and their marker,
+    /// and the quarantine to start on a missing epoch, long enough for every lease it knows of
+    /// to run out.
+    pub(crate) fn terms(&self, scope: u16) -> EpochTerms<'_> {
+        let key = &self.placement.names(scope).epoch_key;
+        let known = self.known.lock().expect("epoch")[usize::from(scope)].clone();
         EpochTerms {
-            key: &self.placement.names(scope).epoch_key,
+            key,
             known: known.epoch,
-            known_lease_ms: known.longest_lease_ms.max(lease_ms),
+            known_lease_ms: known.longest_lease_ms,
+            // Before any epoch is known, a marker no script writes.
+            marker: known.marker.unwrap_or_else(|| format!("{key}:0:0").into()),
             quarantine_ms: self
                 .quarantine_floor_ms
                 .max(self.own_lease_ms)
                 .max(known.longest_lease_ms),
+        }
+    }
+
+    /// Records that a lease of `lease_ms` was granted in `epoch` of `scope`: the script made
+    /// it the epoch's longest if it was longer, so the client knows that longest without
+    /// being told, and names its marker next time.
+    pub(crate) fn granted(&self, scope: u16, epoch: u64, lease_ms: u64) {
+        let mut known = self.known.lock().expect("epoch");
+        let current = &mut known[usize::from(scope)];
+        if current.epoch == epoch && epoch != 0 && current.longest_lease_ms < lease_ms {
+            *current = Known::new(&self.placement.names(scope).epoch_key, epoch, lease_ms);
         }
     }
 
@@ -92,14 +117,13 @@ impl Epoch {
         longest_lease_ms: u64,
         lost: impl FnOnce() -> T,
     ) -> Option<T> {
-        let mut known = self.known.lock().expect("epoch");
-        let earlier = std::mem::replace(
-            &mut known[usize::from(scope)],
-            Known {
-                epoch,
-                longest_lease_ms,
-            },
+        let learned = Known::new(
+            &self.placement.names(scope).epoch_key,
+            epoch,
+            longest_lease_ms,
         );
+        let mut known = self.known.lock().expect("epoch");
+        let earlier = std::mem::replace(&mut known[usize::from(scope)], learned);
         (earlier.epoch != 0 && earlier.epoch != epoch).then(lost)
     }
 
@@ -177,18 +201,28 @@ mod tests {
             Duration::from_secs(5),
             Duration::from_secs(30),
         );
-        let fresh = epoch.terms(0, 30_000);
-        assert_eq!((fresh.known, fresh.known_lease_ms), (0, 30_000));
+        let fresh = epoch.terms(0);
+        assert_eq!((fresh.known, fresh.known_lease_ms), (0, 0));
+        assert_eq!(&*fresh.marker, "lock:epoch:0:0");
         // Its own watchdog lease, over a shorter quarantine setting.
         assert_eq!(fresh.quarantine_ms, 30_000);
         // A longer lease another client recorded in this epoch.
         assert_eq!(epoch.learn(0, 7, 60_000, || ()), None);
-        let learned = epoch.terms(0, 1_000);
+        let learned = epoch.terms(0);
         assert_eq!((learned.known, learned.known_lease_ms), (7, 60_000));
+        assert_eq!(&*learned.marker, "lock:epoch:7:60000");
         assert_eq!(learned.quarantine_ms, 60_000);
+        // Its own longer lease granted in that epoch, and a grant in another epoch.
+        epoch.granted(0, 7, 90_000);
+        epoch.granted(0, 6, 120_000);
+        let granted = epoch.terms(0);
+        assert_eq!(
+            (granted.known_lease_ms, &*granted.marker),
+            (90_000, "lock:epoch:7:90000")
+        );
         // A new epoch: the data of the earlier one is lost.
         assert_eq!(epoch.learn(0, 8, 2_000, || "lost"), Some("lost"));
-        assert_eq!(epoch.terms(0, 1_000).quarantine_ms, 30_000);
+        assert_eq!(epoch.terms(0).quarantine_ms, 30_000);
     }
 
     #[tokio::test(start_paused = true)]

@@ -186,11 +186,7 @@ impl Acquisition {
         self.shared
             .connections
             .run(self.keys.hash(), |mut conn| async move {
-                let epoch = self
-                    .shared
-                    .watchdog
-                    .epoch()
-                    .terms_for(&self.keys, terms.lease_ms);
+                let epoch = self.shared.watchdog.epoch().terms_for(&self.keys);
                 scripts::acquire(
                     &mut conn,
                     &self.keys,

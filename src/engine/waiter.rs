@@ -209,12 +209,10 @@ impl Waiter {
         self.undo_within = Duration::from_millis(terms.lease_ms);
         let mut epochs_learned = 0;
         let mut reconnected = false;
-        let (sent_at, reply) = loop {
+        let (sent_at, reply, asked_in) = loop {
             let sent_at = Instant::now();
-            let epoch = shared
-                .watchdog
-                .epoch()
-                .terms_for(&self.keys, terms.lease_ms);
+            let epoch = shared.watchdog.epoch().terms_for(&self.keys);
+            let asked_in = epoch.known;
             let reply = shared
                 .connections
                 .bounded(
@@ -272,7 +270,7 @@ impl Waiter {
                         .watchdog
                         .epoch()
                         .note_quarantine(Duration::from_millis(left_ms));
-                    break (sent_at, reply);
+                    break (sent_at, reply, asked_in);
                 }
                 AcquireReply::EpochChanged { .. } => {
                     self.armed = false;
@@ -281,7 +279,7 @@ impl Waiter {
                         "the server's epoch keeps changing: Redis keeps losing its data",
                     ));
                 }
-                reply => break (sent_at, reply),
+                reply => break (sent_at, reply, asked_in),
             }
         };
         match reply {
@@ -296,7 +294,12 @@ impl Waiter {
             | AcquireReply::NotOwner
             | AcquireReply::PermitsMismatch { .. }
             | AcquireReply::Quarantined { .. } => self.armed = false,
-            AcquireReply::Acquired { .. } | AcquireReply::EpochChanged { .. } => {}
+            AcquireReply::Acquired { .. } => shared.watchdog.epoch().granted(
+                shared.placement.scope_of(&self.keys),
+                asked_in,
+                terms.lease_ms,
+            ),
+            AcquireReply::EpochChanged { .. } => {}
         }
         Ok(reply)
     }
@@ -345,7 +348,7 @@ impl Waiter {
         let mut conn = shared.connections.get(self.keys.hash()).await?;
         self.conn = Some(conn.clone());
         let sent_at = Instant::now();
-        let epoch = shared.watchdog.epoch().terms_for(&self.keys, lease_ms);
+        let epoch = shared.watchdog.epoch().terms_for(&self.keys);
         let locks = [(&*self.keys, &*self.owner)];
         let reply = shared
             .connections

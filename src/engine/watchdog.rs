@@ -275,7 +275,7 @@ impl Actor {
                 .iter()
                 .map(|(_, keys, owner)| (&**keys, &**owner))
                 .collect();
-            let epoch = self.shared.epoch.terms(scope, lease_ms);
+            let epoch = self.shared.epoch.terms(scope);
             // Any shard will do: renewals need no order with other commands.
             let shard = chunk[0].1.hash();
             let reply = self
@@ -445,7 +445,7 @@ impl Actor {
     async fn check_epoch(&self, keys: &LockKeys) {
         let limit = self.connections.command_timeout().min(self.renew_interval);
         let scope = self.shared.epoch.scope_of(keys);
-        let epoch = self.shared.epoch.terms(scope, 0);
+        let epoch = self.shared.epoch.terms(scope);
         let reply = self
             .round_trip(keys.hash(), limit, "epoch check", |mut conn| async move {
                 scripts::renew(&mut conn, &[], 0, &epoch).await

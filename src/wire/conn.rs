@@ -189,10 +189,16 @@ impl Connections {
         match shard.cached() {
             Some(shared) => Ok(shared),
             // Boxed: a checkout is rare and its future large, and every command's future
-            // would carry it otherwise.
-            None => Box::pin(self.check_out(shard))
-                .await
-                .inspect_err(|err| meter::redis_error(err.kind())),
+            // would carry it otherwise. Its type is erased too: the connecting futures of the
+            // pool and redis-rs nest deep, and every caller's future would have the compiler
+            // walk them again to prove it can be sent.
+            None => {
+                let checkout: Pin<Box<dyn Future<Output = Result<Conn>> + Send + '_>> =
+                    Box::pin(self.check_out(shard));
+                checkout
+                    .await
+                    .inspect_err(|err| meter::redis_error(err.kind()))
+            }
         }
     }
 

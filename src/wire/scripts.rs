@@ -8,7 +8,7 @@
 //! function each time a script runs past its definition, and most acquisitions and releases
 //! find nobody queued and return before.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, FromRedisValue, Script, ServerErrorKind};
@@ -189,13 +189,15 @@ pub(crate) enum AcquireReply {
 }
 
 /// What the server's epoch is to a client: the one it knows and the longest lease it knows
-/// was granted in it, and the quarantine it starts when it finds the epoch missing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// was granted in it, their marker (see `lua/epoch.lua`), and the quarantine it starts when
+/// it finds the epoch missing.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct EpochTerms<'a> {
     pub(crate) key: &'a str,
     /// 0 when the client has not seen one yet.
     pub(crate) known: u64,
     pub(crate) known_lease_ms: u64,
+    pub(crate) marker: Arc<str>,
     pub(crate) quarantine_ms: u64,
 }
 
@@ -230,12 +232,13 @@ pub(crate) enum HandoffReply {
     NotOwner,
 }
 
-/// Which keys a script takes besides a lock's four: the epoch key, and the readers' index
-/// (always last, where a read-write lock's and a semaphore's scripts find it; a semaphore
-/// keeps its holders there).
+/// Which keys a script takes besides a lock's four: the epoch key (with the marker an
+/// exclusive lock's acquisition checks it by), and the readers' index (always last, where a
+/// read-write lock's and a semaphore's scripts find it; a semaphore keeps its holders there).
 #[derive(Debug, Clone, Copy)]
 struct ExtraKeys<'a> {
     epoch: Option<&'a str>,
+    marker: Option<&'a str>,
     readers: bool,
 }
 
@@ -245,8 +248,19 @@ impl<'a> ExtraKeys<'a> {
     fn of(kind: LockKind, epoch: Option<&'a str>) -> Self {
         Self {
             epoch,
+            marker: None,
             readers: !matches!(kind, LockKind::Exclusive | LockKind::Fair),
         }
+    }
+
+    /// What an acquisition of a lock of `kind` takes: an exclusive lock's also the epoch's
+    /// marker.
+    fn acquiring(kind: LockKind, epoch: &'a EpochTerms<'a>) -> Self {
+        let mut extra = Self::of(kind, Some(epoch.key));
+        if !extra.readers {
+            extra.marker = Some(&epoch.marker);
+        }
+        extra
     }
 }
 
@@ -261,7 +275,10 @@ fn evalsha(
     wake: &str,
     tail: ArgsRoom,
 ) -> Cmd {
-    let key_count = 4 + usize::from(extra.epoch.is_some()) + usize::from(extra.readers);
+    let key_count = 4
+        + usize::from(extra.epoch.is_some())
+        + usize::from(extra.marker.is_some())
+        + usize::from(extra.readers);
     // Named only when a script takes it: it is built on first use.
     let readers = extra.readers.then(|| keys.readers());
     let head = ArgsRoom::NONE
@@ -274,6 +291,7 @@ fn evalsha(
             keys.waiters(),
         ])
         .words(extra.epoch)
+        .words(extra.marker)
         .words(readers)
         .words([wake])
         .numbers(1);
@@ -287,6 +305,9 @@ fn evalsha(
         .arg(keys.waiters());
     if let Some(epoch_key) = extra.epoch {
         cmd.arg(epoch_key);
+    }
+    if let Some(marker) = extra.marker {
+        cmd.arg(marker);
     }
     if let Some(readers) = readers {
         cmd.arg(readers);
@@ -371,7 +392,7 @@ pub(crate) async fn acquire(
     epoch: &EpochTerms<'_>,
 ) -> redis::RedisResult<AcquireReply> {
     let script = acquire_script(terms.kind);
-    let extra = ExtraKeys::of(terms.kind, Some(epoch.key));
+    let extra = ExtraKeys::acquiring(terms.kind, epoch);
     let mode = match mode {
         AcquireMode::Wait => "wait",
         AcquireMode::Join => "join",
@@ -542,6 +563,7 @@ pub(crate) async fn force_unlock(
     // Every kind removes the readers' index too: a plain lock's name may be read-held.
     let extra = ExtraKeys {
         epoch: None,
+        marker: None,
         readers: true,
     };
     let cmd = evalsha(script, keys, extra, wake, ArgsRoom::NONE);

@@ -72,7 +72,7 @@ impl RedisServer {
         panic!("redis-server could not start: {last_error}");
     }
 
-    /// Gives the new server the epoch marker of `prefix` (`<epoch> <quarantine until ms>
+    /// Gives the new server the epoch key of `prefix` (`<epoch> <quarantine until ms>
     /// <longest lease ms>`) with no quarantine, as an operator does on a server known to be
     /// new (`lockctl waive-quarantine`): the library cannot tell a new server from one that
     /// lost its data, and would otherwise make the first lock wait a quarantine. A server
@@ -85,9 +85,11 @@ impl RedisServer {
         let _: () = self.cmd(&["SET", &format!("{prefix}epoch"), &format!("{epoch} 0 0")]);
     }
 
-    /// How many keys the server holds besides the epoch marker the harness provisioned.
+    /// How many keys the server holds besides its epoch key and the epoch's marker (see
+    /// `wire/lua/epoch.lua`), which clients write on first use.
     pub fn keys_besides_epoch(&self) -> i64 {
-        self.cmd::<i64>(&["DBSIZE"]) - self.cmd::<i64>(&["EXISTS", "lock:epoch"])
+        let epoch = self.cmd::<Vec<String>>(&["KEYS", "lock:epoch*"]).len() as i64;
+        self.cmd::<i64>(&["DBSIZE"]) - epoch
     }
 
     /// Starts a server on `port` (used to restart one on the same port).
@@ -183,9 +185,9 @@ impl RedisServer {
 
     /// Starts a replica of this server that reaches it on `via_port` (this server's port,
     /// or a [`proxy::FaultProxy`]'s in front of it, to make the replica lag), and waits
-    /// until it has every write so far (`WAIT 1`), the epoch marker included.
+    /// until it has every write so far (`WAIT 1`), the epoch key included.
     pub fn start_replica(&self, via_port: u16) -> Self {
-        // Not provisioned: a replica takes the master's data, epoch marker included.
+        // Not provisioned: a replica takes the master's data, epoch key included.
         let master = via_port.to_string();
         let replica = Self::spawn_on(free_port(), None, &["--replicaof", "127.0.0.1", &master])
             .unwrap_or_else(|err| panic!("redis-server could not start: {err}"));

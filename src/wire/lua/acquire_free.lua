@@ -6,7 +6,8 @@
 -- seen: it can hold nothing yet), 'try' (never queue), 'reenter' (add a hold, never take);
 -- ARGV[5] waiter liveness ms, ARGV[6] claim lease ms, ARGV[7] token block size,
 -- ARGV[8] the epoch the client knows ('0' for none), ARGV[9] the quarantine ms it starts on
--- a missing epoch, ARGV[10] the longest lease of the epoch it knows; KEYS[5] the epoch key.
+-- a missing epoch, ARGV[10] the longest lease of the epoch it knows; KEYS[5] the epoch key,
+-- KEYS[6] the marker of the epoch and longest lease the client knows (see epoch.lua).
 -- Returns {1, first token, lease left ms} when this owner holds the lock (token 0 on a
 -- re-entry), {0, holder's lease left ms, server time ms} when it does not, {-1, 0, 0} when a
 -- re-entry finds the lock no longer held by this owner, {-2, epoch, 0} when the client must
@@ -14,14 +15,24 @@
 -- quarantine left ms, server time ms} during a quarantine.
 local owner, mode = ARGV[2], ARGV[4]
 local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
+-- The lock, its queue, the epoch key and the marker in one call, counted 1, 1, 3 and 6 times:
+-- the count leaves 0, 1 or 2 of the first two (neither exists for most acquisitions) and
+-- says whether both of the others do.
+local seen = redis.call('exists', KEYS[1], KEYS[3], KEYS[5], KEYS[5], KEYS[5],
+  KEYS[6], KEYS[6], KEYS[6], KEYS[6], KEYS[6], KEYS[6])
+local present = seen % 3
+-- The epoch the client knows is current, no quarantine runs, and this lease is no longer than
+-- the longest the epoch has granted: nothing to read or write about the epoch.
+local epoch_current = seen - present == 9 and lease <= tonumber(ARGV[10])
 -- The epoch is checked before a lock is taken or granted, and only then: a look that finds
 -- the lock held (or adds to a hold, which adds to a hold of this epoch if it is still there)
 -- grants nothing, whatever happened to Redis's data.
 local function may_grant()
-  return check_epoch(KEYS[5], ARGV[8], ARGV[10], ARGV[9], ARGV[3])
+  if epoch_current then
+    return nil
+  end
+  return check_epoch(KEYS[5], ARGV[8], ARGV[10], ARGV[9], ARGV[3], KEYS[6])
 end
--- The lock and its queue in one call: neither exists for most acquisitions.
-local present = redis.call('exists', KEYS[1], KEYS[3])
 if present == 0 and mode ~= 'reenter' then
   local blocked = may_grant()
   if blocked then

@@ -11,13 +11,28 @@
 -- apart from one that lost its data; an operator who knows it is new waives the quarantine
 -- (epoch_waive.lua).
 
+--
+-- Beside it, a marker key `<epoch key>:<epoch>:<longest lease ms>` exists while that epoch is
+-- current with that longest lease and no quarantine runs. A client that knows both names the
+-- marker, and an acquisition finds it in the one EXISTS it makes of the lock and its queue:
+-- most acquisitions check the epoch without reading it. The marker goes when the longest
+-- lease grows; a lost epoch takes it along (an epoch key deleted alone leaves a marker of an
+-- epoch nobody is in, which the next acquisition from a client that knew it deletes).
+
+-- The marker of `epoch` with `longest` (strings as the epoch key holds them).
+local function epoch_marker(key, epoch, longest)
+  return key .. ':' .. epoch .. ':' .. longest
+end
+
 -- `known` is the epoch the caller knows ('0' for none) and `known_lease` the longest lease it
 -- knows of in that epoch; `quarantine_ms` the quarantine it starts on a missing epoch (at
 -- least the longest lease it knows of), and `lease_ms` the lease it asks for, which becomes
--- the epoch's longest when longer.
+-- the epoch's longest when longer (a caller need not learn a lease it set). `marker`
+-- (optional) is the marker the caller named: written when the caller may go on, deleted when
+-- the epoch is missing.
 -- Returns nil when the caller may go on, {-2, epoch, longest lease ms} when it must learn
 -- them first, and {-3, quarantine left ms, server ms} during a quarantine.
-local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms)
+local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms, marker)
   local lease = tonumber(lease_ms)
   local epoch, quarantine_until, longest
   local current = redis.call('get', key)
@@ -26,12 +41,15 @@ local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms)
   end
   if not epoch then
     -- Missing (or written by another version of this library, which counts as missing).
+    if marker then
+      redis.call('del', marker)
+    end
     local new = now_us()
     local quarantine = math.max(tonumber(quarantine_ms), lease)
     redis.call('set', key, string.format('%d %d %d', new, now_ms() + quarantine, lease))
     return {-2, new, lease}
   end
-  if epoch ~= known or tonumber(longest) > tonumber(known_lease) then
+  if epoch ~= known or tonumber(longest) > math.max(tonumber(known_lease), lease) then
     return {-2, tonumber(epoch), tonumber(longest)}
   end
   local rewrite = lease > tonumber(longest)
@@ -44,8 +62,12 @@ local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms)
     quarantine_until, rewrite = '0', true
   end
   if rewrite then
-    redis.call('set', key, string.format('%s %s %d', epoch, quarantine_until,
-      math.max(lease, tonumber(longest))))
+    redis.call('del', epoch_marker(key, epoch, longest))
+    longest = string.format('%d', math.max(lease, tonumber(longest)))
+    redis.call('set', key, string.format('%s %s %s', epoch, quarantine_until, longest))
+  end
+  if marker then
+    redis.call('set', epoch_marker(key, epoch, longest), '')
   end
   return nil
 end
