@@ -6,6 +6,7 @@ pub(crate) mod access;
 mod args_room;
 pub(crate) mod conn;
 pub(crate) mod endpoint;
+mod lock_command;
 mod redis_error;
 pub(crate) mod scan;
 pub(crate) mod scripts;

@@ -18,6 +18,7 @@ use crate::kind::LockKind;
 use crate::slots::slot_of;
 use crate::wire::args_room::ArgsRoom;
 use crate::wire::conn::Conn;
+use crate::wire::lock_command::{ExtraKeys, evalsha};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -232,90 +233,6 @@ pub(crate) enum HandoffReply {
     NotOwner,
 }
 
-/// Which keys a script takes besides a lock's four: the epoch key (with the marker an
-/// exclusive lock's acquisition checks it by), and the readers' index (always last, where a
-/// read-write lock's and a semaphore's scripts find it; a semaphore keeps its holders there).
-#[derive(Debug, Clone, Copy)]
-struct ExtraKeys<'a> {
-    epoch: Option<&'a str>,
-    marker: Option<&'a str>,
-    readers: bool,
-}
-
-impl<'a> ExtraKeys<'a> {
-    /// The epoch key, and the readers' index when `kind` has readers (or holders with
-    /// leases of their own).
-    fn of(kind: LockKind, epoch: Option<&'a str>) -> Self {
-        Self {
-            epoch,
-            marker: None,
-            readers: !matches!(kind, LockKind::Exclusive | LockKind::Fair),
-        }
-    }
-
-    /// What an acquisition of a lock of `kind` takes: an exclusive lock's also the epoch's
-    /// marker.
-    fn acquiring(kind: LockKind, epoch: &'a EpochTerms<'a>) -> Self {
-        let mut extra = Self::of(kind, Some(epoch.key));
-        if !extra.readers {
-            extra.marker = Some(&epoch.marker);
-        }
-        extra
-    }
-}
-
-/// EVALSHA of `script` with a lock's four keys (and the `extra` ones) and the wake prefix; the
-/// caller adds the rest of its arguments, for which `tail` is room. Built as one command
-/// buffer of the size it needs: a lock operation should not allocate per argument, nor grow
-/// its buffers.
-fn evalsha(
-    script: &Script,
-    keys: &LockKeys,
-    extra: ExtraKeys<'_>,
-    wake: &str,
-    tail: ArgsRoom,
-) -> Cmd {
-    let key_count = 4
-        + usize::from(extra.epoch.is_some())
-        + usize::from(extra.marker.is_some())
-        + usize::from(extra.readers);
-    // Named only when a script takes it: it is built on first use.
-    let readers = extra.readers.then(|| keys.readers());
-    let head = ArgsRoom::NONE
-        .words([
-            "EVALSHA",
-            script.get_hash(),
-            keys.hash(),
-            keys.fence(),
-            keys.queue(),
-            keys.waiters(),
-        ])
-        .words(extra.epoch)
-        .words(extra.marker)
-        .words(readers)
-        .words([wake])
-        .numbers(1);
-    let mut cmd = Cmd::with_capacity(head.args + tail.args, head.bytes + tail.bytes);
-    cmd.arg("EVALSHA")
-        .arg(script.get_hash())
-        .arg(key_count)
-        .arg(keys.hash())
-        .arg(keys.fence())
-        .arg(keys.queue())
-        .arg(keys.waiters());
-    if let Some(epoch_key) = extra.epoch {
-        cmd.arg(epoch_key);
-    }
-    if let Some(marker) = extra.marker {
-        cmd.arg(marker);
-    }
-    if let Some(readers) = readers {
-        cmd.arg(readers);
-    }
-    cmd.arg(wake);
-    cmd
-}
-
 fn with_terms(cmd: &mut Cmd, terms: &Terms) {
     cmd.arg(terms.alive_ms).arg(terms.claim_ms).arg(terms.block);
 }
@@ -392,7 +309,7 @@ pub(crate) async fn acquire(
     epoch: &EpochTerms<'_>,
 ) -> redis::RedisResult<AcquireReply> {
     let script = acquire_script(terms.kind);
-    let extra = ExtraKeys::acquiring(terms.kind, epoch);
+    let extra = ExtraKeys::acquiring(terms.kind, epoch.key, &epoch.marker);
     let mode = match mode {
         AcquireMode::Wait => "wait",
         AcquireMode::Join => "join",

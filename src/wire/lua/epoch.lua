@@ -10,7 +10,6 @@
 -- told by its own lost signal before anyone else gets its lock. A new server cannot be told
 -- apart from one that lost its data; an operator who knows it is new waives the quarantine
 -- (epoch_waive.lua).
-
 --
 -- Beside it, a marker key `<epoch key>:<epoch>:<longest lease ms>` exists while that epoch is
 -- current with that longest lease and no quarantine runs. A client that knows both names the
@@ -27,9 +26,9 @@ end
 -- `known` is the epoch the caller knows ('0' for none) and `known_lease` the longest lease it
 -- knows of in that epoch; `quarantine_ms` the quarantine it starts on a missing epoch (at
 -- least the longest lease it knows of), and `lease_ms` the lease it asks for, which becomes
--- the epoch's longest when longer (a caller need not learn a lease it set). `marker`
--- (optional) is the marker the caller named: written when the caller may go on, deleted when
--- the epoch is missing.
+-- the epoch's longest when longer (a caller need not learn a lease it set). `marker`, given
+-- by acquisitions only, is the marker the caller named: it is deleted when the epoch is
+-- missing, and the current epoch's marker is written when the caller may go on.
 -- Returns nil when the caller may go on, {-2, epoch, longest lease ms} when it must learn
 -- them first, and {-3, quarantine left ms, server ms} during a quarantine.
 local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms, marker)
