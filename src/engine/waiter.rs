@@ -212,7 +212,8 @@ impl Waiter {
         let (sent_at, reply, asked_in) = loop {
             let sent_at = Instant::now();
             let epoch = shared.watchdog.epoch().terms_for(&self.keys);
-            let asked_in = epoch.known;
+            // A grant of a lease longer than the client knew of is recorded after the loop.
+            let asked_in = (terms.lease_ms > epoch.known_lease_ms).then_some(epoch.known);
             let reply = shared
                 .connections
                 .bounded(
@@ -294,11 +295,15 @@ impl Waiter {
             | AcquireReply::NotOwner
             | AcquireReply::PermitsMismatch { .. }
             | AcquireReply::Quarantined { .. } => self.armed = false,
-            AcquireReply::Acquired { .. } => shared.watchdog.epoch().granted(
-                shared.placement.scope_of(&self.keys),
-                asked_in,
-                terms.lease_ms,
-            ),
+            AcquireReply::Acquired { .. } => {
+                if let Some(epoch) = asked_in {
+                    shared.watchdog.epoch().granted(
+                        shared.placement.scope_of(&self.keys),
+                        epoch,
+                        terms.lease_ms,
+                    );
+                }
+            }
             AcquireReply::EpochChanged { .. } => {}
         }
         Ok(reply)
