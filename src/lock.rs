@@ -448,8 +448,9 @@ pub(crate) fn hash_holders(fields: Vec<(String, String)>) -> (Option<String>, Ve
                 mode = Some(value);
                 continue;
             }
-            // Owner ids always hold a ':': these fields can only be a semaphore's counts.
-            "permits" | "used" => continue,
+            // Owner ids always hold a ':': these fields can only be a semaphore's counts, or
+            // a plain lock's sign that someone may wait (`wire/lua/tokens.lua`).
+            "permits" | "used" | "queued" | "queued.2" => continue,
             _ => {}
         }
         let mut parts = value.split(' ');
@@ -498,6 +499,11 @@ pub(crate) mod tests {
         assert_eq!(
             holders(fields(&[("a:1", "3")])),
             vec![("a:1".to_owned(), 3)]
+        );
+        // The sign that someone may wait is no holder.
+        assert_eq!(
+            holders(fields(&[("queued", "1"), ("a:1", "1"), ("queued.2", "1")])),
+            vec![("a:1".to_owned(), 1)]
         );
     }
 

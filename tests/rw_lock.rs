@@ -566,11 +566,11 @@ async fn the_watchdog_keeps_readers_past_several_leases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_lock_and_a_read_write_lock_of_one_name_exclude_each_other() {
     let server = RedisServer::start();
-    let (one, two) = (client(&server).await, client(&server).await);
+    let (one, two) = (client(&server).await, client_never_polling(&server).await);
     let plain = one.lock("both").unwrap();
 
     // Plain held: neither side of the read-write lock gets in; a waiting reader is handed
-    // the lock by the plain release, alone.
+    // the lock by the plain release (told by its message: it never polls), alone.
     let held = plain.acquire().await.unwrap();
     assert!(read(&two, "both").try_acquire().await.unwrap().is_none());
     assert!(write(&two, "both").try_acquire().await.unwrap().is_none());

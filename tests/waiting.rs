@@ -78,6 +78,31 @@ async fn a_waiter_in_another_client_wakes_on_release_not_on_lease_or_poll() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_by_an_owner_that_lost_the_lock_leaves_the_holders_waiter_its_wake() {
+    let server = RedisServer::start();
+    let stale = client(&server).await;
+    let holder = client(&server).await;
+    let waiter = client_with_repoll(&server, NEVER_POLL).await;
+    let lost = stale.lock("lost").unwrap().acquire().await.unwrap();
+    // Gone behind the first owner's back (its watchdog is 10 s from noticing): the second
+    // takes the lock while nobody waits, and a waiter then queues behind it.
+    let () = server.cmd(&["DEL", "lock:{lost}"]);
+    let (guard, waiting) = contest(&server, &holder, &waiter, "lost").await;
+
+    // The stale release removes what says someone waits with its own (absent) field, and
+    // must put it back: the holder's release below would otherwise skip the queue.
+    let _ = lost.release().await;
+    let marks: (Option<String>, Option<String>) =
+        server.cmd(&["HMGET", "lock:{lost}", "queued", "queued.2"]);
+    assert_eq!(marks, (Some("1".to_owned()), Some("1".to_owned())));
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let why = "woken by the holder's release, long before the 30 s lease or 60 s poll";
+    let acquired_at = acquired_within(SLACK, waiting, why).await;
+    assert!(acquired_at.duration_since(released_at) < SLACK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_without_a_message_costs_at_most_the_repoll_bound() {
     let server = RedisServer::start();
     let repoll = Duration::from_millis(500);

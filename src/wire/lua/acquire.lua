@@ -34,13 +34,17 @@ if free then
   -- Free, but others queued: the first live one gets it (this owner, if it is first).
   local head, claim, head_block, alive_until = pop_live_head(now)
   if not head or head == owner then
-    return {1, take(owner, lease, block), lease}
+    return {1, take(owner, lease, block, true), lease}
   end
   left = grant_to(head, now, claim, head_block, alive_until)
 end
 if mode == 'wait' or mode == 'join' then
-  -- A held lock that was the only key of the two found has nobody queued yet.
+  -- A held lock that was the only key of the two found has nobody queued yet: its holder's
+  -- release must now look at the queue. (A lock held while others wait says so already.)
   local fresh = not free and present == 1
+  if fresh then
+    mark_queued()
+  end
   enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block, nil, fresh)
 end
 return {0, left, now}

@@ -5,6 +5,12 @@
 -- and after a space whatever a kind of lock adds).
 -- ARGV[1] the wake channel prefix: a waiter's instance listens on that prefix and its instance id.
 
+-- Tells a plain holder's release to look at the queue (see `take` in tokens.lua): for a
+-- waiter that joins a queue nobody was in, behind a lock taken while nobody waited.
+local function mark_queued()
+  redis.call('hset', KEYS[1], 'queued', 1, 'queued.2', 1)
+end
+
 local function dequeue(owner)
   -- Terms are only ever written for a queued owner (enqueue, heartbeat).
   if redis.call('zrem', KEYS[3], owner) == 1 then
@@ -105,7 +111,7 @@ end
 -- Returns the lease it was granted.
 local function grant_to(head, now, claim, block, alive_until)
   local lease = claim_lease(now, claim, alive_until)
-  announce_grant(head, take(head, lease, block), now, lease)
+  announce_grant(head, take(head, lease, block, true), now, lease)
   return lease
 end
 

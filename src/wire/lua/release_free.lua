@@ -12,10 +12,17 @@
 local owner, scope = ARGV[2], ARGV[3]
 local released
 if scope == 'all' then
-  -- An exclusive lock has one owner: removing its field removes the lock (Redis drops an
-  -- empty hash), and says whether it held it.
-  released = redis.call('hdel', KEYS[1], owner) == 1
-  if redis.call('exists', KEYS[3]) == 0 then
-    return {released and 0 or -1, 0, 0}
+  -- An exclusive lock has one owner: removing its field and the two that say someone may
+  -- wait (see tokens.lua) removes the lock (Redis drops an empty hash). The count says
+  -- whether this owner held it (odd) and whether anyone may wait (2 or more).
+  local removed = redis.call('hdel', KEYS[1], owner, 'queued', 'queued.2')
+  released = removed % 2 == 1
+  if removed < 2 then
+    if released or redis.call('exists', KEYS[3]) == 0 then
+      return {released and 0 or -1, 0, 0}
+    end
+  elseif not released and redis.call('exists', KEYS[1]) == 1 then
+    -- Another owner's lock: it keeps saying so.
+    redis.call('hset', KEYS[1], 'queued', 1, 'queued.2', 1)
   end
 end

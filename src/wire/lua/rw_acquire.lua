@@ -94,6 +94,9 @@ if mode == 'wait' then
     queued_role = 'r'
   end
   -- Queued as a reader ('r') or a writer ('w'): the role follows the queue's own terms.
+  if state == 'plain' then
+    mark_queued()
+  end
   enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block, queued_role)
 end
 local left = redis.call('pttl', KEYS[1])

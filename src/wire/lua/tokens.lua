@@ -1,6 +1,7 @@
 -- Taking a lock and its fencing tokens (prepended to every script that takes one, before the
 -- queue's functions: a lock found free is taken before those are even defined).
--- KEYS[1] the lock hash (owner id -> hold count), KEYS[2] the fencing counter.
+-- KEYS[1] the lock hash (owner id -> hold count, and the two fields below), KEYS[2] the
+-- fencing counter.
 
 -- Reserves `block` fencing tokens and returns the first: one for the acquisition, the rest
 -- for the local hand-overs its instance may make without coming back to Redis. Tokens start
@@ -24,8 +25,21 @@ local function reserve_tokens(block, ttl_ms)
   return first
 end
 
-local function take(owner, lease_ms, block)
-  redis.call('hset', KEYS[1], owner, 1)
+-- A plain lock's hash says someone may wait for it with two fields, `queued` and `queued.2`
+-- (owner ids always hold a ':'). Whoever queues behind a plain holder, or grants a plain lock
+-- from the queue, sets them; the holder's release removes its own field and both in one HDEL,
+-- whose count says whether it held the lock (odd) and whether anyone may wait (2 or more):
+-- the release of a lock nobody waited for never looks at the queue (see queue.lua's
+-- `mark_queued`).
+
+-- Makes `owner` the holder of a free lock; `from_queue`: granted from (or past) its queue,
+-- which may still hold others, so the hash says so.
+local function take(owner, lease_ms, block, from_queue)
+  if from_queue then
+    redis.call('hset', KEYS[1], owner, 1, 'queued', 1, 'queued.2', 1)
+  else
+    redis.call('hset', KEYS[1], owner, 1)
+  end
   redis.call('pexpire', KEYS[1], lease_ms)
   return reserve_tokens(block, lease_ms)
 end
