@@ -361,6 +361,15 @@ pub fn queued(server: &RedisServer, name: &str) -> Vec<String> {
     server.cmd(&["ZRANGE", &format!("lock:{{{name}}}:queue"), "0", "-1"])
 }
 
+/// The holders among a lock hash's fields (`HKEYS`): without `queued` and `queued.2`, which
+/// say that someone may wait.
+pub fn holders_among(fields: Vec<String>) -> Vec<String> {
+    fields
+        .into_iter()
+        .filter(|field| field != "queued" && field != "queued.2")
+        .collect()
+}
+
 /// The channel a client hears its grants on (default prefix).
 pub fn wake_channel(client: &LockClient) -> String {
     format!("lock:wake:{}", client.instance_id())
