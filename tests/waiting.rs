@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use support::{RedisServer, client, eventually, queued, subscribers, wake_channel};
 use tokio::task::JoinHandle;
-use tower_redis_lock::{Lease, LockClient, LockGuard};
+use tower_redis_lock::{ErrorKind, Lease, LockClient, LockGuard};
 
 /// Bound for waits that normally take milliseconds; generous because CI machines are shared
 /// and a debug build on two cores can stall for a while.
@@ -91,7 +91,8 @@ async fn a_release_by_an_owner_that_lost_the_lock_leaves_the_holders_waiter_its_
 
     // The stale release removes what says someone waits with its own (absent) field, and
     // must put it back: the holder's release below would otherwise skip the queue.
-    let _ = lost.release().await;
+    let stale_release = lost.release().await.unwrap_err();
+    assert_eq!(stale_release.kind(), ErrorKind::NotOwner);
     let marks: (Option<String>, Option<String>) =
         server.cmd(&["HMGET", "lock:{lost}", "queued", "queued.2"]);
     assert_eq!(marks, (Some("1".to_owned()), Some("1".to_owned())));
