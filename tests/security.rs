@@ -19,7 +19,7 @@ const REFUSAL_BOUND: Duration = Duration::from_secs(2);
 
 /// Every command the library sends, at the top level or from its scripts, as README.md's
 /// ACL line grants them.
-const LIBRARY_COMMANDS: &str = "-@all +evalsha +script|load +exists +hexists +hget +hgetall \
+const LIBRARY_COMMANDS: &str = "-@all +evalsha +script|load +eval +exists +hexists +hget +hgetall \
     +hset +hincrby +hdel +del +get +set +pexpire +pttl +time +zadd +zrange +zrangebyscore \
     +zremrangebyscore +zrem +zscore +zpopmin +publish +subscribe +ping +unwatch";
 
@@ -189,6 +189,36 @@ async fn an_acl_user_of_the_lock_prefix_acquires_waits_renews_and_releases() {
         assert!(!holder.lock(name).unwrap().is_locked().await.unwrap());
     }
     assert_eq!(denied_commands(&server), Vec::<String>::new());
+}
+
+/// A script that cannot be loaded (here an ACL that refuses `SCRIPT LOAD`; in a cluster, a
+/// replica promoted after the load went to the masters) runs by its source, `EVAL`: the
+/// scripts that acquire, queue, hand over, renew and release all work from a server that has
+/// none of them.
+#[tokio::test]
+async fn scripts_that_cannot_be_loaded_run_by_their_source() {
+    let server = RedisServer::start();
+    let without_load = LIBRARY_COMMANDS.replace(" +script|load", "");
+    add_user(&server, "no-load", "~lock:*", "&lock:wake:*", &without_load);
+    let url = server.url_as("no-load", PASSWORD);
+    let lease = Duration::from_millis(600);
+    let holder = client_with_lease(&url, lease).await;
+    let waiter = woken_only_by_pubsub(&url).build().await.unwrap();
+
+    let guard = hand_over_through_pubsub(&server, &holder, &waiter, "unloaded").await;
+    let renewed = acquire_within(&holder, "renewed", SLACK, "the lock is free").await;
+    // Time passing is what is under test: without renewals the lease would run out and the
+    // lost signal fire within three leases.
+    let lost = tokio::time::timeout(lease * 3, renewed.lost_signal().lost()).await;
+    assert!(lost.is_err(), "the watchdog renewed the lease: {lost:?}");
+    renewed.release().await.unwrap();
+    guard.release().await.unwrap();
+    for name in ["unloaded", "renewed"] {
+        assert!(!holder.lock(name).unwrap().is_locked().await.unwrap());
+    }
+    let mut denied = denied_commands(&server);
+    denied.dedup();
+    assert_eq!(denied, ["script|load"], "only the loads were refused");
 }
 
 #[tokio::test]

@@ -1,11 +1,12 @@
 //! The EVALSHA command of a script about one lock: the lock's keys, the extra keys its kind
 //! and the script take, and the wake prefix, sized before it is built.
 
-use redis::{Cmd, Script};
+use redis::Cmd;
 
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
 use crate::wire::args_room::ArgsRoom;
+use crate::wire::lua::Lua;
 
 /// Which keys a script takes besides a lock's four: the epoch key (with the marker an
 /// exclusive lock's acquisition checks it by), and the readers' index (always last, where a
@@ -44,7 +45,7 @@ impl<'a> ExtraKeys<'a> {
 /// buffer of the size it needs: a lock operation should not allocate per argument, nor grow
 /// its buffers.
 pub(crate) fn evalsha(
-    script: &Script,
+    script: &Lua,
     keys: &LockKeys,
     extra: ExtraKeys<'_>,
     wake: &str,
@@ -59,7 +60,7 @@ pub(crate) fn evalsha(
     let head = ArgsRoom::NONE
         .words([
             "EVALSHA",
-            script.get_hash(),
+            script.sha(),
             keys.hash(),
             keys.fence(),
             keys.queue(),
@@ -72,7 +73,7 @@ pub(crate) fn evalsha(
         .numbers(1);
     let mut cmd = Cmd::with_capacity(head.args + tail.args, head.bytes + tail.bytes);
     cmd.arg("EVALSHA")
-        .arg(script.get_hash())
+        .arg(script.sha())
         .arg(key_count)
         .arg(keys.hash())
         .arg(keys.fence())

@@ -7,6 +7,7 @@ mod args_room;
 pub(crate) mod conn;
 pub(crate) mod endpoint;
 mod lock_command;
+mod lua;
 mod redis_error;
 pub(crate) mod scan;
 pub(crate) mod scripts;

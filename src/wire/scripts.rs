@@ -1,4 +1,4 @@
-//! The Lua scripts, run with EVALSHA (redis-rs reloads them on NOSCRIPT). They share the
+//! The Lua scripts, run with EVALSHA (`lua.rs` reloads them on NOSCRIPT). They share the
 //! server clock of `lua/clock.lua`; the scripts that take a lock share `lua/tokens.lua`, those
 //! that hand a lock over the queue functions of `lua/queue.lua` (and, with the heartbeat, the
 //! queue's expiry of `lua/queue_expiry.lua`), and those that take or renew
@@ -8,10 +8,10 @@
 //! function each time a script runs past its definition, and most acquisitions and releases
 //! find nobody queued and return before.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
+use redis::Cmd;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, FromRedisValue, Script, ServerErrorKind};
 
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
@@ -19,121 +19,98 @@ use crate::slots::slot_of;
 use crate::wire::args_room::ArgsRoom;
 use crate::wire::conn::Conn;
 use crate::wire::lock_command::{ExtraKeys, evalsha};
+use crate::wire::lua::Lua;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/tokens.lua"),
-        include_str!("lua/epoch.lua"),
-        include_str!("lua/acquire_free.lua"),
-        include_str!("lua/queue_expiry.lua"),
-        include_str!("lua/queue.lua"),
-        include_str!("lua/acquire.lua")
-    ))
-});
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/release_free.lua"),
-        include_str!("lua/clock.lua"),
-        include_str!("lua/tokens.lua"),
-        include_str!("lua/queue_expiry.lua"),
-        include_str!("lua/queue.lua"),
-        include_str!("lua/release.lua")
-    ))
-});
-static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/tokens.lua"),
-        include_str!("lua/queue_expiry.lua"),
-        include_str!("lua/queue.lua"),
-        include_str!("lua/force_unlock.lua")
-    ))
-});
-static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/tokens.lua"),
-        include_str!("lua/queue_expiry.lua"),
-        include_str!("lua/queue.lua"),
-        include_str!("lua/epoch.lua"),
-        include_str!("lua/rw.lua"),
-        include_str!("lua/rw_acquire.lua")
-    ))
-});
-static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/tokens.lua"),
-        include_str!("lua/queue_expiry.lua"),
-        include_str!("lua/queue.lua"),
-        include_str!("lua/rw.lua"),
-        include_str!("lua/rw_release.lua")
-    ))
-});
-static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/tokens.lua"),
-        include_str!("lua/queue_expiry.lua"),
-        include_str!("lua/queue.lua"),
-        include_str!("lua/rw.lua"),
-        include_str!("lua/rw_force_unlock.lua")
-    ))
-});
-static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/tokens.lua"),
-        include_str!("lua/queue_expiry.lua"),
-        include_str!("lua/queue.lua"),
-        include_str!("lua/epoch.lua"),
-        include_str!("lua/sem.lua"),
-        include_str!("lua/sem_acquire.lua")
-    ))
-});
-static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/tokens.lua"),
-        include_str!("lua/queue_expiry.lua"),
-        include_str!("lua/queue.lua"),
-        include_str!("lua/sem.lua"),
-        include_str!("lua/sem_release.lua")
-    ))
-});
-static SEM_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/tokens.lua"),
-        include_str!("lua/queue_expiry.lua"),
-        include_str!("lua/queue.lua"),
-        include_str!("lua/sem.lua"),
-        include_str!("lua/sem_force_unlock.lua")
-    ))
-});
-static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/epoch.lua"),
-        include_str!("lua/renew.lua")
-    ))
-});
+static ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/tokens.lua"),
+    include_str!("lua/epoch.lua"),
+    include_str!("lua/acquire_free.lua"),
+    include_str!("lua/queue_expiry.lua"),
+    include_str!("lua/queue.lua"),
+    include_str!("lua/acquire.lua")
+));
+static RELEASE: Lua = Lua::new(concat!(
+    include_str!("lua/release_free.lua"),
+    include_str!("lua/clock.lua"),
+    include_str!("lua/tokens.lua"),
+    include_str!("lua/queue_expiry.lua"),
+    include_str!("lua/queue.lua"),
+    include_str!("lua/release.lua")
+));
+static FORCE_UNLOCK: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/tokens.lua"),
+    include_str!("lua/queue_expiry.lua"),
+    include_str!("lua/queue.lua"),
+    include_str!("lua/force_unlock.lua")
+));
+static RW_ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/tokens.lua"),
+    include_str!("lua/queue_expiry.lua"),
+    include_str!("lua/queue.lua"),
+    include_str!("lua/epoch.lua"),
+    include_str!("lua/rw.lua"),
+    include_str!("lua/rw_acquire.lua")
+));
+static RW_RELEASE: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/tokens.lua"),
+    include_str!("lua/queue_expiry.lua"),
+    include_str!("lua/queue.lua"),
+    include_str!("lua/rw.lua"),
+    include_str!("lua/rw_release.lua")
+));
+static RW_FORCE_UNLOCK: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/tokens.lua"),
+    include_str!("lua/queue_expiry.lua"),
+    include_str!("lua/queue.lua"),
+    include_str!("lua/rw.lua"),
+    include_str!("lua/rw_force_unlock.lua")
+));
+static SEM_ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/tokens.lua"),
+    include_str!("lua/queue_expiry.lua"),
+    include_str!("lua/queue.lua"),
+    include_str!("lua/epoch.lua"),
+    include_str!("lua/sem.lua"),
+    include_str!("lua/sem_acquire.lua")
+));
+static SEM_RELEASE: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/tokens.lua"),
+    include_str!("lua/queue_expiry.lua"),
+    include_str!("lua/queue.lua"),
+    include_str!("lua/sem.lua"),
+    include_str!("lua/sem_release.lua")
+));
+static SEM_FORCE_UNLOCK: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/tokens.lua"),
+    include_str!("lua/queue_expiry.lua"),
+    include_str!("lua/queue.lua"),
+    include_str!("lua/sem.lua"),
+    include_str!("lua/sem_force_unlock.lua")
+));
+static RENEW: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/epoch.lua"),
+    include_str!("lua/renew.lua")
+));
 
-static EPOCH_WAIVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/epoch_waive.lua")
-    ))
-});
+static EPOCH_WAIVE: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/epoch_waive.lua")
+));
 
-static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/queue_expiry.lua"),
-        include_str!("lua/heartbeat.lua")
-    ))
-});
+static HEARTBEAT: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/queue_expiry.lua"),
+    include_str!("lua/heartbeat.lua")
+));
 
 /// What an owner asks of Redis when it takes a lock or waits for one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,34 +214,8 @@ fn with_terms(cmd: &mut Cmd, terms: &Terms) {
     cmd.arg(terms.alive_ms).arg(terms.claim_ms).arg(terms.block);
 }
 
-/// Runs an EVALSHA command, loading the script once if the server does not know it (first
-/// use, or after `SCRIPT FLUSH` or a restart).
-async fn run<T: FromRedisValue>(
-    conn: &mut Conn,
-    script: &Script,
-    cmd: &Cmd,
-) -> redis::RedisResult<T> {
-    match conn.query(cmd).await {
-        Err(err) if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-            // Boxed: rare, and every script's future would carry it otherwise.
-            Box::pin(load_and_run(conn, script, cmd)).await
-        }
-        outcome => outcome,
-    }
-}
-
-/// Loads `script` into the server, then runs `cmd` again.
-async fn load_and_run<T: FromRedisValue>(
-    conn: &mut Conn,
-    script: &Script,
-    cmd: &Cmd,
-) -> redis::RedisResult<T> {
-    script.prepare_invoke().load_async(conn).await?;
-    conn.query(cmd).await
-}
-
 /// The script that takes or waits for a lock of `kind`.
-fn acquire_script(kind: LockKind) -> &'static Script {
+fn acquire_script(kind: LockKind) -> &'static Lua {
     match kind {
         LockKind::Exclusive | LockKind::Fair => &ACQUIRE,
         LockKind::Read | LockKind::Write => &RW_ACQUIRE,
@@ -273,7 +224,7 @@ fn acquire_script(kind: LockKind) -> &'static Script {
 }
 
 /// The script that releases a lock of `kind`.
-fn release_script(kind: LockKind) -> &'static Script {
+fn release_script(kind: LockKind) -> &'static Lua {
     match kind {
         LockKind::Exclusive | LockKind::Fair => &RELEASE,
         LockKind::Read | LockKind::Write => &RW_RELEASE,
@@ -282,7 +233,7 @@ fn release_script(kind: LockKind) -> &'static Script {
 }
 
 /// The script that removes a lock of `kind` whoever holds it.
-fn force_unlock_script(kind: LockKind) -> &'static Script {
+fn force_unlock_script(kind: LockKind) -> &'static Lua {
     match kind {
         LockKind::Exclusive | LockKind::Fair => &FORCE_UNLOCK,
         LockKind::Read | LockKind::Write => &RW_FORCE_UNLOCK,
@@ -340,7 +291,7 @@ pub(crate) async fn acquire(
     if let Some((permits, take)) = semaphore {
         cmd.arg(permits).arg(take);
     }
-    let (status, first, second): (i64, i64, i64) = run(conn, script, &cmd).await?;
+    let (status, first, second): (i64, i64, i64) = script.run(conn, &cmd).await?;
     Ok(match status {
         -4 => AcquireReply::PermitsMismatch {
             stored: first.max(0) as u64,
@@ -386,7 +337,7 @@ pub(crate) async fn release(
     if let Some(role) = role {
         cmd.arg(role);
     }
-    let (left, _, _): (i64, i64, i64) = run(conn, script, &cmd).await?;
+    let (left, _, _): (i64, i64, i64) = script.run(conn, &cmd).await?;
     Ok(u64::try_from(left).ok())
 }
 
@@ -413,7 +364,7 @@ pub(crate) async fn handoff(
     cmd.arg(owner).arg("handoff").arg(next_owner);
     with_terms(&mut cmd, terms);
     cmd.arg(terms.lease_ms);
-    let (left, outcome, value): (i64, i64, i64) = run(conn, &RELEASE, &cmd).await?;
+    let (left, outcome, value): (i64, i64, i64) = RELEASE.run(conn, &cmd).await?;
     Ok(match (left, outcome) {
         (-1, _) => HandoffReply::NotOwner,
         (_, 2) => HandoffReply::Kept {
@@ -433,17 +384,19 @@ pub(crate) async fn renew(
     lease_ms: u64,
     epoch: &EpochTerms<'_>,
 ) -> redis::RedisResult<RenewReply> {
-    let mut invocation = RENEW.prepare_invoke();
-    invocation
-        .key(epoch.key)
-        .arg(lease_ms)
+    let mut cmd = RENEW.evalsha(1 + 2 * locks.len());
+    cmd.arg(epoch.key);
+    for (keys, _) in locks {
+        cmd.arg(keys.hash()).arg(keys.readers());
+    }
+    cmd.arg(lease_ms)
         .arg(epoch.known)
         .arg(epoch.quarantine_ms)
         .arg(epoch.known_lease_ms);
-    for (keys, owner) in locks {
-        invocation.key(keys.hash()).key(keys.readers()).arg(*owner);
+    for (_, owner) in locks {
+        cmd.arg(*owner);
     }
-    let reply: Vec<i64> = invocation.invoke_async(conn).await?;
+    let reply: Vec<i64> = RENEW.run(conn, &cmd).await?;
     Ok(match reply.split_first() {
         Some((0, renewed)) => RenewReply::Renewed(renewed.iter().map(|r| *r == 1).collect()),
         Some((epoch, rest)) => RenewReply::EpochChanged {
@@ -461,12 +414,15 @@ pub(crate) async fn heartbeat(
     places: &[(&LockKeys, &str)],
     alive_ms: u64,
 ) -> redis::RedisResult<Vec<bool>> {
-    let mut invocation = HEARTBEAT.prepare_invoke();
-    invocation.arg(alive_ms);
-    for (keys, owner) in places {
-        invocation.key(keys.queue()).key(keys.waiters()).arg(*owner);
+    let mut cmd = HEARTBEAT.evalsha(2 * places.len());
+    for (keys, _) in places {
+        cmd.arg(keys.queue()).arg(keys.waiters());
     }
-    let kept: Vec<i64> = invocation.invoke_async(conn).await?;
+    cmd.arg(alive_ms);
+    for (_, owner) in places {
+        cmd.arg(*owner);
+    }
+    let kept: Vec<i64> = HEARTBEAT.run(conn, &cmd).await?;
     Ok(kept.into_iter().map(|kept| kept == 1).collect())
 }
 
@@ -484,14 +440,16 @@ pub(crate) async fn force_unlock(
         readers: true,
     };
     let cmd = evalsha(script, keys, extra, wake, ArgsRoom::NONE);
-    let removed: i64 = run(conn, script, &cmd).await?;
+    let removed: i64 = script.run(conn, &cmd).await?;
     Ok(removed == 1)
 }
 
 /// Waives the restart quarantine of the epoch at `epoch_key` (or gives a server without an
 /// epoch its first one, without a quarantine); returns whether one was waived.
 pub(crate) async fn waive_quarantine(conn: &mut Conn, epoch_key: &str) -> redis::RedisResult<bool> {
-    let waived: i64 = EPOCH_WAIVE.key(epoch_key).invoke_async(conn).await?;
+    let mut cmd = EPOCH_WAIVE.evalsha(1);
+    cmd.arg(epoch_key);
+    let waived: i64 = EPOCH_WAIVE.run(conn, &cmd).await?;
     Ok(waived == 1)
 }
 

@@ -1,19 +1,14 @@
 //! One lock's keys read at one instant, for operators: a script that only reads
 //! (`lua/inspect.lua`), so the holders, the queue and the server's clock agree.
 
-use std::sync::LazyLock;
-
-use redis::Script;
-
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
+use crate::wire::lua::Lua;
 
-static INSPECT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/clock.lua"),
-        include_str!("lua/inspect.lua")
-    ))
-});
+static INSPECT: Lua = Lua::new(concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/inspect.lua")
+));
 
 /// One lock's keys as Redis holds them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,14 +36,14 @@ pub(crate) async fn read(
     max_waiters: usize,
 ) -> redis::RedisResult<RawLock> {
     type Reply = (u64, Vec<String>, i64, String, u64, Vec<String>);
-    let (server_ms, fields, pttl_ms, fence, queued, waiters): Reply = INSPECT
-        .key(keys.hash())
-        .key(keys.fence())
-        .key(keys.queue())
-        .key(keys.waiters())
-        .arg(max_waiters.max(1))
-        .invoke_async(conn)
-        .await?;
+    let mut cmd = INSPECT.evalsha(4);
+    cmd.arg(keys.hash())
+        .arg(keys.fence())
+        .arg(keys.queue())
+        .arg(keys.waiters())
+        .arg(max_waiters.max(1));
+    let (server_ms, fields, pttl_ms, fence, queued, waiters): Reply =
+        INSPECT.run(conn, &cmd).await?;
     let mut fields = fields.into_iter();
     let fields = std::iter::from_fn(|| Some((fields.next()?, fields.next()?))).collect();
     let mut waiters = waiters.into_iter();
