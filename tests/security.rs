@@ -160,24 +160,36 @@ async fn a_wrong_or_missing_password_is_access_denied_quickly() {
     assert_eq!(db_size(&server), 0, "refused clients wrote nothing");
 }
 
+/// The watchdog lease of the ACL users' clients: short, so that renewals are seen.
+const ACL_LEASE: Duration = Duration::from_millis(600);
+
+/// A holder of `url` hands `name` over to a waiter by pub/sub, and holds `renewed` for three
+/// leases, kept by its watchdog. Returns the holder, the waiter's guard and the renewed one.
+async fn hand_over_and_renew(
+    server: &RedisServer,
+    url: &str,
+    name: &str,
+) -> (LockClient, LockGuard, LockGuard) {
+    let holder = client_with_lease(url, ACL_LEASE).await;
+    let waiter = woken_only_by_pubsub(url).build().await.unwrap();
+    let handed_over = hand_over_through_pubsub(server, &holder, &waiter, name).await;
+    let renewed = acquire_within(&holder, "renewed", SLACK, "the lock is free").await;
+    // Time passing is what is under test: without renewals the lease would run out and the
+    // lost signal fire within three leases.
+    let lost = tokio::time::timeout(ACL_LEASE * 3, renewed.lost_signal().lost()).await;
+    assert!(lost.is_err(), "the watchdog renewed the lease: {lost:?}");
+    (holder, handed_over, renewed)
+}
+
 #[tokio::test]
 async fn an_acl_user_of_the_lock_prefix_acquires_waits_renews_and_releases() {
     let server = RedisServer::start();
     let url = locker_url(&server);
-    let lease = Duration::from_millis(600);
-    let holder = client_with_lease(&url, lease).await;
-    let waiter = woken_only_by_pubsub(&url).build().await.unwrap();
-
     // The scripts are not loaded yet: the user loads them itself.
-    let guard = hand_over_through_pubsub(&server, &holder, &waiter, "acl").await;
-    let again = acquire_within(&holder, "renewed", SLACK, "the lock is free").await;
-    // Time passing is what is under test: without renewals the lease would run out and the
-    // lost signal fire within three leases.
-    let lost = tokio::time::timeout(lease * 3, again.lost_signal().lost()).await;
-    assert!(lost.is_err(), "the watchdog renewed the lease: {lost:?}");
+    let (holder, guard, again) = hand_over_and_renew(&server, &url, "acl").await;
     assert!(again.is_held());
     let ttl: i64 = server.cmd(&["PTTL", "lock:{renewed}"]);
-    assert!(ttl > 0 && ttl <= lease.as_millis() as i64, "ttl {ttl}");
+    assert!(ttl > 0 && ttl <= ACL_LEASE.as_millis() as i64, "ttl {ttl}");
     let reentered = again.reenter().await.unwrap();
     let holds = holder.lock("renewed").unwrap().hold_count().await.unwrap();
     assert_eq!(holds, 2);
@@ -201,16 +213,7 @@ async fn scripts_that_cannot_be_loaded_run_by_their_source() {
     let without_load = LIBRARY_COMMANDS.replace(" +script|load", "");
     add_user(&server, "no-load", "~lock:*", "&lock:wake:*", &without_load);
     let url = server.url_as("no-load", PASSWORD);
-    let lease = Duration::from_millis(600);
-    let holder = client_with_lease(&url, lease).await;
-    let waiter = woken_only_by_pubsub(&url).build().await.unwrap();
-
-    let guard = hand_over_through_pubsub(&server, &holder, &waiter, "unloaded").await;
-    let renewed = acquire_within(&holder, "renewed", SLACK, "the lock is free").await;
-    // Time passing is what is under test: without renewals the lease would run out and the
-    // lost signal fire within three leases.
-    let lost = tokio::time::timeout(lease * 3, renewed.lost_signal().lost()).await;
-    assert!(lost.is_err(), "the watchdog renewed the lease: {lost:?}");
+    let (holder, guard, renewed) = hand_over_and_renew(&server, &url, "unloaded").await;
     renewed.release().await.unwrap();
     guard.release().await.unwrap();
     for name in ["unloaded", "renewed"] {
