@@ -1,12 +1,12 @@
 //! The Lua scripts, run with EVALSHA (`lua.rs` reloads them on NOSCRIPT). They share the
 //! server clock of `lua/clock.lua`; the scripts that take a lock share `lua/tokens.lua`, those
 //! that hand a lock over the queue functions of `lua/queue.lua` (and, with the heartbeat, the
-//! queue's expiry of `lua/queue_expiry.lua`), and those that take or renew
-//! one the epoch check of `lua/epoch.lua`. A read-write lock's scripts (`rw_*.lua`) also share
-//! the state functions of `lua/rw.lua`, and a semaphore's (`sem_*.lua`) those of `lua/sem.lua`. An exclusive lock's acquire and release start with
-//! their free-lock part (`*_free.lua`), placed before the queue's functions: Lua creates a
-//! function each time a script runs past its definition, and most acquisitions and releases
-//! find nobody queued and return before.
+//! queue's expiry of `lua/queue_expiry.lua`), and those that take or renew one the epoch
+//! check of `lua/epoch.lua`. A read-write lock's scripts (`rw_*.lua`) also share the state
+//! functions of `lua/rw.lua`, and a semaphore's (`sem_*.lua`) those of `lua/sem.lua`. An
+//! exclusive lock's acquire and release start with their free-lock part (`*_free.lua`),
+//! placed before the queue's functions: Lua creates a function each time a script runs past
+//! its definition, and most acquisitions and releases find nobody queued and return before.
 
 use std::sync::Arc;
 
