@@ -158,6 +158,18 @@ impl Control {
         Ok(calls)
     }
 
+    /// CPU seconds the masters' processes have used so far (`used_cpu_sys` plus
+    /// `used_cpu_user` of `INFO cpu`, summed): the work a run leaves inside Redis, kernel
+    /// included, read before and after it (no `CONFIG RESETSTAT` resets these).
+    pub(crate) async fn cpu_seconds(&mut self) -> Res<f64> {
+        let mut seconds = 0.0;
+        for master in &mut self.masters {
+            let info: String = redis::cmd("INFO").arg("cpu").query_async(master).await?;
+            seconds += cpu_seconds_of(&info)?;
+        }
+        Ok(seconds)
+    }
+
     /// The values of `keys`, each then deleted (one key at a time: on a cluster they live
     /// in different slots).
     pub(crate) async fn take_counters(&mut self, keys: &[String]) -> Res<Vec<u64>> {
@@ -168,5 +180,38 @@ impl Control {
             values.push(value.unwrap_or_default());
         }
         Ok(values)
+    }
+}
+
+/// System plus user CPU seconds of the server itself, from `INFO cpu`'s text (its children's
+/// fields, `used_cpu_sys_children` and the like, are left out).
+fn cpu_seconds_of(info: &str) -> Res<f64> {
+    let mut seconds = 0.0;
+    let mut found = 0;
+    for line in info.lines() {
+        if let Some((name, value)) = line.trim_end().split_once(':')
+            && (name == "used_cpu_sys" || name == "used_cpu_user")
+        {
+            seconds += value.parse::<f64>()?;
+            found += 1;
+        }
+    }
+    if found != 2 {
+        return Err(format!("INFO cpu without used_cpu_sys and used_cpu_user: {info:?}").into());
+    }
+    Ok(seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_seconds_of;
+
+    #[test]
+    fn the_server_cpu_is_its_own_system_and_user_time() {
+        let info = "# CPU\r\nused_cpu_sys:2.417775\r\nused_cpu_user:1.849800\r\n\
+                    used_cpu_sys_children:9.0\r\nused_cpu_user_children:9.0\r\n";
+        let seconds = cpu_seconds_of(info).unwrap();
+        assert!((seconds - 4.267575).abs() < 1e-9, "{seconds}");
+        assert!(cpu_seconds_of("# CPU\r\nused_cpu_sys:1.0\r\n").is_err());
     }
 }

@@ -980,6 +980,7 @@ async fn run_once(
     }
     let ping = ping_probe(&mut control.probe, RUN_PINGS).await?;
     control.reset_stats().await?;
+    let cpu_before = control.cpu_seconds().await?;
     let schedule = Schedule::from_now(settings.seconds);
     for child in &mut children {
         child.go(schedule).await?;
@@ -988,10 +989,12 @@ async fn run_once(
     for child in children {
         results.push(child.finish().await?);
     }
+    let cpu_used = control.cpu_seconds().await? - cpu_before;
     let calls = control.command_calls().await?;
     let counters = control.take_counters(&spec(0).counter_keys()).await?;
     let mut figures = analyse(&schedule, &results, &counters);
     count_commands(&mut figures, lock, &results, &calls);
+    figures.server_cpu_us_per_acq = Some(cpu_used * 1e6 / figures.acquisitions_total.max(1.0));
     figures.ping_p50_us = ping.p50_us;
     figures.ping_p99_us = ping.p99_us;
     Ok(figures)
@@ -1026,6 +1029,10 @@ struct Figures {
     same_worker_share: Option<f64>,
     round_trips_per_acq: Option<f64>,
     server_cmds_per_acq: Option<f64>,
+    /// Redis's CPU time (kernel included, every master) per acquisition of the whole run:
+    /// the work a lock leaves to the server a fleet shares. It includes the critical
+    /// section's GET and SET, which every lock pays alike.
+    server_cpu_us_per_acq: Option<f64>,
     overlaps: u64,
     lost_updates: u64,
     /// The PING probe taken just before the run.
@@ -1287,6 +1294,7 @@ fn median_figures(reps: &[&Figures]) -> Figures {
         same_worker_share: m(|f| f.same_worker_share),
         round_trips_per_acq: m(|f| f.round_trips_per_acq),
         server_cmds_per_acq: m(|f| f.server_cmds_per_acq),
+        server_cpu_us_per_acq: m(|f| f.server_cpu_us_per_acq),
         overlaps: reps.iter().map(|f| f.overlaps).sum(),
         lost_updates: reps.iter().map(|f| f.lost_updates).sum(),
         ping_p50_us: m(|f| Some(f.ping_p50_us)).unwrap_or_default(),
@@ -1389,6 +1397,7 @@ fn targets(rows: &[SummaryRow], ping: Ping) -> Vec<Target> {
             Workload::new(1, 1, false),
         ));
     }
+    targets.push(server_cpu_report(rows, Workload::new(16, 1, false)));
     targets
         .into_iter()
         .filter(|target| {
@@ -1505,6 +1514,21 @@ fn uncontended_throughput_target(
     }
 }
 
+/// The work inside Redis per acquisition against rslock's, reported: at W=16 the server is
+/// busy, so its own CPU per acquisition is what a fleet of instances shares.
+fn server_cpu_report(rows: &[SummaryRow], workload: Workload) -> Target {
+    let field = |f: &Figures| f.server_cpu_us_per_acq;
+    let ours = figure(rows, Implementation::Ours, workload, field);
+    let rslock = figure(rows, Implementation::Rslock, workload, field);
+    Target {
+        name: "Redis CPU per acquisition against rslock (reported)",
+        workload: workload.name(),
+        measured: ratio(ours, rslock),
+        limit: None,
+        detail: format!("ours {} µs, rslock {} µs", fixed(ours, 1), fixed(rslock, 1)),
+    }
+}
+
 fn uncontended_latency_target(
     rows: &[SummaryRow],
     lock: Implementation,
@@ -1530,7 +1554,7 @@ fn uncontended_latency_target(
 // Output
 // ---------------------------------------------------------------------------------------
 
-const COLUMNS: [(&str, usize); 17] = [
+const COLUMNS: [(&str, usize); 18] = [
     ("acq/s", 9),
     ("wait50", 8),
     ("wait99", 8),
@@ -1545,6 +1569,7 @@ const COLUMNS: [(&str, usize); 17] = [
     ("a+r99", 8),
     ("rt/acq", 7),
     ("srv/acq", 8),
+    ("cpu/acq", 8),
     ("overlap", 8),
     ("lost", 5),
     ("ping50", 7),
@@ -1579,6 +1604,7 @@ fn print_labelled_row(label: &str, width: usize, f: &Figures, lock: Implementati
         us(f.acq_release_p99_us),
         format!("{}{marker}", fixed(f.round_trips_per_acq, 2)),
         fixed(f.server_cmds_per_acq, 2),
+        fixed(f.server_cpu_us_per_acq, 1),
         f.overlaps.to_string(),
         f.lost_updates.to_string(),
         fixed(Some(f.ping_p50_us), 0),
@@ -1629,7 +1655,8 @@ fn print_summary(rows: &[SummaryRow], ping: Ping, ping_end: Ping) {
          (chg: worker changes only, xpr: between processes only); same = share of re-takes by \
          the same worker; a+r = acquire + release time; rt = round trips counted in the client \
          (* counted at the server: rslock has no counter); srv = server command calls, script \
-         internals included; ping50 = PING p50 just before the run. Per-acquisition counts \
+         internals included; cpu = Redis CPU µs (kernel included), critical sections' GET and \
+         SET included; ping50 = PING p50 just before the run. Per-acquisition counts \
          cover the whole run, warm-up included."
     );
     eprintln!("\n== targets (ours; measured on the summary medians)");
@@ -1675,6 +1702,7 @@ fn figures_json(f: &Figures) -> serde_json::Value {
         "same_worker_share": f.same_worker_share.map(|v| round(v, 4)),
         "round_trips_per_acq": f.round_trips_per_acq.map(|v| round(v, 3)),
         "server_cmds_per_acq": f.server_cmds_per_acq.map(|v| round(v, 3)),
+        "server_cpu_us_per_acq": f.server_cpu_us_per_acq.map(|v| round(v, 2)),
         "overlaps": f.overlaps,
         "lost_updates": f.lost_updates,
         "ping_p50_us": round(f.ping_p50_us, 1),
