@@ -10,8 +10,8 @@
 //! exclusion shows up as lost updates as well as overlapping critical sections.
 //!
 //! Each run reports acquisitions per second, acquire wait and hand-over gap percentiles, how
-//! often the same worker re-took the lock, round trips and server commands per acquisition,
-//! and the violations. PING probes on the same runtime (at the start, before every run, at
+//! often the same worker re-took the lock, round trips, server commands and the server's own
+//! CPU time per acquisition, and the violations. PING probes on the same runtime (at the start, before every run, at
 //! the end) give the round trip to read the latencies against.
 //!
 //! ```text
@@ -22,7 +22,7 @@
 //!
 //! With `--cluster`, the `--redis` URLs are seeds of a Redis Cluster and only this library
 //! runs (the peers lock on one server); each worker's key hashes to its own slot, and the
-//! command statistics are summed over every master.
+//! command statistics and CPU times are summed over every master.
 //!
 //! Use a throw-away Redis (`./scripts/bench.sh` starts one): every run resets the server's
 //! command statistics. Human-readable tables go to stderr; stdout carries only JSON lines,
