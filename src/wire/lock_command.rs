@@ -71,11 +71,11 @@ pub(crate) fn evalsha(
         .words(readers)
         .words([wake])
         .numbers(1);
-    let mut cmd = Cmd::with_capacity(head.args + tail.args, head.bytes + tail.bytes);
-    cmd.arg("EVALSHA")
-        .arg(script.sha())
-        .arg(key_count)
-        .arg(keys.hash())
+    let mut cmd = script.evalsha_in(
+        Cmd::with_capacity(head.args + tail.args, head.bytes + tail.bytes),
+        key_count,
+    );
+    cmd.arg(keys.hash())
         .arg(keys.fence())
         .arg(keys.queue())
         .arg(keys.waiters());

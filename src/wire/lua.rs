@@ -36,8 +36,13 @@ impl Lua {
     /// `EVALSHA` of this script with `key_count` keys; the caller adds the keys, then the
     /// arguments.
     pub(crate) fn evalsha(&self, key_count: usize) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.sha()).arg(key_count);
+        self.evalsha_in(Cmd::new(), key_count)
+    }
+
+    /// [`Self::evalsha`] written into `cmd`, an empty command the caller sized for all its
+    /// arguments.
+    pub(crate) fn evalsha_in(&self, mut cmd: Cmd, key_count: usize) -> Cmd {
+        cmd.arg("EVALSHA").arg(self.sha()).arg(key_count);
         cmd
     }
 
