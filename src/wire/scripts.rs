@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use redis::Cmd;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Value};
 
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
@@ -291,7 +291,9 @@ pub(crate) async fn acquire(
     if let Some((permits, take)) = semaphore {
         cmd.arg(permits).arg(take);
     }
-    let (status, first, second): (i64, i64, i64) = script.run(conn, &cmd).await?;
+    let lease_ms = i64::try_from(terms.lease_ms).unwrap_or(i64::MAX);
+    let reply = script.run(conn, &cmd).await?;
+    let (status, first, second) = figures(reply, |token| (1, token, lease_ms))?;
     Ok(match status {
         -4 => AcquireReply::PermitsMismatch {
             stored: first.max(0) as u64,
@@ -337,8 +339,22 @@ pub(crate) async fn release(
     if let Some(role) = role {
         cmd.arg(role);
     }
-    let (left, _, _): (i64, i64, i64) = script.run(conn, &cmd).await?;
+    let reply = script.run(conn, &cmd).await?;
+    let (left, _, _) = figures(reply, |left| (left, 0, 0))?;
     Ok(u64::try_from(left).ok())
+}
+
+/// The three figures a lock script answers with. A free lock's part of a script answers with
+/// the one figure that varies, as an integer (cheaper for Redis to build and send than a
+/// table): `single` gives the three it stands for.
+fn figures(
+    reply: Value,
+    single: impl FnOnce(i64) -> (i64, i64, i64),
+) -> redis::RedisResult<(i64, i64, i64)> {
+    match reply {
+        Value::Int(figure) => Ok(single(figure)),
+        reply => Ok(redis::from_redis_value(reply)?),
+    }
 }
 
 /// Releases the last hold of `owner` while `next_owner`, a task of the same instance, waits.
@@ -472,7 +488,7 @@ pub(crate) async fn wait_for_replicas(
             match conn.route_command(wait, routing).await? {
                 // The node answered with an error (it is a replica now, or a failover
                 // unblocked the WAIT): an error, not a count.
-                redis::Value::ServerError(err) => Err(err.into()),
+                Value::ServerError(err) => Err(err.into()),
                 acked => Ok(redis::from_redis_value(acked)?),
             }
         }

@@ -8,7 +8,7 @@ local free = left == -2
 if not free and mode ~= 'join' and redis.call('hexists', KEYS[1], owner) == 1 then
   if mode == 'reenter' then
     -- A re-entry adds a hold and keeps the current lease.
-    redis.call('hincrby', KEYS[1], owner, 1)
+    redis.call('hincrby', KEYS[1], owner, '1')
     return {1, 0, left}
   end
   -- Granted from the queue while this waiter was not listening (a wake message missed):
@@ -34,7 +34,7 @@ if free then
   -- Free, but others queued: the first live one gets it (this owner, if it is first).
   local head, claim, head_block, alive_until = pop_live_head(now)
   if not head or head == owner then
-    return {1, take(owner, lease, block, true), lease}
+    return {1, take(owner, ARGV[3], block, true), lease}
   end
   left = grant_to(head, now, claim, head_block, alive_until)
 end

@@ -12,18 +12,20 @@
 -- re-entry), {0, holder's lease left ms, server time ms} when it does not, {-1, 0, 0} when a
 -- re-entry finds the lock no longer held by this owner, {-2, epoch, 0} when the client must
 -- learn the epoch and its longest lease first ({-2, epoch, longest lease ms}), and {-3,
--- quarantine left ms, server time ms} during a quarantine.
+-- quarantine left ms, server time ms} during a quarantine. A free lock taken below returns
+-- its first token alone (its lease left is the one asked for): an integer costs Redis less
+-- to build and send than a table.
 local owner, mode = ARGV[2], ARGV[4]
 local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
--- The lock, its queue, the epoch key and the marker in one call, counted 1, 1, 3 and 6 times:
--- the count leaves 0, 1 or 2 of the first two (neither exists for most acquisitions) and
--- says whether both of the others do.
+-- The lock, its queue, the epoch key and the marker in one call, counted 1, 1, 3 and 3 times:
+-- the count leaves 0, 1 or 2 of the first two (neither exists for most acquisitions), and
+-- 6 more when both of the others exist (3 when only one does).
 local seen = redis.call('exists', KEYS[1], KEYS[3], KEYS[5], KEYS[5], KEYS[5],
-  KEYS[6], KEYS[6], KEYS[6], KEYS[6], KEYS[6], KEYS[6])
+  KEYS[6], KEYS[6], KEYS[6])
 local present = seen % 3
 -- The epoch the client knows is current, no quarantine runs, and this lease is no longer than
 -- the longest the epoch has granted: nothing to read or write about the epoch.
-local epoch_current = seen - present == 9 and lease <= tonumber(ARGV[10])
+local epoch_current = seen - present == 6 and lease <= tonumber(ARGV[10])
 -- The epoch is checked before a lock is taken or granted, and only then: a look that finds
 -- the lock held (or adds to a hold, which adds to a hold of this epoch if it is still there)
 -- grants nothing, whatever happened to Redis's data.
@@ -38,5 +40,5 @@ if present == 0 and mode ~= 'reenter' then
   if blocked then
     return blocked
   end
-  return {1, take(owner, lease, block), lease}
+  return take(owner, ARGV[3], block)
 end

@@ -8,7 +8,7 @@
 -- Tells a plain holder's release to look at the queue (see `take` in tokens.lua): for a
 -- waiter that joins a queue nobody was in, behind a lock taken while nobody waited.
 local function mark_queued()
-  redis.call('hset', KEYS[1], 'queued', 1, 'queued.2', 1)
+  redis.call('hset', KEYS[1], 'queued', '1', 'queued.2', '1')
 end
 
 local function dequeue(owner)
@@ -24,7 +24,7 @@ end
 -- before it and leaves a queued owner where it is. `fresh`: the caller knows nobody was
 -- queued (the queue is created here).
 local function enqueue(owner, now, alive_ms, claim_ms, block, rest, fresh)
-  redis.call('zadd', KEYS[3], 'NX', now_us(), owner)
+  redis.call('zadd', KEYS[3], 'NX', string.format('%d', now_us()), owner)
   local terms = string.format('%d %d %d', now + alive_ms, claim_ms, block)
   if rest then
     terms = terms .. ' ' .. rest
@@ -111,7 +111,7 @@ end
 -- Returns the lease it was granted.
 local function grant_to(head, now, claim, block, alive_until)
   local lease = claim_lease(now, claim, alive_until)
-  announce_grant(head, take(head, lease, block, true), now, lease)
+  announce_grant(head, take(head, string.format('%d', lease), block, true), now, lease)
   return lease
 end
 

@@ -12,7 +12,8 @@
 -- script and has no expiry yet (nothing to read).
 local function keep_queue(queue, waiters, alive_ms, fresh)
   if fresh or redis.call('pttl', queue) < alive_ms then
-    redis.call('pexpire', queue, 2 * alive_ms)
-    redis.call('pexpire', waiters, 2 * alive_ms)
+    local twice = string.format('%d', 2 * alive_ms)
+    redis.call('pexpire', queue, twice)
+    redis.call('pexpire', waiters, twice)
   end
 end

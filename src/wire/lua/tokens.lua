@@ -12,7 +12,7 @@
 -- tokens a second. The counter expires `ttl_ms` (the lease) after its last reservation.
 -- The block is written past the clock and the counter read back in the same SET: only a
 -- counter already past the clock (a block reserved within the last few microseconds) costs
--- a second write.
+-- a second write. `ttl_ms` is best given as a string (see `take`).
 local function reserve_tokens(block, ttl_ms)
   local first = now_us() + 1
   local counter = redis.call('set', KEYS[2], string.format('%d', first + block - 1), 'px', ttl_ms,
@@ -33,12 +33,14 @@ end
 -- `mark_queued`).
 
 -- Makes `owner` the holder of a free lock; `from_queue`: granted from (or past) its queue,
--- which may still hold others, so the hash says so.
+-- which may still hold others, so the hash says so. `lease_ms` is best given as the string a
+-- caller was sent, or one written with '%d': Redis writes a number argument out with printf's
+-- '%.17g', which costs more than the '%d' and is skipped for a string.
 local function take(owner, lease_ms, block, from_queue)
   if from_queue then
-    redis.call('hset', KEYS[1], owner, 1, 'queued', 1, 'queued.2', 1)
+    redis.call('hset', KEYS[1], owner, '1', 'queued', '1', 'queued.2', '1')
   else
-    redis.call('hset', KEYS[1], owner, 1)
+    redis.call('hset', KEYS[1], owner, '1')
   end
   redis.call('pexpire', KEYS[1], lease_ms)
   return reserve_tokens(block, lease_ms)
