@@ -1,9 +1,10 @@
 //! Load benchmark: this library against the `rslock` crate and a naive `SET NX` lock, on the
-//! same workloads and the same Redis, in one go.
+//! same workloads and the same Redis, in one go; and, where nobody waits, against a bare lock
+//! that runs the same commands in Redis as this library and nothing else around them.
 //!
-//! Workloads, each run for every implementation: uncontended (1 and 16 workers, each on its own
-//! key) and contended on one key (2, 8 and 32 workers), the contended ones both in one
-//! process and spread over two. The second process is this binary re-run with `--child`; the
+//! Workloads, each run for every implementation (the bare lock for the uncontended ones only):
+//! uncontended (1 and 16 workers, each on its own key) and contended on one key (2, 8 and 32
+//! workers), the contended ones both in one process and spread over two. The second process is this binary re-run with `--child`; the
 //! parent drives it over its stdin and stdout (JSON lines) and both start their workers at
 //! the same wall-clock instant. Inside every critical section a worker increments a counter
 //! with a deliberately non-atomic `GET` then `SET` on a plain connection, so a broken mutual
@@ -11,11 +12,11 @@
 //!
 //! Each run reports acquisitions per second, acquire wait and hand-over gap percentiles, how
 //! often the same worker re-took the lock, round trips, server commands and the server's own
-//! CPU time per acquisition, and the violations. PING probes on the same runtime (at the start, before every run, at
-//! the end) give the round trip to read the latencies against.
+//! CPU time per acquisition, and the violations. PING probes on the same runtime (at the
+//! start, before every run, at the end) give the round trip to read the latencies against.
 //!
 //! ```text
-//! lockbench --redis URL [--seconds 2] [--reps 3] [--only ours,ours-pw,rslock,naive]
+//! lockbench --redis URL [--seconds 2] [--reps 3] [--only ours,ours-pw,rslock,naive,bare]
 //!           [--workload contended-w32-2proc,uncontended-w1,...]
 //! lockbench --cluster --redis SEED [--redis SEED ...] [...]
 //! ```
@@ -53,7 +54,7 @@ use tower_redis_lock::{Lock, LockClient, LockGuard};
 use crate::deployment::{Control, Deployment, Store};
 
 const USAGE: &str = "usage: lockbench --redis URL [--seconds 2] [--reps 3] \
-[--only ours,ours-pw,rslock,naive] [--workload NAME,...]
+[--only ours,ours-pw,rslock,naive,bare] [--workload NAME,...]
        lockbench --cluster --redis SEED [--redis SEED ...] [--seconds 2] [--reps 3] \
 [--workload NAME,...]
 workloads: uncontended-w1 uncontended-w16 contended-w2 contended-w8 contended-w32
@@ -211,10 +212,21 @@ enum Implementation {
     Rslock,
     /// `SET NX PX` polled every 10 ms, compare-and-delete script to release.
     Naive,
+    /// The Redis work of this library's uncontended acquire + release and nothing else: the
+    /// same 8 commands in two scripts, on one connection per process, with no engine around
+    /// them (a taken lock is polled like the naive one, so it runs uncontended only). What it
+    /// reaches is the most any lock with this library's guarantees can reach here.
+    Bare,
 }
 
 impl Implementation {
-    const ALL: [Self; 4] = [Self::Ours, Self::OursPerWorker, Self::Rslock, Self::Naive];
+    const ALL: [Self; 5] = [
+        Self::Ours,
+        Self::OursPerWorker,
+        Self::Rslock,
+        Self::Naive,
+        Self::Bare,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -222,7 +234,13 @@ impl Implementation {
             Self::OursPerWorker => "ours-pw",
             Self::Rslock => "rslock",
             Self::Naive => "naive",
+            Self::Bare => "bare",
         }
+    }
+
+    /// Whether it runs `workload`: the bare lock only where nobody waits.
+    fn runs(self, workload: &Workload) -> bool {
+        self != Self::Bare || !workload.contended
     }
 
     fn from_name(name: &str) -> Option<Self> {
@@ -237,6 +255,7 @@ impl Implementation {
             Self::Ours | Self::OursPerWorker => None,
             // Both release with a compare-and-delete script: GET, then DEL on a match.
             Self::Rslock | Self::Naive => Some(&["get", "del"]),
+            Self::Bare => Some(&["exists", "hset", "pexpire", "time", "set", "hdel"]),
         }
     }
 
@@ -401,7 +420,7 @@ struct ProcessResult {
 }
 
 // ---------------------------------------------------------------------------------------
-// The three locks behind one interface
+// The locks behind one interface
 // ---------------------------------------------------------------------------------------
 
 /// A process's lock machinery, shared by all its workers (or one client each).
@@ -409,7 +428,8 @@ enum Backend {
     Ours(LockClient),
     OursPerWorker(Vec<LockClient>),
     Rslock(rslock::LockManager),
-    Naive(NaiveLock),
+    /// The naive lock or the bare one.
+    Hand(HandLock),
 }
 
 /// One worker's handle on one key.
@@ -419,8 +439,8 @@ enum KeyLock {
         manager: rslock::LockManager,
         name: String,
     },
-    Naive {
-        lock: NaiveLock,
+    Hand {
+        lock: HandLock,
         key: Arc<str>,
     },
 }
@@ -429,8 +449,8 @@ enum KeyLock {
 enum Held {
     Ours(LockGuard),
     Rslock(rslock::LockGuard),
-    Naive {
-        lock: NaiveLock,
+    Hand {
+        lock: HandLock,
         key: Arc<str>,
         owner: String,
     },
@@ -449,7 +469,8 @@ impl Backend {
                 Self::OursPerWorker(clients)
             }
             Implementation::Rslock => Self::Rslock(rslock::LockManager::new(vec![url])),
-            Implementation::Naive => Self::Naive(NaiveLock::connect(url).await?),
+            Implementation::Naive => Self::Hand(HandLock::connect(url, false).await?),
+            Implementation::Bare => Self::Hand(HandLock::connect(url, true).await?),
         })
     }
 
@@ -473,7 +494,7 @@ impl Backend {
                 manager: manager.clone(),
                 name: name.to_owned(),
             },
-            Self::Naive(lock) => KeyLock::Naive {
+            Self::Hand(lock) => KeyLock::Hand {
                 lock: lock.clone(),
                 key: name.into(),
             },
@@ -486,7 +507,7 @@ impl Backend {
             Self::Ours(client) => Some(client.round_trips()),
             Self::OursPerWorker(clients) => Some(clients.iter().map(LockClient::round_trips).sum()),
             Self::Rslock(_) => None,
-            Self::Naive(lock) => Some(lock.sent.load(Ordering::Relaxed)),
+            Self::Hand(lock) => Some(lock.sent.load(Ordering::Relaxed)),
         }
     }
 
@@ -498,7 +519,7 @@ impl Backend {
                     client.shutdown().await;
                 }
             }
-            Self::Rslock(_) | Self::Naive(_) => {}
+            Self::Rslock(_) | Self::Hand(_) => {}
         }
     }
 }
@@ -513,7 +534,7 @@ impl KeyLock {
             Self::Rslock { manager, name } => {
                 Held::Rslock(manager.acquire(name.as_str(), LEASE).await?)
             }
-            Self::Naive { lock, key } => Held::Naive {
+            Self::Hand { lock, key } => Held::Hand {
                 owner: lock.acquire(key).await?,
                 lock: lock.clone(),
                 key: key.clone(),
@@ -528,19 +549,23 @@ impl Held {
             Self::Ours(guard) => guard.release().await?,
             // Best effort by design: rslock reports nothing.
             Self::Rslock(guard) => guard.release().await,
-            Self::Naive { lock, key, owner } => lock.release(&key, &owner).await?,
+            Self::Hand { lock, key, owner } => lock.release(&key, &owner).await?,
         }
         Ok(())
     }
 }
 
-/// The lock people write by hand: `SET key owner NX PX lease`, polled while held, and a
-/// compare-and-delete script to release. One multiplexed connection per process.
+/// A lock written by hand on one multiplexed connection per process, polled every
+/// [`NAIVE_POLL`] while taken: the naive one ([`Implementation::Naive`]: `SET key owner NX PX
+/// lease`, and a compare-and-delete script to release) or the bare one
+/// ([`Implementation::Bare`]: [`BARE_ACQUIRE`] and [`BARE_RELEASE`]).
 #[derive(Clone)]
-struct NaiveLock {
+struct HandLock {
     conn: MultiplexedConnection,
+    /// The bare lock's acquire script; the naive lock sends `SET NX` instead.
+    bare_acquire: Option<Arc<redis::Script>>,
     release_script: Arc<redis::Script>,
-    /// SET attempts and release scripts sent: this lock's round trips.
+    /// Acquire attempts and release scripts sent: this lock's round trips.
     sent: Arc<AtomicU64>,
     owner_prefix: Arc<str>,
     next_owner: Arc<AtomicU64>,
@@ -553,17 +578,69 @@ end
 return 0
 ";
 
-impl NaiveLock {
-    /// Connects and loads the release script, so no run pays for a NOSCRIPT retry.
-    async fn connect(url: &str) -> Res<Self> {
+/// The commands of this library's free-lock acquire: one `EXISTS` over the lock, its queue, an
+/// epoch key and its marker (each counted as the library counts it), `HSET` and `PEXPIRE`,
+/// `TIME`, and the fencing counter's `SET ... PX ... GET`.
+/// KEYS: the lock, its queue, the epoch key, its marker, the fencing counter; ARGV: the
+/// owner, the lease ms, the token block. Returns the first token, or 0 when the lock is taken
+/// or someone queues.
+const BARE_ACQUIRE: &str = r"
+local seen = redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[3], KEYS[3],
+  KEYS[4], KEYS[4], KEYS[4])
+if seen % 3 ~= 0 then
+  return 0
+end
+redis.call('hset', KEYS[1], ARGV[1], '1')
+redis.call('pexpire', KEYS[1], ARGV[2])
+local t = redis.call('time')
+local first = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1
+local top = string.format('%d', first + tonumber(ARGV[3]) - 1)
+local counter = tonumber(redis.call('set', KEYS[5], top, 'px', ARGV[2], 'get') or '0')
+if counter >= first then
+  first = counter + 1
+  redis.call('set', KEYS[5], string.format('%d', first + tonumber(ARGV[3]) - 1), 'px', ARGV[2])
+end
+return first
+";
+
+/// The command of this library's free-lock release: `HDEL` of the owner and the waiter marks.
+const BARE_RELEASE: &str = r"
+return redis.call('hdel', KEYS[1], ARGV[1], 'queued', 'queued.2') % 2
+";
+
+/// The bare lock's epoch key and its marker: both exist, as they do for this library's
+/// clients between restarts of Redis.
+const BARE_EPOCH: [&str; 2] = ["lockbench:bare:epoch", "lockbench:bare:epoch:1:10000"];
+/// The token block the bare lock reserves: this library's default (one token and 16 local
+/// hand-overs).
+const BARE_TOKEN_BLOCK: u64 = 17;
+
+impl HandLock {
+    /// Connects and loads the scripts, so no run pays for a NOSCRIPT retry.
+    async fn connect(url: &str, bare: bool) -> Res<Self> {
         let mut conn = connect(url).await?;
-        let release_script = redis::Script::new(NAIVE_RELEASE);
+        let release_script = redis::Script::new(if bare { BARE_RELEASE } else { NAIVE_RELEASE });
         release_script
             .prepare_invoke()
             .load_async(&mut conn)
             .await?;
+        let bare_acquire = if bare {
+            let script = redis::Script::new(BARE_ACQUIRE);
+            script.prepare_invoke().load_async(&mut conn).await?;
+            for key in BARE_EPOCH {
+                let () = redis::cmd("SET")
+                    .arg(key)
+                    .arg("1 0 10000")
+                    .query_async(&mut conn)
+                    .await?;
+            }
+            Some(Arc::new(script))
+        } else {
+            None
+        };
         Ok(Self {
             conn,
+            bare_acquire,
             release_script: Arc::new(release_script),
             sent: Arc::default(),
             owner_prefix: format!("{}:{:x}", std::process::id(), rand::random::<u64>()).into(),
@@ -571,7 +648,7 @@ impl NaiveLock {
         })
     }
 
-    /// Tries `SET NX` every [`NAIVE_POLL`] until it succeeds; returns the owner value.
+    /// Tries to take the lock every [`NAIVE_POLL`] until it succeeds; returns the owner id.
     async fn acquire(&self, key: &str) -> Res<String> {
         let owner = format!(
             "{}:{}",
@@ -581,15 +658,34 @@ impl NaiveLock {
         let mut conn = self.conn.clone();
         loop {
             self.sent.fetch_add(1, Ordering::Relaxed);
-            let reply: redis::Value = redis::cmd("SET")
-                .arg(key)
-                .arg(&owner)
-                .arg("NX")
-                .arg("PX")
-                .arg(LEASE.as_millis() as u64)
-                .query_async(&mut conn)
-                .await?;
-            if matches!(reply, redis::Value::Okay) {
+            let taken = match &self.bare_acquire {
+                None => {
+                    let reply: redis::Value = redis::cmd("SET")
+                        .arg(key)
+                        .arg(&owner)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(LEASE.as_millis() as u64)
+                        .query_async(&mut conn)
+                        .await?;
+                    matches!(reply, redis::Value::Okay)
+                }
+                Some(script) => {
+                    let first_token: u64 = script
+                        .key(key)
+                        .key(format!("{key}:queue"))
+                        .key(BARE_EPOCH[0])
+                        .key(BARE_EPOCH[1])
+                        .key(format!("{key}:fence"))
+                        .arg(&owner)
+                        .arg(LEASE.as_millis() as u64)
+                        .arg(BARE_TOKEN_BLOCK)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    first_token > 0
+                }
+            };
+            if taken {
                 return Ok(owner);
             }
             tokio::time::sleep(NAIVE_POLL).await;
@@ -598,14 +694,14 @@ impl NaiveLock {
 
     async fn release(&self, key: &str, owner: &str) -> Res<()> {
         self.sent.fetch_add(1, Ordering::Relaxed);
-        let deleted: i64 = self
+        let released: i64 = self
             .release_script
             .key(key)
             .arg(owner)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        if deleted != 1 {
-            return Err(format!("naive lock {key}: released a lock it no longer held").into());
+        if released != 1 {
+            return Err(format!("{key}: released a lock it no longer held").into());
         }
         Ok(())
     }
@@ -924,7 +1020,7 @@ async fn bench(settings: &Settings) -> Res<bool> {
     for rep in 1..=settings.reps {
         for workload in &settings.workloads {
             print_run_header(rep, settings.reps, workload);
-            for &lock in &settings.locks {
+            for &lock in settings.locks.iter().filter(|lock| lock.runs(workload)) {
                 let tag = format!(
                     "lockbench:{nonce}:r{rep}:{}:{}",
                     lock.name(),
@@ -1398,6 +1494,7 @@ fn targets(rows: &[SummaryRow], ping: Ping) -> Vec<Target> {
         ));
     }
     targets.push(server_cpu_report(rows, Workload::new(16, 1, false)));
+    targets.push(bare_ceiling_report(rows, Workload::new(16, 1, false)));
     targets
         .into_iter()
         .filter(|target| {
@@ -1526,6 +1623,28 @@ fn server_cpu_report(rows: &[SummaryRow], workload: Workload) -> Target {
         measured: ratio(ours, rslock),
         limit: None,
         detail: format!("ours {} µs, rslock {} µs", fixed(ours, 1), fixed(rslock, 1)),
+    }
+}
+
+/// The bare lock against rslock, reported: the most a lock that runs this library's commands
+/// can reach, engine aside; ours is shown beside it.
+fn bare_ceiling_report(rows: &[SummaryRow], workload: Workload) -> Target {
+    let field = |f: &Figures| Some(f.acq_per_s);
+    let ours = figure(rows, Implementation::Ours, workload, field);
+    let bare = figure(rows, Implementation::Bare, workload, field);
+    let rslock = figure(rows, Implementation::Rslock, workload, field);
+    Target {
+        name: "acquisitions/s of the bare lock (the same commands) against rslock (reported)",
+        workload: workload.name(),
+        measured: ratio(bare, rslock),
+        limit: None,
+        detail: format!(
+            "bare {}/s, rslock {}/s; ours {}/s, {} of bare",
+            fixed(bare, 0),
+            fixed(rslock, 0),
+            fixed(ours, 0),
+            fixed(ratio(ours, bare), 3)
+        ),
     }
 }
 
