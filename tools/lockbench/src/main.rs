@@ -1629,10 +1629,12 @@ fn server_cpu_report(rows: &[SummaryRow], workload: Workload) -> Target {
 /// The bare lock against rslock, reported: the most a lock that runs this library's commands
 /// can reach, engine aside; ours is shown beside it.
 fn bare_ceiling_report(rows: &[SummaryRow], workload: Workload) -> Target {
-    let field = |f: &Figures| Some(f.acq_per_s);
-    let ours = figure(rows, Implementation::Ours, workload, field);
-    let bare = figure(rows, Implementation::Bare, workload, field);
-    let rslock = figure(rows, Implementation::Rslock, workload, field);
+    let rate = |lock| figure(rows, lock, workload, |f: &Figures| Some(f.acq_per_s));
+    let (ours, bare, rslock) = (
+        rate(Implementation::Ours),
+        rate(Implementation::Bare),
+        rate(Implementation::Rslock),
+    );
     Target {
         name: "acquisitions/s of the bare lock (the same commands) against rslock (reported)",
         workload: workload.name(),
