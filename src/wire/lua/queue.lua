@@ -111,7 +111,7 @@ end
 -- Returns the lease it was granted.
 local function grant_to(head, now, claim, block, alive_until)
   local lease = claim_lease(now, claim, alive_until)
-  announce_grant(head, take(head, string.format('%d', lease), block, true), now, lease)
+  announce_grant(head, take(head, lease, block, true), now, lease)
   return lease
 end
 

@@ -33,10 +33,13 @@ end
 -- `mark_queued`).
 
 -- Makes `owner` the holder of a free lock; `from_queue`: granted from (or past) its queue,
--- which may still hold others, so the hash says so. `lease_ms` is best given as the string a
--- caller was sent, or one written with '%d': Redis writes a number argument out with printf's
--- '%.17g', which costs more than the '%d' and is skipped for a string.
+-- which may still hold others, so the hash says so. `lease_ms` may be the string a caller was
+-- sent, passed on as is; a number is written with '%d' here, once, as Redis would write it
+-- out with printf's '%.17g' for each call, which costs more.
 local function take(owner, lease_ms, block, from_queue)
+  if type(lease_ms) == 'number' then
+    lease_ms = string.format('%d', lease_ms)
+  end
   if from_queue then
     redis.call('hset', KEYS[1], owner, '1', 'queued', '1', 'queued.2', '1')
   else
