@@ -4,11 +4,12 @@
 //!
 //! Workloads, each run for every implementation (the bare lock for the uncontended ones only):
 //! uncontended (1 and 16 workers, each on its own key) and contended on one key (2, 8 and 32
-//! workers), the contended ones both in one process and spread over two. The second process is this binary re-run with `--child`; the
-//! parent drives it over its stdin and stdout (JSON lines) and both start their workers at
-//! the same wall-clock instant. Inside every critical section a worker increments a counter
-//! with a deliberately non-atomic `GET` then `SET` on a plain connection, so a broken mutual
-//! exclusion shows up as lost updates as well as overlapping critical sections.
+//! workers), the contended ones both in one process and spread over two. The second process
+//! is this binary re-run with `--child`; the parent drives it over its stdin and stdout (JSON
+//! lines) and both start their workers at the same wall-clock instant. Inside every critical
+//! section a worker increments a counter with a deliberately non-atomic `GET` then `SET` on a
+//! plain connection, so a broken mutual exclusion shows up as lost updates as well as
+//! overlapping critical sections.
 //!
 //! Each run reports acquisitions per second, acquire wait and hand-over gap percentiles, how
 //! often the same worker re-took the lock, round trips, server commands and the server's own
@@ -578,30 +579,24 @@ end
 return 0
 ";
 
-/// The commands of this library's free-lock acquire: one `EXISTS` over the lock, its queue, an
-/// epoch key and its marker (each counted as the library counts it), `HSET` and `PEXPIRE`,
-/// `TIME`, and the fencing counter's `SET ... PX ... GET`.
-/// KEYS: the lock, its queue, the epoch key, its marker, the fencing counter; ARGV: the
-/// owner, the lease ms, the token block. Returns the first token, or 0 when the lock is taken
-/// or someone queues.
-const BARE_ACQUIRE: &str = r"
-local seen = redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[3], KEYS[3],
-  KEYS[4], KEYS[4], KEYS[4])
+/// This library's free-lock acquire and nothing else: its own clock and token functions
+/// (`take`: `HSET`, `PEXPIRE`, `TIME`, the fencing counter's `SET ... PX ... GET`) after one
+/// `EXISTS` over the lock, its queue, an epoch key and its marker, each counted as the
+/// library counts it. KEYS: the lock, the fencing counter, its queue, the epoch key, its
+/// marker (the library's order); ARGV: the owner, the lease ms, the token block. Returns the
+/// first token, or 0 when the lock is taken or someone queues.
+const BARE_ACQUIRE: &str = concat!(
+    include_str!("../../../src/wire/lua/clock.lua"),
+    include_str!("../../../src/wire/lua/tokens.lua"),
+    r"
+local seen = redis.call('exists', KEYS[1], KEYS[3], KEYS[4], KEYS[4], KEYS[4],
+  KEYS[5], KEYS[5], KEYS[5])
 if seen % 3 ~= 0 then
   return 0
 end
-redis.call('hset', KEYS[1], ARGV[1], '1')
-redis.call('pexpire', KEYS[1], ARGV[2])
-local t = redis.call('time')
-local first = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1
-local top = string.format('%d', first + tonumber(ARGV[3]) - 1)
-local counter = tonumber(redis.call('set', KEYS[5], top, 'px', ARGV[2], 'get') or '0')
-if counter >= first then
-  first = counter + 1
-  redis.call('set', KEYS[5], string.format('%d', first + tonumber(ARGV[3]) - 1), 'px', ARGV[2])
-end
-return first
-";
+return take(ARGV[1], ARGV[2], tonumber(ARGV[3]))
+"
+);
 
 /// The command of this library's free-lock release: `HDEL` of the owner and the waiter marks.
 const BARE_RELEASE: &str = r"
@@ -673,10 +668,10 @@ impl HandLock {
                 Some(script) => {
                     let first_token: u64 = script
                         .key(key)
+                        .key(format!("{key}:fence"))
                         .key(format!("{key}:queue"))
                         .key(BARE_EPOCH[0])
                         .key(BARE_EPOCH[1])
-                        .key(format!("{key}:fence"))
                         .arg(&owner)
                         .arg(LEASE.as_millis() as u64)
                         .arg(BARE_TOKEN_BLOCK)
