@@ -10,6 +10,10 @@
 # per acquisition) can be read side by side; e.g. ./scripts/bench.sh --cluster --reps 3
 # --workload uncontended-w16,contended-w8-2proc. No criterion bench runs then.
 #
+# With --pin (first), it runs the load benchmark alone, with Redis on a core of its own (the
+# last one, by taskset) and the benchmark's processes on the others, as when Redis runs on a
+# machine of its own; e.g. ./scripts/bench.sh --pin --reps 3 --workload uncontended-w16.
+#
 # lockbench prints its tables on stderr and one JSON line per run, summary row and target on
 # stdout. The script exits with lockbench's status (1: a mutual-exclusion violation) after
 # the criterion benches have run.
@@ -40,6 +44,20 @@ if [ "${1:-}" = "--cluster" ]; then
     "$lockbench" --redis "$REDIS_URL" --only ours "$@" || status=$?
     echo "== a Redis Cluster of ${#CLUSTER_URLS[@]} masters" >&2
     "$lockbench" --cluster "${seeds[@]/--url/--redis}" "$@" || status=$?
+    exit "$status"
+fi
+
+if [ "${1:-}" = "--pin" ]; then
+    shift
+    cores=$(nproc)
+    if [ "$cores" -lt 2 ]; then
+        echo "--pin needs two cores or more; this machine has $cores" >&2
+        exit 2
+    fi
+    start_redis
+    taskset -pc "$((cores - 1))" "${started_pids[-1]}" >/dev/null
+    status=0
+    taskset -c "0-$((cores - 2))" "$lockbench" --redis "$REDIS_URL" "$@" || status=$?
     exit "$status"
 fi
 

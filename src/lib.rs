@@ -49,10 +49,11 @@ mod slots;
 mod wire;
 
 pub use client::{
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_LOCAL_HANDOFF_LIMIT, DEFAULT_LOCAL_HANDOFF_WINDOW,
-    DEFAULT_POOL_SIZE, DEFAULT_REPOLL_INTERVAL, DEFAULT_RESTART_QUARANTINE, DEFAULT_WATCHDOG_LEASE,
-    LockClient, LockClientBuilder,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECTIONS, DEFAULT_LOCAL_HANDOFF_LIMIT,
+    DEFAULT_LOCAL_HANDOFF_WINDOW, DEFAULT_REPOLL_INTERVAL, DEFAULT_RESTART_QUARANTINE,
+    DEFAULT_WATCHDOG_LEASE, LockClient, LockClientBuilder,
 };
+pub use engine::config::MAX_CONNECTIONS;
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostSignal};
 pub use inspect::{LockPage, LockSnapshot};

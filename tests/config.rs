@@ -6,7 +6,9 @@ mod support;
 use std::time::Duration;
 
 use support::{RedisServer, client};
-use tower_redis_lock::{ErrorKind, Lease, LockClient, LockClientBuilder, MAX_LEASE};
+use tower_redis_lock::{
+    ErrorKind, Lease, LockClient, LockClientBuilder, MAX_CONNECTIONS, MAX_LEASE,
+};
 
 /// Builds `builder` and returns the error it must fail with.
 async fn refused(builder: LockClientBuilder) -> String {
@@ -55,6 +57,8 @@ async fn every_setting_past_its_bound_fails_the_build_by_name() {
             builder().restart_quarantine(Duration::MAX),
             "restart quarantine",
         ),
+        (builder().connections(0), "connections"),
+        (builder().connections(MAX_CONNECTIONS + 1), "connections"),
     ];
     for (builder, setting) in cases {
         let message = refused(builder).await;
@@ -65,6 +69,7 @@ async fn every_setting_past_its_bound_fails_the_build_by_name() {
         .renew_interval(lease / 2)
         .local_handoff_window(lease.mul_f64(0.89))
         .restart_quarantine(MAX_LEASE)
+        .connections(MAX_CONNECTIONS)
         .build()
         .await
         .expect("settings at their bounds");

@@ -386,6 +386,41 @@ async fn scripts_flushed_from_redis_are_loaded_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_names_spread_over_as_many_command_connections_as_the_client_is_given() {
+    let server = RedisServer::start();
+    // Command connections only (pub/sub ones are of another type), less the one that asks.
+    let commands = || {
+        server
+            .cmd::<String>(&["CLIENT", "LIST", "TYPE", "normal"])
+            .lines()
+            .count()
+            - 1
+    };
+    let before = commands();
+    let take_many = |locks: LockClient| async move {
+        for i in 0..32 {
+            let lock = locks.lock(&format!("spread-{i}")).unwrap();
+            lock.acquire().await.unwrap().release().await.unwrap();
+        }
+        locks
+    };
+    let default = take_many(client(&server).await).await;
+    assert_eq!(commands(), before + 1, "one command connection by default");
+    let spread = LockClient::builder(&server.url())
+        .connections(3)
+        .build()
+        .await
+        .unwrap();
+    let spread = take_many(spread).await;
+    assert_eq!(
+        commands(),
+        before + 1 + 3,
+        "32 names over 3 connections use all three"
+    );
+    drop((default, spread));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_last_handle_stops_the_actors_and_closes_their_connections() {
     let server = RedisServer::start();
     let connections = || {

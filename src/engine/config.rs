@@ -23,11 +23,17 @@ pub(crate) struct Config {
     /// A label for this instance, the start of its instance id (and of every owner id), so an
     /// operator sees where a holder runs.
     pub(crate) instance_name: Option<String>,
+    /// Command connections the client keeps, lock names spread over them.
+    pub(crate) connections: usize,
 }
 
 /// The longest instance name: owner ids travel in every script's arguments and every wake
 /// message.
 pub(crate) const MAX_INSTANCE_NAME: usize = 64;
+
+/// The most command connections a client keeps (`LockClientBuilder::connections`): past a
+/// few, more only cost the server.
+pub const MAX_CONNECTIONS: usize = 64;
 
 /// How many replicas must acknowledge an acquisition (Redis's WAIT), and how long it waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +48,7 @@ impl Config {
     /// names the setting and its bound.
     pub(crate) fn validate(&self) -> Result<()> {
         let lease = self.watchdog_lease;
-        let checks: [(bool, &str); 10] = [
+        let checks: [(bool, &str); 11] = [
             (
                 lease >= Duration::from_millis(3) && lease <= MAX_LEASE,
                 "the watchdog lease must be from 3 ms to MAX_LEASE (a year)",
@@ -90,6 +96,10 @@ impl Config {
                     .is_none_or(valid_instance_name),
                 "the instance name must be 1 to 64 ASCII letters, digits, '-' or '_' (it becomes \
                  part of every owner id and wake channel)",
+            ),
+            (
+                (1..=MAX_CONNECTIONS).contains(&self.connections),
+                "the connections must be from 1 to MAX_CONNECTIONS (64)",
             ),
         ];
         match checks.iter().find(|(holds, _)| !holds) {
@@ -170,6 +180,7 @@ mod tests {
             restart_quarantine: Duration::from_secs(5),
             replica_ack: None,
             instance_name: None,
+            connections: 1,
         }
     }
 
