@@ -286,8 +286,8 @@ impl LockClientBuilder {
     /// settings) are still used for the pub/sub connection, which never comes from a pool; a
     /// pool you bring authenticates and uses TLS as you set it up.
     ///
-    /// The connection the client keeps answers within the client's command timeout only: a
-    /// response timeout of the pool's own is lifted on it, since a reply cut off by the
+    /// The connections the client keeps answer within the client's command timeout only: a
+    /// response timeout of the pool's own is lifted on them, since a reply cut off by the
     /// connection could no longer be undone once the caller has gone.
     pub fn pool(mut self, pool: Pool) -> Self {
         self.pool = Some(pool);

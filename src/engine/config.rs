@@ -31,8 +31,7 @@ pub(crate) struct Config {
 /// message.
 pub(crate) const MAX_INSTANCE_NAME: usize = 64;
 
-/// The most command connections a client keeps (`LockClientBuilder::connections`): past a
-/// few, more only cost the server.
+/// The most command connections a client keeps (`LockClientBuilder::connections`).
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// How many replicas must acknowledge an acquisition (Redis's WAIT), and how long it waits.
