@@ -397,7 +397,15 @@ async fn lock_names_spread_over_as_many_command_connections_as_the_client_is_giv
             - 1
     };
     let before = commands();
+    let server_ref = &server;
+    // Until its pub/sub connection has subscribed, a client's listener counts as a command
+    // connection: each client is counted once it has.
     let take_many = |locks: LockClient| async move {
+        let channel = support::wake_channel(&locks);
+        assert!(
+            support::eventually(SLACK, || support::subscribers(server_ref, &channel) == 1).await,
+            "the client's pub/sub connection never subscribed"
+        );
         for i in 0..32 {
             let lock = locks.lock(&format!("spread-{i}")).unwrap();
             lock.acquire().await.unwrap().release().await.unwrap();
