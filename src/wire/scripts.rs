@@ -5,8 +5,9 @@
 //! check of `lua/epoch.lua`. A read-write lock's scripts (`rw_*.lua`) also share the state
 //! functions of `lua/rw.lua`, and a semaphore's (`sem_*.lua`) those of `lua/sem.lua`. An
 //! exclusive lock's acquire and release start with their free-lock part (`*_free.lua`),
-//! placed before the queue's functions: Lua creates a function each time a script runs past
-//! its definition, and most acquisitions and releases find nobody queued and return before.
+//! placed before the queue's functions (and the acquire's before the epoch's): Lua creates a
+//! function each time a script runs past its definition, and most acquisitions and releases
+//! find nobody queued and the epoch they know, and return before.
 
 use std::sync::Arc;
 
@@ -24,8 +25,9 @@ use crate::wire::lua::Lua;
 static ACQUIRE: Lua = Lua::new(concat!(
     include_str!("lua/clock.lua"),
     include_str!("lua/tokens.lua"),
-    include_str!("lua/epoch.lua"),
     include_str!("lua/acquire_free.lua"),
+    include_str!("lua/epoch.lua"),
+    include_str!("lua/acquire_checked.lua"),
     include_str!("lua/queue_expiry.lua"),
     include_str!("lua/queue.lua"),
     include_str!("lua/acquire.lua")

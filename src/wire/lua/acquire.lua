@@ -1,4 +1,4 @@
--- Acquire, continued (after acquire_free.lua and the queue's functions): the lock is held,
+-- Acquire, continued (after acquire_checked.lua and the queue's functions): the lock is held,
 -- or others wait for it.
 -- The lease left on the lock, and whether it is free (-2: no such key), in one call.
 local left = redis.call('pttl', KEYS[1])
