@@ -1,7 +1,7 @@
 //! How much room a command's arguments take, counted before it is built.
 
 /// The longest number a command carries: a `u64` in decimal.
-const MAX_NUMBER_LEN: usize = 20;
+pub(crate) const MAX_NUMBER_LEN: usize = 20;
 
 /// Room for a command's arguments: how many, and at most how many bytes, so the command is
 /// sized once and its buffers never grow.
@@ -28,6 +28,13 @@ impl ArgsRoom {
     pub(crate) fn numbers(mut self, count: usize) -> Self {
         self.args += count;
         self.bytes += count * MAX_NUMBER_LEN;
+        self
+    }
+
+    /// And one argument of `count` numbers joined by spaces (see `joined_numbers.rs`).
+    pub(crate) fn joined_numbers(mut self, count: usize) -> Self {
+        self.args += 1;
+        self.bytes += count * (MAX_NUMBER_LEN + 1);
         self
     }
 }

@@ -6,6 +6,7 @@ pub(crate) mod access;
 mod args_room;
 pub(crate) mod conn;
 pub(crate) mod endpoint;
+mod joined_numbers;
 mod lock_command;
 mod lua;
 mod redis_error;

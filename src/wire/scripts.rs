@@ -2,12 +2,13 @@
 //! server clock of `lua/clock.lua`; the scripts that take a lock share `lua/tokens.lua`, those
 //! that hand a lock over the queue functions of `lua/queue.lua` (and, with the heartbeat, the
 //! queue's expiry of `lua/queue_expiry.lua`), and those that take or renew one the epoch
-//! check of `lua/epoch.lua`. A read-write lock's scripts (`rw_*.lua`) also share the state
+//! check of `lua/epoch.lua`; the acquisitions read the terms of waiting and of the epoch with
+//! `lua/acquire_terms.lua`. A read-write lock's scripts (`rw_*.lua`) also share the state
 //! functions of `lua/rw.lua`, and a semaphore's (`sem_*.lua`) those of `lua/sem.lua`. An
 //! exclusive lock's acquire and release start with their free-lock part (`*_free.lua`),
-//! placed before the queue's functions (and the acquire's before the epoch's): Lua creates a
-//! function each time a script runs past its definition, and most acquisitions and releases
-//! find nobody queued and the epoch they know, and return before.
+//! placed before the queue's functions (and the acquire's before its terms and the epoch's
+//! functions): Lua creates a function each time a script runs past its definition, and most
+//! acquisitions and releases find nobody queued and the epoch they know, and return before.
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use crate::kind::LockKind;
 use crate::slots::slot_of;
 use crate::wire::args_room::ArgsRoom;
 use crate::wire::conn::Conn;
+use crate::wire::joined_numbers::{JoinedNumbers, MAX_JOINED};
 use crate::wire::lock_command::{ExtraKeys, evalsha};
 use crate::wire::lua::Lua;
 
@@ -26,6 +28,7 @@ static ACQUIRE: Lua = Lua::new(concat!(
     include_str!("lua/clock.lua"),
     include_str!("lua/tokens.lua"),
     include_str!("lua/acquire_free.lua"),
+    include_str!("lua/acquire_terms.lua"),
     include_str!("lua/epoch.lua"),
     include_str!("lua/acquire_checked.lua"),
     include_str!("lua/queue_expiry.lua"),
@@ -54,6 +57,7 @@ static RW_ACQUIRE: Lua = Lua::new(concat!(
     include_str!("lua/queue.lua"),
     include_str!("lua/epoch.lua"),
     include_str!("lua/rw.lua"),
+    include_str!("lua/acquire_terms.lua"),
     include_str!("lua/rw_acquire.lua")
 ));
 static RW_RELEASE: Lua = Lua::new(concat!(
@@ -79,6 +83,7 @@ static SEM_ACQUIRE: Lua = Lua::new(concat!(
     include_str!("lua/queue.lua"),
     include_str!("lua/epoch.lua"),
     include_str!("lua/sem.lua"),
+    include_str!("lua/acquire_terms.lua"),
     include_str!("lua/sem_acquire.lua")
 ));
 static SEM_RELEASE: Lua = Lua::new(concat!(
@@ -275,18 +280,28 @@ pub(crate) async fn acquire(
         LockKind::Semaphore { permits, take } => Some((permits, take)),
         _ => None,
     };
-    // The lease, the three terms, the three of the epoch, and a semaphore's two counts.
-    let numbers = 7 + if semaphore.is_some() { 2 } else { 0 };
+    // The lease, the token block, the longest lease known and a semaphore's two counts; the
+    // terms of waiting and of the epoch, which a lock taken at once never reads, in one
+    // argument (see `lua/acquire_terms.lua`).
+    let numbers = 3 + if semaphore.is_some() { 2 } else { 0 };
+    let waiting_and_epoch = JoinedNumbers::new(&[
+        terms.alive_ms,
+        terms.claim_ms,
+        epoch.known,
+        epoch.quarantine_ms,
+    ]);
     let tail = ArgsRoom::NONE
         .words([owner, mode])
         .words(role)
-        .numbers(numbers);
+        .numbers(numbers)
+        .joined_numbers(MAX_JOINED);
     let mut cmd = evalsha(script, keys, extra, wake, tail);
-    cmd.arg(owner).arg(terms.lease_ms).arg(mode);
-    with_terms(&mut cmd, terms);
-    cmd.arg(epoch.known)
-        .arg(epoch.quarantine_ms)
-        .arg(epoch.known_lease_ms);
+    cmd.arg(owner)
+        .arg(terms.lease_ms)
+        .arg(mode)
+        .arg(terms.block)
+        .arg(epoch.known_lease_ms)
+        .arg(waiting_and_epoch.as_bytes());
     if let Some(role) = role {
         cmd.arg(role);
     }

@@ -45,6 +45,6 @@ if mode == 'wait' or mode == 'join' then
   if fresh then
     mark_queued()
   end
-  enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block, nil, fresh)
+  enqueue(owner, now, tonumber(alive_ms), tonumber(claim_ms), block, nil, fresh)
 end
 return {0, left, now}

@@ -1,5 +1,5 @@
--- Acquire, continued (after acquire_free.lua and the epoch's functions): the lock is held, or
--- others wait for it, or the client must check the epoch.
+-- Acquire, continued (after acquire_free.lua, its terms and the epoch's functions): the lock
+-- is held, or others wait for it, or the client must check the epoch.
 -- The lease asked for, which a lock taken from the queue reports as its lease left.
 local lease = tonumber(ARGV[3])
 -- The epoch is checked before a lock is taken or granted, and only then: a look that finds
@@ -9,7 +9,8 @@ local function may_grant()
   if epoch_current then
     return nil
   end
-  return check_epoch(KEYS[5], ARGV[8], ARGV[10], ARGV[9], ARGV[3], KEYS[6])
+  return check_epoch(KEYS[5], known_epoch, ARGV[6], quarantine_ms, ARGV[3],
+    KEYS[6])
 end
 if present == 0 and mode ~= 'reenter' then
   local blocked = may_grant()

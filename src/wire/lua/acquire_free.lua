@@ -4,9 +4,8 @@
 -- ARGV[2] owner id, ARGV[3] lease ms, ARGV[4] mode: 'wait' (join or keep a place in the queue
 -- when the lock is not free for this owner), 'join' (the same for an owner Redis has never
 -- seen: it can hold nothing yet), 'try' (never queue), 'reenter' (add a hold, never take);
--- ARGV[5] waiter liveness ms, ARGV[6] claim lease ms, ARGV[7] token block size,
--- ARGV[8] the epoch the client knows ('0' for none), ARGV[9] the quarantine ms it starts on
--- a missing epoch, ARGV[10] the longest lease of the epoch it knows; KEYS[5] the epoch key,
+-- ARGV[5] token block size, ARGV[6] the longest lease of the epoch the client knows, ARGV[7]
+-- the terms of waiting and of the epoch (see acquire_terms.lua); KEYS[5] the epoch key,
 -- KEYS[6] the marker of the epoch and longest lease the client knows (see epoch.lua).
 -- Returns {1, first token, lease left ms} when this owner holds the lock (token 0 on a
 -- re-entry), {0, holder's lease left ms, server time ms} when it does not, {-1, 0, 0} when a
@@ -16,7 +15,7 @@
 -- its first token alone (its lease left is the one asked for): an integer costs Redis less
 -- to build and send than a table.
 local owner, mode = ARGV[2], ARGV[4]
-local block = tonumber(ARGV[7])
+local block = tonumber(ARGV[5])
 -- The lock, its queue, the epoch key and the marker in one call, counted 1, 1, 3 and 3 times:
 -- the count leaves 0, 1 or 2 of the first two (neither exists for most acquisitions), and
 -- 6 more when both of the others exist (3 when only one does).
@@ -27,7 +26,7 @@ local present = seen % 3
 -- the longest the epoch has granted: nothing to read or write about the epoch. The client
 -- writes both leases as plain decimals, which compare as numbers by length, then as strings,
 -- and cheaper than `tonumber` (Lua's `strtod`) reads them.
-local lease_text, longest_text = ARGV[3], ARGV[10]
+local lease_text, longest_text = ARGV[3], ARGV[6]
 local epoch_current = seen - present == 6 and (#lease_text < #longest_text
   or (#lease_text == #longest_text and lease_text <= longest_text))
 if present == 0 and mode ~= 'reenter' and epoch_current then

@@ -1,19 +1,19 @@
 -- Acquire a read-write lock for reading or writing, wait in its queue, or re-enter it.
--- The arguments and replies of acquire.lua, and ARGV[11] the role: 'read' or 'write'.
+-- The arguments and replies of acquire_free.lua, and ARGV[8] the role: 'read' or 'write'.
 -- ARGV[4] may also be 'within' (role 'read'): a read hold for the owner of the write lock,
 -- never waiting; {1, token, lease left} when it holds the write lock, {-1, 0, 0} otherwise.
 -- A reader's lease left is its own, not the longest reader's.
-local owner, mode, role = ARGV[2], ARGV[4], ARGV[11]
+local owner, mode, role = ARGV[2], ARGV[4], ARGV[8]
 -- An owner Redis has never seen waits like any other here.
 if mode == 'join' then
   mode = 'wait'
 end
-local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
+local lease, block = tonumber(ARGV[3]), tonumber(ARGV[5])
 local taking = mode == 'wait' or mode == 'try'
 -- A re-entry (or a read inside the write lock) adds to a hold of this epoch if it is still
 -- there; a lost one is simply gone.
 if taking then
-  local blocked = check_epoch(KEYS[5], ARGV[8], ARGV[10], ARGV[9], ARGV[3])
+  local blocked = check_epoch(KEYS[5], known_epoch, ARGV[6], quarantine_ms, ARGV[3])
   if blocked then
     return blocked
   end
@@ -97,7 +97,7 @@ if mode == 'wait' then
   if state == 'plain' then
     mark_queued()
   end
-  enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block, queued_role)
+  enqueue(owner, now, tonumber(alive_ms), tonumber(claim_ms), block, queued_role)
 end
 local left = redis.call('pttl', KEYS[1])
 if first_left and first_left < left then

@@ -1,6 +1,6 @@
 -- Take permits of a semaphore, or wait for them in its queue.
--- The arguments and replies of acquire.lua, and ARGV[11] the semaphore's permit count,
--- ARGV[12] how many permits this owner takes. Every acquisition is an owner of its own, so
+-- The arguments and replies of acquire_free.lua, and ARGV[8] the semaphore's permit count,
+-- ARGV[9] how many permits this owner takes. Every acquisition is an owner of its own, so
 -- there is no re-entry ('reenter' and 'within' answer {-1, 0, 0}).
 -- Also {-4, the permit count in Redis, 0} when the semaphore is held with another count
 -- than this client's: nothing was taken, and a place an earlier look queued is given up.
@@ -8,9 +8,9 @@ local owner, mode = ARGV[2], ARGV[4]
 if mode ~= 'wait' and mode ~= 'join' and mode ~= 'try' then
   return {-1, 0, 0}
 end
-local lease, block = tonumber(ARGV[3]), tonumber(ARGV[7])
-local permits, take = tonumber(ARGV[11]), tonumber(ARGV[12])
-local blocked = check_epoch(KEYS[5], ARGV[8], ARGV[10], ARGV[9], ARGV[3])
+local lease, block = tonumber(ARGV[3]), tonumber(ARGV[5])
+local permits, take = tonumber(ARGV[8]), tonumber(ARGV[9])
+local blocked = check_epoch(KEYS[5], known_epoch, ARGV[6], quarantine_ms, ARGV[3])
 if blocked then
   return blocked
 end
@@ -39,7 +39,7 @@ if not waiting and used + take <= permits then
   return {1, sem_add(owner, now, lease, block, take, permits), lease}
 end
 if mode ~= 'try' then
-  enqueue(owner, now, tonumber(ARGV[5]), tonumber(ARGV[6]), block, tostring(take))
+  enqueue(owner, now, tonumber(alive_ms), tonumber(claim_ms), block, tostring(take))
 end
 -- The first holder whose lease runs out may free permits.
 local first = redis.call('zrange', HOLDERS, 0, 0, 'WITHSCORES')[2]
