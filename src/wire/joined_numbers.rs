@@ -6,31 +6,26 @@ use std::io::Write;
 
 use crate::wire::args_room::MAX_NUMBER_LEN;
 
-/// The most numbers one argument joins.
-pub(crate) const MAX_JOINED: usize = 4;
+/// How many numbers one argument joins.
+pub(crate) const JOINED: usize = 4;
 
-const CAPACITY: usize = MAX_JOINED * (MAX_NUMBER_LEN + 1);
+const CAPACITY: usize = JOINED * (MAX_NUMBER_LEN + 1);
 
-/// Up to [`MAX_JOINED`] numbers in decimal with a space between each, written on the stack:
-/// a lock operation allocates nothing per argument.
+/// [`JOINED`] numbers in decimal with a space between each, written on the stack: a lock
+/// operation allocates nothing per argument.
 pub(crate) struct JoinedNumbers {
     bytes: [u8; CAPACITY],
     len: usize,
 }
 
 impl JoinedNumbers {
-    /// `numbers` joined; at most [`MAX_JOINED`] of them, which every caller passes as a
-    /// fixed list.
-    pub(crate) fn new(numbers: &[u64]) -> Self {
-        assert!(
-            numbers.len() <= MAX_JOINED,
-            "more numbers than one argument joins"
-        );
+    /// `numbers` joined.
+    pub(crate) fn new(numbers: [u64; JOINED]) -> Self {
         let mut bytes = [0; CAPACITY];
         let mut free = &mut bytes[..];
         for (index, number) in numbers.iter().enumerate() {
             let separator = if index == 0 { "" } else { " " };
-            write!(free, "{separator}{number}").expect("room for MAX_JOINED numbers");
+            write!(free, "{separator}{number}").expect("room for JOINED numbers");
         }
         let len = CAPACITY - free.len();
         Self { bytes, len }
@@ -48,11 +43,10 @@ mod tests {
     #[test]
     fn numbers_are_joined_by_single_spaces_up_to_the_longest() {
         assert_eq!(
-            JoinedNumbers::new(&[3000, 0, 7, 30000]).as_bytes(),
+            JoinedNumbers::new([3000, 0, 7, 30000]).as_bytes(),
             b"3000 0 7 30000"
         );
-        assert_eq!(JoinedNumbers::new(&[]).as_bytes(), b"");
-        let longest = JoinedNumbers::new(&[u64::MAX; MAX_JOINED]);
+        let longest = JoinedNumbers::new([u64::MAX; JOINED]);
         assert_eq!(longest.as_bytes().len(), CAPACITY - 1);
     }
 }

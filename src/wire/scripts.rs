@@ -20,7 +20,7 @@ use crate::kind::LockKind;
 use crate::slots::slot_of;
 use crate::wire::args_room::ArgsRoom;
 use crate::wire::conn::Conn;
-use crate::wire::joined_numbers::{JoinedNumbers, MAX_JOINED};
+use crate::wire::joined_numbers::{JOINED, JoinedNumbers};
 use crate::wire::lock_command::{ExtraKeys, evalsha};
 use crate::wire::lua::Lua;
 
@@ -284,7 +284,7 @@ pub(crate) async fn acquire(
     // terms of waiting and of the epoch, which a lock taken at once never reads, in one
     // argument (see `lua/acquire_terms.lua`).
     let numbers = 3 + if semaphore.is_some() { 2 } else { 0 };
-    let waiting_and_epoch = JoinedNumbers::new(&[
+    let waiting_and_epoch = JoinedNumbers::new([
         terms.alive_ms,
         terms.claim_ms,
         epoch.known,
@@ -294,7 +294,7 @@ pub(crate) async fn acquire(
         .words([owner, mode])
         .words(role)
         .numbers(numbers)
-        .joined_numbers(MAX_JOINED);
+        .joined_numbers(JOINED);
     let mut cmd = evalsha(script, keys, extra, wake, tail);
     cmd.arg(owner)
         .arg(terms.lease_ms)
