@@ -52,15 +52,17 @@ pub struct LockSnapshot {
     /// How long ago its fencing tokens were last reserved, which is when its holder took it
     /// through Redis (tokens follow the server's clock in µs; of a read-held lock, the latest
     /// reader's; a hand-over between tasks of one client does not go through Redis). `None`
-    /// when it is free, or once the counter expired (a lease after that reservation).
+    /// when it is free, once the counter expired (a lease after that reservation), and for a
+    /// lock taken free, whose tokens come from the clock without a counter.
     pub held_for: Option<Duration>,
     /// The waiters at the head of its queue, first first (at most 1,000 from
     /// [`LockClient::inspect`], 16 per lock from [`LockClient::list`]).
     pub waiters: Vec<LockWaiter>,
     /// How many wait in its queue, all of them.
     pub queued: u64,
-    /// The top of the fencing counter: the last token reserved for this name, while the
-    /// counter lives (it expires a lease after its last reservation).
+    /// The top of the fencing counter: the last token reserved through it for this name,
+    /// while it lives (it expires a lease after its last reservation). `None` for a lock
+    /// taken free: its tokens come from the server clock and it writes no counter.
     pub fence: Option<u64>,
     /// The Redis server's clock when it was read (ms since the Unix epoch): the clock that
     /// leases and liveness run on.

@@ -27,8 +27,9 @@ pub struct LockState {
     pub holders: Vec<(String, u64)>,
     /// Time left on the lease, when the lock is held.
     pub ttl: Option<Duration>,
-    /// The top of the fencing counter: the last token reserved for this name, while the
-    /// counter lives (it expires a lease after its last reservation).
+    /// The top of the fencing counter: the last token reserved through it for this name,
+    /// while it lives (it expires a lease after its last reservation). `None` for a lock
+    /// taken free: its tokens come from the server clock and it writes no counter.
     pub fence: Option<u64>,
 }
 

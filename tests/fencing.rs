@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use support::{RedisServer, client, eventually};
-use tower_redis_lock::Lease;
+use tower_redis_lock::{DEFAULT_LOCAL_HANDOFF_LIMIT, Lease};
 
 /// Bound for what normally takes milliseconds; generous because CI machines are shared.
 const SLACK: Duration = Duration::from_secs(5);
@@ -43,11 +43,13 @@ async fn ten_thousand_names_leave_no_key_without_an_expiry() {
         }))
         .await;
     }
+    // Each lock was found free: its tokens came from the clock and it left no counter.
     let keys: Vec<String> = server.cmd(&["KEYS", "*"]);
-    assert!(
-        keys.len() >= 10_000,
-        "every name left its counter: {}",
-        keys.len()
+    assert_eq!(
+        server.keys_besides_epoch(),
+        0,
+        "{:?}",
+        &keys[..keys.len().min(5)]
     );
     // The server's epoch key and its marker must outlive everything: they are how a loss is
     // noticed.
@@ -70,9 +72,16 @@ async fn tokens_keep_growing_across_the_expiry_of_the_counter() {
     let lock = locks
         .lock("short-lived")
         .unwrap()
-        .with_lease(Lease::Fixed(Duration::from_millis(200)));
+        .with_lease(Lease::Fixed(Duration::from_secs(1)));
+    // A counter 300 ms past the server clock (generous: the acquire below runs within it), as
+    // a force-unlock leaves one: the first block is reserved through it, and the counter then
+    // lives one lease (1 s), by when the clock has passed it.
+    let (seconds, micros): (u64, u64) = server.cmd(&["TIME"]);
+    let ahead = seconds * 1_000_000 + micros + 300_000;
+    let () = server.cmd(&["SET", "lock:{short-lived}:fence", &ahead.to_string()]);
     let first = lock.acquire().await.unwrap();
     let token = first.fencing_token();
+    assert_eq!(token, ahead + 1);
     first.release().await.unwrap();
     assert!(
         eventually(SLACK, || server
@@ -83,4 +92,20 @@ async fn tokens_keep_growing_across_the_expiry_of_the_counter() {
     );
     let second = lock.acquire().await.unwrap();
     assert!(second.fencing_token() > token);
+}
+
+#[tokio::test]
+async fn a_force_unlock_raises_the_counter_past_the_block_its_holder_may_still_hand_out() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let held = a.lock("seized").unwrap().acquire().await.unwrap();
+    let block_end = held.fencing_token() + u64::from(DEFAULT_LOCAL_HANDOFF_LIMIT);
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "lock:{seized}:fence"]), 0);
+    assert!(b.lock("seized").unwrap().force_unlock().await.unwrap());
+    // Read within its second of life (generous: one round trip after the script).
+    let counter: u64 = server.cmd(&["GET", "lock:{seized}:fence"]);
+    assert!(counter > block_end, "{counter} <= {block_end}");
+    let next = b.lock("seized").unwrap().acquire().await.unwrap();
+    assert!(next.fencing_token() > counter);
+    drop(held);
 }

@@ -5,9 +5,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{RedisServer, client, eventually, queued, subscribers, wake_channel};
+use support::{RedisServer, client, command_calls, eventually, queued, subscribers, wake_channel};
 use tokio::task::JoinHandle;
-use tower_redis_lock::{ErrorKind, Lease, LockClient, LockGuard};
+use tower_redis_lock::{DEFAULT_LOCAL_HANDOFF_LIMIT, ErrorKind, Lease, LockClient, LockGuard};
 
 /// Bound for waits that normally take milliseconds; generous because CI machines are shared
 /// and a debug build on two cores can stall for a while.
@@ -187,11 +187,11 @@ async fn ten_thousand_keys_are_awaited_on_one_pubsub_connection() {
         })
         .collect();
 
-    // Each key: its hash and fence, and once the waiter queued, its queue and terms (the
-    // server's epoch key and its marker aside).
+    // Each key: its hash (taken free, no fencing counter), and once the waiter queued, its
+    // queue and terms (the server's epoch key and its marker aside).
     let keys_in_redis = || server.keys_besides_epoch() as usize;
     assert!(
-        eventually(Duration::from_secs(30), || keys_in_redis() == 4 * KEYS).await,
+        eventually(Duration::from_secs(30), || keys_in_redis() == 3 * KEYS).await,
         "every key has the waiter queued"
     );
     assert_eq!(waiter.queued_waiters(), KEYS);
@@ -249,8 +249,11 @@ async fn an_acquire_cancelled_after_redis_granted_it_leaves_no_lock() {
     let (locks, other) = (client(&server).await, client(&server).await);
     let lock = locks.lock("unseen").unwrap();
     // Warm the shared connection and the script cache, so the acquire below is one EVALSHA.
-    lock.acquire().await.unwrap().release().await.unwrap();
-    let fence_before: u64 = server.cmd(&["GET", "lock:{unseen}:fence"]);
+    let warm = lock.acquire().await.unwrap();
+    let block_end = warm.fencing_token() + u64::from(DEFAULT_LOCAL_HANDOFF_LIMIT);
+    warm.release().await.unwrap();
+    // A grant writes the lock's hash: one HSET (taken free, it writes no fencing counter).
+    let grants_before = command_calls(&server, "hset");
 
     // With the server paused, the acquire is sent but not run; the caller gives up before
     // the answer. When the pause ends Redis grants the lock to an owner nobody will see.
@@ -258,9 +261,8 @@ async fn an_acquire_cancelled_after_redis_granted_it_leaves_no_lock() {
     let cancelled = tokio::time::timeout(Duration::from_millis(100), lock.acquire()).await;
     assert!(cancelled.is_err());
 
-    let fence_after = || server.cmd::<u64>(&["GET", "lock:{unseen}:fence"]);
     assert!(
-        eventually(SLACK, || fence_after() > fence_before).await,
+        eventually(SLACK, || command_calls(&server, "hset") > grants_before).await,
         "the paused acquire ran and granted the lock"
     );
     let next = support::acquire_within(
@@ -270,7 +272,7 @@ async fn an_acquire_cancelled_after_redis_granted_it_leaves_no_lock() {
         "the unseen grant was released, long before its 30 s lease",
     )
     .await;
-    assert!(next.fencing_token() > fence_before + 1);
+    assert!(next.fencing_token() > block_end);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,6 +14,7 @@ use crate::engine::deadlines::{Registration, lost_deadline};
 use crate::engine::hold::{Acquisition, Baton, Budget, Holder};
 use crate::engine::lease::LeaseState;
 use crate::engine::local::LocalTurn;
+use crate::engine::release_gate::ReleaseGate;
 use crate::engine::replicas;
 use crate::engine::shared::Shared;
 use crate::engine::waiter::Waiter;
@@ -150,6 +151,7 @@ impl Target {
         } = granted;
         let lease = Arc::new(LeaseState::new(turn, expires_at));
         let watchdog_id = shared.new_holder_id();
+        let release_gate = ReleaseGate::after_grant(terms.kind, terms.block);
         shared.watchdog.register(Registration {
             id: watchdog_id,
             keys: self.keys.clone(),
@@ -158,6 +160,7 @@ impl Target {
             kind: self.kind,
             lease_mode: self.lease,
             expires_at,
+            release_gate,
         });
         let budget = Budget::new(token, terms.block, shared.config.local_handoff_window);
         let acquisition = Acquisition {
@@ -170,6 +173,7 @@ impl Target {
             watchdog_id,
             lease_mode: self.lease,
             owns_every_hold,
+            release_gate,
         };
         Holder::new(Arc::new(acquisition), token, budget, handed_over)
     }

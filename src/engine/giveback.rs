@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::engine::release_gate::ReleaseGate;
 use crate::engine::shared::Shared;
 use crate::error::LockError;
 use crate::keys::{LockKeys, shown};
@@ -16,7 +17,8 @@ use crate::wire::scripts::{self, ReleaseScope};
 /// How long a give-back waits before trying again on a fresh connection.
 const RETRY: Duration = Duration::from_millis(200);
 
-/// Releases every hold of `owner` (and its place in the queue) in a background task.
+/// Releases every hold of `owner` (and its place in the queue) in a background task, once
+/// `gate` has passed.
 ///
 /// First on `conn`, the connection the last command went out on, behind it: a command still
 /// on its way is undone after it runs. When that connection is broken, the command ran or
@@ -28,9 +30,11 @@ pub(crate) fn give_back(
     kind: LockKind,
     owner: Arc<str>,
     conn: Option<Conn>,
+    gate: ReleaseGate,
     within: Duration,
 ) {
     shared.runtime.clone().spawn(async move {
+        gate.passed().await;
         let started = Instant::now();
         let mut conn = conn;
         loop {

@@ -6,7 +6,7 @@
 //!
 //! Correctness of what a successor gets:
 //! - **Fencing tokens.** Every Redis acquisition reserves a block of tokens (one plus the
-//!   hand-overs allowed) with one `INCRBY`; each local successor takes the next token of the
+//!   hand-overs allowed) in its script; each local successor takes the next token of the
 //!   block, in the order the critical sections start, and the next Redis acquisition anywhere
 //!   reserves a block above it. Tokens keep growing strictly per lock.
 //! - **The lost signal.** The lease belongs to the Redis acquisition, and successors share
@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::engine::giveback::give_back;
 use crate::engine::lease::LeaseState;
+use crate::engine::release_gate::ReleaseGate;
 use crate::engine::shared::Shared;
 use crate::engine::waiter::Waiter;
 use crate::error::Result;
@@ -155,6 +156,8 @@ pub(crate) struct Acquisition {
     /// them all (a hold Redis counted whose reply was lost included). Not so for a read
     /// within a write lock, whose owner's other read holds are other guards'.
     pub(crate) owns_every_hold: bool,
+    /// When a release may go: a block taken from the clock must be over first.
+    pub(crate) release_gate: ReleaseGate,
 }
 
 impl Acquisition {
@@ -172,6 +175,7 @@ impl Acquisition {
             self.terms.kind,
             owner,
             None,
+            self.release_gate,
             Duration::from_millis(self.terms.lease_ms),
         );
     }
@@ -204,6 +208,7 @@ impl Acquisition {
     /// Runs the release script for this acquisition's owner: one hold, or all of them. Returns the
     /// holds left, or `None` when the owner held nothing.
     pub(crate) async fn release_in_redis(&self, scope: ReleaseScope) -> Result<Option<u64>> {
+        self.release_gate.passed().await;
         self.shared
             .connections
             .run(self.keys.hash(), |mut conn| async move {

@@ -134,7 +134,7 @@ fn wants_handoff(holder: &Holder) -> bool {
 }
 
 /// Outcome 2, the last release while more tasks of this client wait and the budget is spent:
-/// one /// script passes the lock to the first waiting instance and queues this client's next task
+/// one script passes the lock to the first waiting instance and queues this client's next task
 /// behind it, or, when no other instance waits, keeps the lock with a fresh budget.
 async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
     let acquisition = &holder.acquisition;
@@ -145,6 +145,7 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
     let next_owner = shared.new_owner();
     // Registered before the script runs, so the grant to it cannot arrive unheard.
     let slot = shared.pubsub.register(next_owner.clone());
+    acquisition.release_gate.passed().await;
     let sent_at = Instant::now();
     let reply = shared
         .connections
@@ -262,6 +263,7 @@ fn keep_for_next_task(holder: &Holder, token: u64, sent_at: Instant) {
         kind: acquisition.terms.kind,
         lease_mode: acquisition.lease_mode,
         expires_at,
+        release_gate: acquisition.release_gate,
     });
     // The block Redis reserved is the next holders': the first token is the next task's own.
     let window = shared.config.local_handoff_window;

@@ -482,6 +482,7 @@ impl Actor {
         let connections = &self.connections;
         let placement = &self.placement;
         join_all(entries.iter().map(|entry| async move {
+            entry.release_gate.passed().await;
             let wake_prefix = &placement.of(&entry.keys).wake_prefix;
             let released = connections
                 .run(entry.keys.hash(), |mut conn| async move {

@@ -34,7 +34,7 @@ if free then
   -- Free, but others queued: the first live one gets it (this owner, if it is first).
   local head, claim, head_block, alive_until = pop_live_head(now)
   if not head or head == owner then
-    return {1, take(owner, ARGV[3], block, true), lease}
+    return {1, take(owner, ARGV[3], block), lease}
   end
   left = grant_to(head, now, claim, head_block, alive_until)
 end

@@ -17,5 +17,5 @@ if present == 0 and mode ~= 'reenter' then
   if blocked then
     return blocked
   end
-  return take(owner, ARGV[3], block)
+  return take_free(owner, ARGV[3], block)
 end

@@ -30,5 +30,5 @@ local lease_text, longest_text = ARGV[3], ARGV[6]
 local epoch_current = seen - present == 6 and (#lease_text < #longest_text
   or (#lease_text == #longest_text and lease_text <= longest_text))
 if present == 0 and mode ~= 'reenter' and epoch_current then
-  return take(owner, ARGV[3], block)
+  return take_free(owner, ARGV[3], block)
 end

@@ -5,7 +5,26 @@
 -- and after a space whatever a kind of lock adds).
 -- ARGV[1] the wake channel prefix: a waiter's instance listens on that prefix and its instance id.
 
--- Tells a plain holder's release to look at the queue (see `take` in tokens.lua): for a
+-- A plain lock's hash says someone may wait for it with two fields, `queued` and `queued.2`
+-- (owner ids always hold a ':'). Whoever queues behind a plain holder, or grants a plain lock
+-- from the queue, sets them; the holder's release removes its own field and both in one HDEL,
+-- whose count says whether it held the lock (odd) and whether anyone may wait (2 or more):
+-- the release of a lock nobody waited for never looks at the queue (see `mark_queued`).
+
+-- Makes `owner` the holder of a free lock granted from (or past) its queue, which may still
+-- hold others, so the hash says so. `lease_ms` may be the string a caller was sent, passed on
+-- as is; a number is written with '%d' here, once, as Redis would write it out with printf's
+-- '%.17g' for each call, which costs more.
+local function take(owner, lease_ms, block)
+  if type(lease_ms) == 'number' then
+    lease_ms = string.format('%d', lease_ms)
+  end
+  redis.call('hset', KEYS[1], owner, '1', 'queued', '1', 'queued.2', '1')
+  redis.call('pexpire', KEYS[1], lease_ms)
+  return reserve_tokens(block, lease_ms)
+end
+
+-- Tells a plain holder's release to look at the queue (see `take`): for a
 -- waiter that joins a queue nobody was in, behind a lock taken while nobody waited.
 local function mark_queued()
   redis.call('hset', KEYS[1], 'queued', '1', 'queued.2', '1')
@@ -111,7 +130,7 @@ end
 -- Returns the lease it was granted.
 local function grant_to(head, now, claim, block, alive_until)
   local lease = claim_lease(now, claim, alive_until)
-  announce_grant(head, take(head, lease, block, true), now, lease)
+  announce_grant(head, take(head, lease, block), now, lease)
   return lease
 end
 

@@ -15,7 +15,7 @@ local owner, scope = ARGV[2], ARGV[3]
 local released
 if scope == 'all' then
   -- An exclusive lock has one owner: removing its field and the two that say someone may
-  -- wait (see tokens.lua) removes the lock (Redis drops an empty hash). The count says
+  -- wait (see queue.lua) removes the lock (Redis drops an empty hash). The count says
   -- whether this owner held it (odd) and whether anyone may wait (2 or more).
   local removed = redis.call('hdel', KEYS[1], owner, 'queued', 'queued.2')
   released = removed % 2 == 1

@@ -109,7 +109,7 @@ local function rw_grant(now, state, me, me_lease)
     elseif role == 'w' then
       token, state = rw_take_write(head, lease, block), 'write'
     else
-      token, state = take(head, lease, block, true), 'plain'
+      token, state = take(head, lease, block), 'plain'
     end
     if head == me then
       my_token, my_lease = token, lease

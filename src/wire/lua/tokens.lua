@@ -1,7 +1,11 @@
--- Taking a lock and its fencing tokens (prepended to every script that takes one, before the
--- queue's functions: a lock found free is taken before those are even defined).
--- KEYS[1] the lock hash (owner id -> hold count, and the two fields below), KEYS[2] the
--- fencing counter.
+-- Fencing tokens, and taking a lock found free (prepended to every script that takes one,
+-- before the queue's functions: a lock found free is taken before those are even defined).
+-- KEYS[1] the lock hash (owner id -> hold count, and the two fields of queue.lua), KEYS[2]
+-- the fencing counter.
+
+-- The largest token block a lock found free takes from the clock alone (`take_free`): it ends
+-- at most this many µs past the clock, and no lease is shorter (1 ms).
+local CLOCK_BLOCK_MAX = 1000
 
 -- Reserves `block` fencing tokens and returns the first: one for the acquisition, the rest
 -- for the local hand-overs its instance may make without coming back to Redis. Tokens start
@@ -25,26 +29,24 @@ local function reserve_tokens(block, ttl_ms)
   return first
 end
 
--- A plain lock's hash says someone may wait for it with two fields, `queued` and `queued.2`
--- (owner ids always hold a ':'). Whoever queues behind a plain holder, or grants a plain lock
--- from the queue, sets them; the holder's release removes its own field and both in one HDEL,
--- whose count says whether it held the lock (odd) and whether anyone may wait (2 or more):
--- the release of a lock nobody waited for never looks at the queue (see queue.lua's
--- `mark_queued`).
-
--- Makes `owner` the holder of a free lock; `from_queue`: granted from (or past) its queue,
--- which may still hold others, so the hash says so. `lease_ms` may be the string a caller was
--- sent, passed on as is; a number is written with '%d' here, once, as Redis would write it
--- out with printf's '%.17g' for each call, which costs more.
-local function take(owner, lease_ms, block, from_queue)
-  if type(lease_ms) == 'number' then
-    lease_ms = string.format('%d', lease_ms)
-  end
-  if from_queue then
-    redis.call('hset', KEYS[1], owner, '1', 'queued', '1', 'queued.2', '1')
-  else
-    redis.call('hset', KEYS[1], owner, '1')
-  end
+-- Makes `owner` the holder of a lock found free with nobody queued, and returns its first
+-- token. While the counter is gone or behind the clock, the block starts past the clock alone
+-- and nothing is written but the hold: every token handed out before is below the clock,
+-- since a block taken this way ends at most `block` µs past it and outlives neither its
+-- lease (at least 1 ms) nor the release its client sends no sooner than twice `block` µs
+-- after the grant (engine/release_gate.rs); a force-unlock raises the counter past such a
+-- block. A counter behind the clock is deleted, so a lock held on a block of the clock has no
+-- counter (acquire.lua reads the counter as the holder's block).
+local function take_free(owner, lease_ms, block)
+  redis.call('hset', KEYS[1], owner, '1')
   redis.call('pexpire', KEYS[1], lease_ms)
-  return reserve_tokens(block, lease_ms)
+  local counter = redis.call('get', KEYS[2])
+  local first = now_us() + 1
+  if block > CLOCK_BLOCK_MAX or (counter and tonumber(counter) >= first) then
+    return reserve_tokens(block, lease_ms)
+  end
+  if counter then
+    redis.call('del', KEYS[2])
+  end
+  return first
 end

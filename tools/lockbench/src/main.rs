@@ -256,7 +256,7 @@ impl Implementation {
             Self::Ours | Self::OursPerWorker => None,
             // Both release with a compare-and-delete script: GET, then DEL on a match.
             Self::Rslock | Self::Naive => Some(&["get", "del"]),
-            Self::Bare => Some(&["exists", "hset", "pexpire", "time", "set", "hdel"]),
+            Self::Bare => Some(&["exists", "hset", "pexpire", "get", "time", "hdel"]),
         }
     }
 
@@ -580,7 +580,7 @@ return 0
 ";
 
 /// This library's free-lock acquire and nothing else: its own clock and token functions
-/// (`take`: `HSET`, `PEXPIRE`, `TIME`, the fencing counter's `SET ... PX ... GET`) after one
+/// (`take_free`: `HSET`, `PEXPIRE`, a `GET` that finds no fencing counter, `TIME`) after one
 /// `EXISTS` over the lock, its queue, an epoch key and its marker, each counted as the
 /// library counts it. KEYS: the lock, the fencing counter, its queue, the epoch key, its
 /// marker (the library's order); ARGV: the owner, the lease ms, the token block. Returns the
@@ -594,7 +594,7 @@ local seen = redis.call('exists', KEYS[1], KEYS[3], KEYS[4], KEYS[4], KEYS[4],
 if seen % 3 ~= 0 then
   return 0
 end
-return take(ARGV[1], ARGV[2], tonumber(ARGV[3]))
+return take_free(ARGV[1], ARGV[2], tonumber(ARGV[3]))
 "
 );
 
