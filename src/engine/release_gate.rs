@@ -17,7 +17,7 @@ use crate::kind::LockKind;
 const CLOCK_BLOCK_MAX: u64 = 1000;
 
 /// The earliest instant a release of one acquisition may be sent.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct ReleaseGate {
     /// `None`: the acquisition's tokens are in the counter, or came from no free-lock take.
     opens_at: Option<Instant>,
@@ -55,6 +55,16 @@ impl ReleaseGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_block_cap_is_the_scripts_own() {
+        let tokens = include_str!("../wire/lua/tokens.lua");
+        let declared = format!("local CLOCK_BLOCK_MAX = {CLOCK_BLOCK_MAX}\n");
+        assert!(
+            tokens.contains(&declared),
+            "tokens.lua declares another cap"
+        );
+    }
 
     #[test]
     fn only_an_exclusive_lock_with_a_block_the_clock_gives_waits() {
