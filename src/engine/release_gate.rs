@@ -68,31 +68,17 @@ mod tests {
 
     #[test]
     fn only_an_exclusive_lock_with_a_block_the_clock_gives_waits() {
-        assert!(
-            ReleaseGate::after_grant(LockKind::Exclusive, 17)
-                .opens_at
-                .is_some()
-        );
-        assert!(
-            ReleaseGate::after_grant(LockKind::Fair, 1)
-                .opens_at
-                .is_some()
-        );
-        assert!(
-            ReleaseGate::after_grant(LockKind::Exclusive, 1001)
-                .opens_at
-                .is_none()
-        );
-        assert!(
-            ReleaseGate::after_grant(LockKind::Read, 1)
-                .opens_at
-                .is_none()
-        );
-        assert!(
-            ReleaseGate::after_grant(LockKind::Write, 1)
-                .opens_at
-                .is_none()
-        );
+        let cases = [
+            (LockKind::Exclusive, 17, true),
+            (LockKind::Fair, 1, true),
+            (LockKind::Exclusive, 1001, false),
+            (LockKind::Read, 1, false),
+            (LockKind::Write, 1, false),
+        ];
+        for (kind, block, waits) in cases {
+            let gate = ReleaseGate::after_grant(kind, block);
+            assert_eq!(gate.opens_at.is_some(), waits, "{kind:?}, block {block}");
+        }
     }
 
     #[tokio::test]
