@@ -15,7 +15,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Starts redis-server on a random free port; sets REDIS_PORT and REDIS_URL.
+# Starts redis-server on a random free port; sets REDIS_PORT and REDIS_URL. Arguments, if
+# any, are a command that runs the server (e.g. `valgrind --tool=callgrind`).
 start_redis() {
     local attempt port pid
     for attempt in 1 2 3 4 5; do
@@ -23,7 +24,7 @@ start_redis() {
         if redis-cli -p "$port" ping >/dev/null 2>&1; then
             continue # taken by someone else's server
         fi
-        redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+        "$@" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
             --daemonize no --loglevel warning >/dev/null 2>&1 &
         pid=$!
         for _ in $(seq 1 100); do

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Redis's own work per lock operation, counted in instructions that redis-server executes
+# (callgrind), so the figures do not move with the load on a shared machine as timings do:
+# per uncontended acquire + release of this library (16 at once on one client), per
+# hand-over between two instances through Redis, and per acquire + release of a plain
+# `SET NX PX` lock with a compare-and-delete release (the commands rslock sends), with the
+# ratio of ours to it. Each figure is the difference between a run of N rounds and one of
+# 3N, over the operations between them, so connecting and warming up cancel out; the
+# commands Redis ran (scripts' own included) are counted over the same window.
+#
+#   ./scripts/redis-work.sh [--rounds N]   (default 100)
+#
+# Installs valgrind when missing. Prints a table on stderr and one JSON line on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+if ! command -v callgrind_control >/dev/null 2>&1; then
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo="sudo"
+    fi
+    echo "redis-work: installing valgrind" >&2
+    $sudo apt-get update
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y valgrind
+fi
+source scripts/lib.sh
+
+rounds=100
+if [ "${1:-}" = "--rounds" ] && [ -n "${2:-}" ]; then
+    rounds=$2
+elif [ $# -gt 0 ]; then
+    echo "usage: $0 [--rounds N]" >&2
+    exit 2
+fi
+
+cargo build --locked --quiet --example redis_work
+work=target/debug/examples/redis_work
+out=$(mktemp -d)
+trap 'cleanup; rm -rf "$out"' EXIT
+start_redis valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.%p"
+server=${started_pids[-1]}
+
+# Runs `workload` for `n` rounds and prints "<operations> <instructions> <commands>": what
+# Redis executed between the program's warm-up and the end of its rounds.
+count() {
+    local workload=$1 n=$2 line operations commands dumps
+    coproc WORK { "$work" --redis "$REDIS_URL" --workload "$workload" --rounds "$n"; }
+    read -r line <&"${WORK[0]}"
+    [ "$line" = ready ] || { echo "redis_work $workload: $line" >&2; exit 1; }
+    redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
+    callgrind_control -z "$server" >/dev/null 2>&1
+    echo go >&"${WORK[1]}"
+    read -r line <&"${WORK[0]}"
+    callgrind_control -d "$server" >/dev/null 2>&1
+    # Each dump is a file of its own, numbered from 1: the newest is the count of them.
+    dumps=$(find "$out" -name "callgrind.$server.*" | wc -l)
+    # Every call but the harness's own CONFIG RESETSTAT and INFO.
+    commands=$(redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' | awk -F'[:=,]' \
+        '/^cmdstat_/ && $1 !~ /^cmdstat_(config|info)/ { sum += $3 } END { print sum + 0 }')
+    echo end >&"${WORK[1]}"
+    wait "$WORK_PID"
+    operations=${line#done }
+    echo "$operations $(awk '/^summary:/ { print $2 }' "$out/callgrind.$server.$dumps") $commands"
+}
+
+json="{\"rounds\":$rounds"
+printf '%-12s %14s %12s\n' workload instructions commands >&2
+for workload in uncontended hand-over peer; do
+    read -r ops1 ir1 cmds1 <<<"$(count "$workload" "$rounds")"
+    read -r ops3 ir3 cmds3 <<<"$(count "$workload" "$((3 * rounds))")"
+    per_op=$(((ir3 - ir1) / (ops3 - ops1)))
+    commands=$(awk -v a="$cmds1" -v b="$cmds3" -v n="$((ops3 - ops1))" \
+        'BEGIN { printf "%.2f", (b - a) / n }')
+    printf '%-12s %14d %12s\n' "$workload" "$per_op" "$commands" >&2
+    key=${workload//-/_}
+    json+=",\"${key}_instructions\":$per_op,\"${key}_commands\":$commands"
+    declare "per_op_$key=$per_op"
+done
+ratio=$(awk -v a="$per_op_uncontended" -v b="$per_op_peer" 'BEGIN { printf "%.3f", a / b }')
+echo "instructions per uncontended acquire + release against the peer's: $ratio" >&2
+echo "$json,\"uncontended_vs_peer\":$ratio}"

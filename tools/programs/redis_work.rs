@@ -1,0 +1,212 @@
+//! Runs lock operations for `scripts/redis-work.sh`, which runs Redis under callgrind and
+//! counts the instructions Redis executes during them: Redis's own work per operation, a
+//! figure that does not move with the load on a shared machine as wall-clock times do.
+//!
+//! ```text
+//! redis_work --redis URL --workload uncontended|hand-over|peer --rounds N
+//! ```
+//!
+//! - `uncontended`: one client; per round, 16 tasks each acquire and release a lock of their
+//!   own at once (16 operations).
+//! - `hand-over`: two clients (two instances) take turns on one lock; per round, one waits
+//!   queued in Redis while the other releases, so the release grants it (1 operation).
+//! - `peer`: the commands of a plain `SET NX PX` lock with a compare-and-delete release (what
+//!   rslock sends), 16 at once per round on one multiplexed connection (16 operations).
+//!
+//! The program connects and warms up (scripts loaded, epoch learned) first, prints `ready`
+//! and waits for a line on stdin; then runs its rounds, prints `done <operations>` and waits
+//! for another line (or the end of input) before it disconnects, so the caller counts
+//! exactly the rounds.
+
+use std::error::Error;
+use std::time::Duration;
+
+use futures_util::future::try_join_all;
+use redis::aio::MultiplexedConnection;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
+use tower_redis_lock::{LockClient, LockGuard};
+
+type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+
+/// Locks taken at once per round where nobody waits.
+const IN_FLIGHT: usize = 16;
+/// The peer lock's lease: far longer than any round.
+const PEER_LEASE_MS: u64 = 30_000;
+const PEER_RELEASE: &str = r"
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('del', KEYS[1])
+end
+return 0
+";
+
+#[tokio::main]
+async fn main() -> Res<()> {
+    let (url, workload, rounds) = parse()?;
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    let operations = match workload.as_str() {
+        "uncontended" => uncontended(&url, rounds, &mut stdin).await?,
+        "hand-over" => hand_over(&url, rounds, &mut stdin).await?,
+        "peer" => peer(&url, rounds, &mut stdin).await?,
+        other => return Err(format!("unknown workload {other}").into()),
+    };
+    println!("done {operations}");
+    stdin.next_line().await?;
+    Ok(())
+}
+
+fn parse() -> Res<(String, String, usize)> {
+    let (mut url, mut workload, mut rounds) = (None, None, None);
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--redis" => url = Some(value),
+            "--workload" => workload = Some(value),
+            "--rounds" => rounds = Some(value.parse().map_err(|_| "--rounds: not a number")?),
+            _ => return Err(format!("unknown option {flag}").into()),
+        }
+    }
+    let usage = "usage: redis_work --redis URL --workload uncontended|hand-over|peer --rounds N";
+    Ok((
+        url.ok_or(usage)?,
+        workload.ok_or(usage)?,
+        rounds.ok_or(usage)?,
+    ))
+}
+
+/// Tells the caller the warm-up is over and waits for its go.
+async fn ready(stdin: &mut Lines<BufReader<Stdin>>) -> Res<()> {
+    println!("ready");
+    stdin
+        .next_line()
+        .await?
+        .ok_or("stdin closed before the go")?;
+    Ok(())
+}
+
+async fn uncontended(url: &str, rounds: usize, stdin: &mut Lines<BufReader<Stdin>>) -> Res<usize> {
+    let client = LockClient::connect(url).await?;
+    let locks = (0..IN_FLIGHT)
+        .map(|worker| client.lock(&format!("redis-work:{worker}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let round = || {
+        try_join_all(
+            locks
+                .iter()
+                .map(|lock| async move { lock.acquire().await?.release().await }),
+        )
+    };
+    round().await?;
+    ready(stdin).await?;
+    for _ in 0..rounds {
+        round().await?;
+    }
+    client.shutdown().await;
+    Ok(rounds * IN_FLIGHT)
+}
+
+async fn hand_over(url: &str, rounds: usize, stdin: &mut Lines<BufReader<Stdin>>) -> Res<usize> {
+    let clients = [
+        LockClient::connect(url).await?,
+        LockClient::connect(url).await?,
+    ];
+    let locks = [
+        clients[0].lock("redis-work:hand-over")?,
+        clients[1].lock("redis-work:hand-over")?,
+    ];
+    let mut held = locks[0].acquire().await?;
+    // The first hand-over in each direction warms up: scripts loaded, subscriptions made.
+    for round in 0..rounds + 2 {
+        if round == 2 {
+            ready(stdin).await?;
+        }
+        held = hand_over_once(&clients[(round + 1) % 2], &locks[(round + 1) % 2], held).await?;
+    }
+    held.release().await?;
+    for client in &clients {
+        client.shutdown().await;
+    }
+    Ok(rounds)
+}
+
+/// `next` asks for the lock `held` holds, queues in Redis, and gets it by `held`'s release.
+async fn hand_over_once(
+    next_client: &LockClient,
+    next: &tower_redis_lock::Lock,
+    held: LockGuard,
+) -> Res<LockGuard> {
+    let next = next.clone();
+    let waiting = tokio::spawn(async move { next.acquire().await });
+    // The client counts its queued waiters but signals nothing: look every millisecond.
+    while next_client.queued_waiters() == 0 {
+        if waiting.is_finished() {
+            return Err("the waiter got the lock without queuing".into());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let token = held.fencing_token();
+    held.release().await?;
+    let next = waiting.await??;
+    if next.fencing_token() <= token {
+        return Err("the fencing tokens went back".into());
+    }
+    Ok(next)
+}
+
+async fn peer(url: &str, rounds: usize, stdin: &mut Lines<BufReader<Stdin>>) -> Res<usize> {
+    let conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let release = redis::Script::new(PEER_RELEASE);
+    release
+        .prepare_invoke()
+        .load_async(&mut conn.clone())
+        .await?;
+    let round = |round: usize| {
+        let (conn, release) = (conn.clone(), &release);
+        try_join_all((0..IN_FLIGHT).map(move |worker| {
+            peer_once(
+                conn.clone(),
+                release,
+                worker,
+                format!("owner-{round}-{worker}"),
+            )
+        }))
+    };
+    round(0).await?;
+    ready(stdin).await?;
+    for index in 1..=rounds {
+        round(index).await?;
+    }
+    Ok(rounds * IN_FLIGHT)
+}
+
+/// One acquire and release of the peer lock on a key nobody else takes.
+async fn peer_once(
+    mut conn: MultiplexedConnection,
+    release: &redis::Script,
+    worker: usize,
+    owner: String,
+) -> Res<()> {
+    let key = format!("redis-work:peer:{worker}");
+    let taken: Option<String> = redis::cmd("SET")
+        .arg(&key)
+        .arg(&owner)
+        .arg("NX")
+        .arg("PX")
+        .arg(PEER_LEASE_MS)
+        .query_async(&mut conn)
+        .await?;
+    if taken.is_none() {
+        return Err(format!("{key}: found taken").into());
+    }
+    let released: i64 = release
+        .key(&key)
+        .arg(&owner)
+        .invoke_async(&mut conn)
+        .await?;
+    if released != 1 {
+        return Err(format!("{key}: not released").into());
+    }
+    Ok(())
+}
