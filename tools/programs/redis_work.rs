@@ -14,9 +14,10 @@
 //!   rslock sends), 16 at once per round on one multiplexed connection (16 operations).
 //!
 //! The program connects and warms up (scripts loaded, epoch learned) first, prints `ready`
-//! and waits for a line on stdin; then runs its rounds, prints `done <operations>` and waits
-//! for another line (or the end of input) before it disconnects, so the caller counts
-//! exactly the rounds.
+//! and waits for a line on stdin; then runs its rounds, shuts its clients down, prints
+//! `done <operations>` and waits for another line (or the end of input) before it exits. The
+//! caller's count thus holds the rounds and one shutdown, which the difference between a run
+//! of N rounds and one of 3N cancels.
 
 use std::error::Error;
 use std::time::Duration;
@@ -24,7 +25,7 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use redis::aio::MultiplexedConnection;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
-use tower_redis_lock::{LockClient, LockGuard};
+use tower_redis_lock::{Lock, LockClient, LockGuard};
 
 type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -130,11 +131,7 @@ async fn hand_over(url: &str, rounds: usize, stdin: &mut Lines<BufReader<Stdin>>
 }
 
 /// `next` asks for the lock `held` holds, queues in Redis, and gets it by `held`'s release.
-async fn hand_over_once(
-    next_client: &LockClient,
-    next: &tower_redis_lock::Lock,
-    held: LockGuard,
-) -> Res<LockGuard> {
+async fn hand_over_once(next_client: &LockClient, next: &Lock, held: LockGuard) -> Res<LockGuard> {
     let next = next.clone();
     let waiting = tokio::spawn(async move { next.acquire().await });
     // The client counts its queued waiters but signals nothing: look every millisecond.
