@@ -9,6 +9,8 @@
 #[allow(dead_code)]
 #[path = "shared/common.rs"]
 mod common;
+#[path = "shared/simplest_lock.rs"]
+mod simplest_lock;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use common::{bench_ping, runtime};
 use criterion::{Criterion, criterion_group, criterion_main};
-use redis::aio::MultiplexedConnection;
+use simplest_lock::SimplestLock;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tower_redis_lock::{Lock, LockClient};
 
@@ -27,44 +29,6 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// Acquisitions whose allocations are averaged.
 const COUNTED_ROUNDS: u64 = 2_000;
-
-const COMPARE_AND_DELETE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return redis.call('DEL', KEYS[1])
-end
-return 0
-";
-
-/// The simplest lock: one multiplexed connection, a fixed owner and lease.
-#[derive(Clone)]
-struct SimplestLock {
-    conn: MultiplexedConnection,
-    release: redis::Script,
-}
-
-impl SimplestLock {
-    async fn acquire_release(&self, key: &str) {
-        let mut conn = self.conn.clone();
-        let taken: Option<String> = redis::cmd("SET")
-            .arg(key)
-            .arg("owner-1")
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        assert!(taken.is_some(), "the simplest lock found {key} held");
-        let released: i64 = self
-            .release
-            .key(key)
-            .arg("owner-1")
-            .invoke_async(&mut conn)
-            .await
-            .unwrap();
-        assert_eq!(released, 1);
-    }
-}
 
 async fn ours_acquire_release(lock: &Lock) {
     lock.acquire().await.unwrap().release().await.unwrap();
@@ -100,15 +64,7 @@ fn fast_path_benches(c: &mut Criterion) {
     let url = server.url();
     let (locks, simplest) = runtime.block_on(async {
         let locks = LockClient::connect(&url).await.unwrap();
-        let conn = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let simplest = SimplestLock {
-            conn,
-            release: redis::Script::new(COMPARE_AND_DELETE),
-        };
+        let simplest = SimplestLock::connect(&url).await.unwrap();
         (locks, simplest)
     });
     let lock = locks.lock("bench:fast-path").unwrap();

@@ -10,8 +10,8 @@
 //!   own at once (16 operations).
 //! - `hand-over`: two clients (two instances) take turns on one lock; per round, one waits
 //!   queued in Redis while the other releases, so the release grants it (1 operation).
-//! - `peer`: the commands of a plain `SET NX PX` lock with a compare-and-delete release (what
-//!   rslock sends), 16 at once per round on one multiplexed connection (16 operations).
+//! - `peer`: the simplest lock of the fast-path bench (`SET NX PX`, and a compare-and-delete
+//!   release: what rslock sends), 16 at once per round on one connection (16 operations).
 //!
 //! The program connects and warms up (scripts loaded, epoch learned) first, prints `ready`
 //! and waits for a line on stdin; then runs its rounds, shuts its clients down, prints
@@ -19,26 +19,22 @@
 //! caller's count thus holds the rounds and one shutdown, which the difference between a run
 //! of N rounds and one of 3N cancels.
 
+#[path = "../../benches/shared/simplest_lock.rs"]
+mod simplest_lock;
+
 use std::error::Error;
 use std::time::Duration;
 
-use futures_util::future::try_join_all;
-use redis::aio::MultiplexedConnection;
+use futures_util::future::{join_all, try_join_all};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use tower_redis_lock::{Lock, LockClient, LockGuard};
+
+use simplest_lock::SimplestLock;
 
 type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
 /// Locks taken at once per round where nobody waits.
 const IN_FLIGHT: usize = 16;
-/// The peer lock's lease: far longer than any round.
-const PEER_LEASE_MS: u64 = 30_000;
-const PEER_RELEASE: &str = r"
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('del', KEYS[1])
-end
-return 0
-";
 
 #[tokio::main]
 async fn main() -> Res<()> {
@@ -151,59 +147,15 @@ async fn hand_over_once(next_client: &LockClient, next: &Lock, held: LockGuard) 
 }
 
 async fn peer(url: &str, rounds: usize, stdin: &mut Lines<BufReader<Stdin>>) -> Res<usize> {
-    let conn = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
-    let release = redis::Script::new(PEER_RELEASE);
-    release
-        .prepare_invoke()
-        .load_async(&mut conn.clone())
-        .await?;
-    let round = |round: usize| {
-        let (conn, release) = (conn.clone(), &release);
-        try_join_all((0..IN_FLIGHT).map(move |worker| {
-            peer_once(
-                conn.clone(),
-                release,
-                worker,
-                format!("owner-{round}-{worker}"),
-            )
-        }))
-    };
-    round(0).await?;
+    let lock = SimplestLock::connect(url).await?;
+    let keys: Vec<String> = (0..IN_FLIGHT)
+        .map(|worker| format!("redis-work:peer:{worker}"))
+        .collect();
+    let round = || join_all(keys.iter().map(|key| lock.acquire_release(key)));
+    round().await;
     ready(stdin).await?;
-    for index in 1..=rounds {
-        round(index).await?;
+    for _ in 0..rounds {
+        round().await;
     }
     Ok(rounds * IN_FLIGHT)
-}
-
-/// One acquire and release of the peer lock on a key nobody else takes.
-async fn peer_once(
-    mut conn: MultiplexedConnection,
-    release: &redis::Script,
-    worker: usize,
-    owner: String,
-) -> Res<()> {
-    let key = format!("redis-work:peer:{worker}");
-    let taken: Option<String> = redis::cmd("SET")
-        .arg(&key)
-        .arg(&owner)
-        .arg("NX")
-        .arg("PX")
-        .arg(PEER_LEASE_MS)
-        .query_async(&mut conn)
-        .await?;
-    if taken.is_none() {
-        return Err(format!("{key}: found taken").into());
-    }
-    let released: i64 = release
-        .key(&key)
-        .arg(&owner)
-        .invoke_async(&mut conn)
-        .await?;
-    if released != 1 {
-        return Err(format!("{key}: not released").into());
-    }
-    Ok(())
 }
