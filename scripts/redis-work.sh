@@ -20,8 +20,9 @@ if ! command -v callgrind_control >/dev/null 2>&1; then
         sudo="sudo"
     fi
     echo "redis-work: installing valgrind" >&2
-    $sudo apt-get update
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y valgrind
+    # On stderr: stdout carries the JSON line alone.
+    $sudo apt-get update >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y valgrind >&2
 fi
 source scripts/lib.sh
 
