@@ -48,19 +48,15 @@ count() {
     coproc WORK { "$work" --redis "$REDIS_URL" --workload "$workload" --rounds "$n"; }
     read -r line <&"${WORK[0]}"
     [ "$line" = ready ] || { echo "redis_work $workload: $line" >&2; exit 1; }
-    redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
     callgrind_control -z "$server" >/dev/null 2>&1
     echo go >&"${WORK[1]}"
     read -r line <&"${WORK[0]}"
     callgrind_control -d "$server" >/dev/null 2>&1
     # Each dump is a file of its own, numbered from 1: the newest is the count of them.
     dumps=$(find "$out" -name "callgrind.$server.*" | wc -l)
-    # Every call but the harness's own CONFIG RESETSTAT and INFO.
-    commands=$(redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' | awk -F'[:=,]' \
-        '/^cmdstat_/ && $1 !~ /^cmdstat_(config|info)/ { sum += $3 } END { print sum + 0 }')
     echo end >&"${WORK[1]}"
     wait "$WORK_PID"
-    operations=${line#done }
+    read -r _ operations commands <<<"$line"
     echo "$operations $(awk '/^summary:/ { print $2 }' "$out/callgrind.$server.$dumps") $commands"
 }
 

@@ -14,11 +14,14 @@
 //!   release: what rslock sends), 16 at once per round on one connection (16 operations).
 //!
 //! The program connects and warms up (scripts loaded, epoch learned) first, prints `ready`
-//! and waits for a line on stdin; then runs its rounds, shuts its clients down, prints
-//! `done <operations>` and waits for another line (or the end of input) before it exits. The
-//! caller's count thus holds the rounds and one shutdown, which the difference between a run
-//! of N rounds and one of 3N cancels.
+//! and waits for a line on stdin; then resets the server's command statistics, runs its
+//! rounds, shuts its clients down, prints `done <operations> <commands Redis ran>` (scripts'
+//! own included, the statistics' reset and read left out) and waits for another line (or the
+//! end of input) before it exits. The caller's count thus holds the rounds and one shutdown,
+//! which the difference between a run of N rounds and one of 3N cancels.
 
+#[path = "commandstats.rs"]
+mod commandstats;
 #[path = "../../benches/shared/simplest_lock.rs"]
 mod simplest_lock;
 
@@ -26,6 +29,7 @@ use std::error::Error;
 use std::time::Duration;
 
 use futures_util::future::{join_all, try_join_all};
+use redis::aio::MultiplexedConnection;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use tower_redis_lock::{Lock, LockClient, LockGuard};
 
@@ -39,15 +43,21 @@ const IN_FLIGHT: usize = 16;
 #[tokio::main]
 async fn main() -> Res<()> {
     let (url, workload, rounds) = parse()?;
-    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    let mut window = Window {
+        stdin: BufReader::new(tokio::io::stdin()).lines(),
+        stats: redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?,
+    };
     let operations = match workload.as_str() {
-        "uncontended" => uncontended(&url, rounds, &mut stdin).await?,
-        "hand-over" => hand_over(&url, rounds, &mut stdin).await?,
-        "peer" => peer(&url, rounds, &mut stdin).await?,
+        "uncontended" => uncontended(&url, rounds, &mut window).await?,
+        "hand-over" => hand_over(&url, rounds, &mut window).await?,
+        "peer" => peer(&url, rounds, &mut window).await?,
         other => return Err(format!("unknown workload {other}").into()),
     };
-    println!("done {operations}");
-    stdin.next_line().await?;
+    let commands = window.commands().await?;
+    println!("done {operations} {commands}");
+    window.stdin.next_line().await?;
     Ok(())
 }
 
@@ -71,17 +81,43 @@ fn parse() -> Res<(String, String, usize)> {
     ))
 }
 
-/// Tells the caller the warm-up is over and waits for its go.
-async fn ready(stdin: &mut Lines<BufReader<Stdin>>) -> Res<()> {
-    println!("ready");
-    stdin
-        .next_line()
-        .await?
-        .ok_or("stdin closed before the go")?;
-    Ok(())
+/// The counted window: opened when the caller says go, and the commands Redis ran in it.
+struct Window {
+    stdin: Lines<BufReader<Stdin>>,
+    /// A connection of its own for the server's command statistics.
+    stats: MultiplexedConnection,
 }
 
-async fn uncontended(url: &str, rounds: usize, stdin: &mut Lines<BufReader<Stdin>>) -> Res<usize> {
+impl Window {
+    /// Tells the caller the warm-up is over, waits for its go, and resets the statistics.
+    async fn open(&mut self) -> Res<()> {
+        println!("ready");
+        self.stdin
+            .next_line()
+            .await?
+            .ok_or("stdin closed before the go")?;
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut self.stats)
+            .await?;
+        Ok(())
+    }
+
+    /// Commands Redis ran since [`Window::open`], but the statistics' own reset and read.
+    async fn commands(&mut self) -> Res<u64> {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.stats)
+            .await?;
+        Ok(commandstats::calls_by_command(&stats)
+            .into_iter()
+            .filter(|(name, _)| !name.starts_with("config") && name != "info")
+            .map(|(_, calls)| calls)
+            .sum())
+    }
+}
+
+async fn uncontended(url: &str, rounds: usize, window: &mut Window) -> Res<usize> {
     let client = LockClient::connect(url).await?;
     let locks = (0..IN_FLIGHT)
         .map(|worker| client.lock(&format!("redis-work:{worker}")))
@@ -94,7 +130,7 @@ async fn uncontended(url: &str, rounds: usize, stdin: &mut Lines<BufReader<Stdin
         )
     };
     round().await?;
-    ready(stdin).await?;
+    window.open().await?;
     for _ in 0..rounds {
         round().await?;
     }
@@ -102,7 +138,7 @@ async fn uncontended(url: &str, rounds: usize, stdin: &mut Lines<BufReader<Stdin
     Ok(rounds * IN_FLIGHT)
 }
 
-async fn hand_over(url: &str, rounds: usize, stdin: &mut Lines<BufReader<Stdin>>) -> Res<usize> {
+async fn hand_over(url: &str, rounds: usize, window: &mut Window) -> Res<usize> {
     let clients = [
         LockClient::connect(url).await?,
         LockClient::connect(url).await?,
@@ -115,7 +151,7 @@ async fn hand_over(url: &str, rounds: usize, stdin: &mut Lines<BufReader<Stdin>>
     // The first hand-over in each direction warms up: scripts loaded, subscriptions made.
     for round in 0..rounds + 2 {
         if round == 2 {
-            ready(stdin).await?;
+            window.open().await?;
         }
         held = hand_over_once(&clients[(round + 1) % 2], &locks[(round + 1) % 2], held).await?;
     }
@@ -146,14 +182,14 @@ async fn hand_over_once(next_client: &LockClient, next: &Lock, held: LockGuard) 
     Ok(next)
 }
 
-async fn peer(url: &str, rounds: usize, stdin: &mut Lines<BufReader<Stdin>>) -> Res<usize> {
+async fn peer(url: &str, rounds: usize, window: &mut Window) -> Res<usize> {
     let lock = SimplestLock::connect(url).await?;
     let keys: Vec<String> = (0..IN_FLIGHT)
         .map(|worker| format!("redis-work:peer:{worker}"))
         .collect();
     let round = || join_all(keys.iter().map(|key| lock.acquire_release(key)));
     round().await;
-    ready(stdin).await?;
+    window.open().await?;
     for _ in 0..rounds {
         round().await;
     }
