@@ -14,7 +14,6 @@ use crate::error::ErrorKind;
 use crate::error::Result;
 use crate::keys::HashOf;
 use crate::kind::LockKind;
-use crate::lease::MAX_LEASE;
 use crate::lock::hash_holders;
 use crate::wire::snapshot::{self, RawLock};
 
@@ -49,20 +48,14 @@ pub struct LockSnapshot {
     /// Time left on the lock's lease (the key's PTTL: of a read-held lock, the longest
     /// reader's; of a semaphore, its longest holder's), while it is held.
     pub lease_left: Option<Duration>,
-    /// How long ago its fencing tokens were last reserved, which is when its holder took it
-    /// through Redis (tokens follow the server's clock in µs; of a read-held lock, the latest
-    /// reader's; a hand-over between tasks of one client does not go through Redis). `None`
-    /// when it is free, once the counter expired (a lease after that reservation), and for a
-    /// lock taken free, whose tokens come from the clock without a counter.
-    pub held_for: Option<Duration>,
     /// The waiters at the head of its queue, first first (at most 1,000 from
     /// [`LockClient::inspect`], 16 per lock from [`LockClient::list`]).
     pub waiters: Vec<LockWaiter>,
     /// How many wait in its queue, all of them.
     pub queued: u64,
-    /// The top of the fencing counter: the last token reserved through it for this name,
-    /// while it lives (it expires a lease after its last reservation). `None` for a lock
-    /// taken free: its tokens come from the server clock and it writes no counter.
+    /// The last token of the block last granted to this name from its queue, while that
+    /// grant's lease lives. `None` for a lock taken free (its token went to its holder alone)
+    /// and once the grant's lease ran out.
     pub fence: Option<u64>,
     /// The Redis server's clock when it was read (ms since the Unix epoch): the clock that
     /// leases and liveness run on.
@@ -242,22 +235,12 @@ impl LockSnapshot {
                 (held_as, holders, Some(permits))
             }
         };
-        // Tokens are reserved past the server's clock in µs: the top of the counter dates the
-        // last reservation (the block adds a few µs), unless the counter ran ahead of it.
-        let held_for = match (held_as, raw.fence) {
-            (Some(_), Some(fence)) if fence / 1000 <= now.saturating_add(1_000) => {
-                Some(Duration::from_millis(now.saturating_sub(fence / 1000)))
-                    .filter(|held| *held <= MAX_LEASE)
-            }
-            _ => None,
-        };
         Self {
             name,
             key,
             lease_left: held_as.and(lease_left),
             held_as,
             holders,
-            held_for,
             waiters: raw
                 .waiters
                 .into_iter()

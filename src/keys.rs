@@ -94,7 +94,8 @@ impl LockKeys {
         &self.hash
     }
 
-    /// The fencing-token counter.
+    /// The last token block granted from the queue: a waiter that finds its grant by a look,
+    /// not by the message, reads its tokens there (they come from the scope's token counter).
     pub fn fence(&self) -> &str {
         &self.fence
     }
@@ -224,8 +225,8 @@ impl HashOf {
 }
 
 /// The name of the lock or semaphore whose hash is `key` under `prefix`, and which of the two
-/// it is; `None` for any other key (a fencing counter, a queue, the waiters' terms, the
-/// epoch): the reverse of the hash of [`LockKeys::new`] and [`LockKeys::semaphore`].
+/// it is; `None` for any other key (a grant's token block, a queue, the waiters' terms, the
+/// epoch, the token counter): the reverse of the hash of [`LockKeys::new`] and [`LockKeys::semaphore`].
 pub(crate) fn name_of_hash(prefix: &str, key: &str) -> Option<(String, HashOf)> {
     let tagged = key.strip_prefix(prefix)?.strip_prefix('{')?;
     let (escaped, of) = match tagged.strip_suffix(SEMAPHORE_SUFFIX) {
@@ -345,6 +346,8 @@ mod tests {
             "lock:{acme}:readers",
             "lock:epoch",
             "lock:epoch:{a}",
+            "lock:tokens",
+            "lock:tokens:{a}",
             "lock:{}",
             "lock:{a%7}",
             "lock:{a%41}",

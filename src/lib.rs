@@ -53,7 +53,7 @@ pub use client::{
     DEFAULT_LOCAL_HANDOFF_WINDOW, DEFAULT_REPOLL_INTERVAL, DEFAULT_RESTART_QUARANTINE,
     DEFAULT_WATCHDOG_LEASE, LockClient, LockClientBuilder,
 };
-pub use engine::config::MAX_CONNECTIONS;
+pub use engine::config::{MAX_CONNECTIONS, MAX_LOCAL_HANDOFF_LIMIT};
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostSignal};
 pub use inspect::{LockPage, LockSnapshot};

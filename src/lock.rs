@@ -27,9 +27,9 @@ pub struct LockState {
     pub holders: Vec<(String, u64)>,
     /// Time left on the lease, when the lock is held.
     pub ttl: Option<Duration>,
-    /// The top of the fencing counter: the last token reserved through it for this name,
-    /// while it lives (it expires a lease after its last reservation). `None` for a lock
-    /// taken free: its tokens come from the server clock and it writes no counter.
+    /// The last token of the block last granted to this name from its queue, while that
+    /// grant's lease lives. `None` for a lock taken free (its token went to its holder alone)
+    /// and once the grant's lease ran out.
     pub fence: Option<u64>,
 }
 
@@ -281,7 +281,7 @@ impl Lock {
                     &mut conn,
                     &keys,
                     self.target.kind,
-                    &shared.names(&keys).wake_prefix,
+                    shared.names(&keys),
                 )
                 .await
             })

@@ -1,11 +1,12 @@
-//! Where a lock's companions live: the epoch key its scripts check and the channel its
-//! grants are announced on.
+//! Where a lock's companions live: the epoch key its scripts check, the token counter its
+//! fencing tokens come from, and the channel its grants are announced on.
 //!
-//! On one Redis server, one epoch key and one wake channel per instance serve every lock.
-//! On a cluster a script may touch only keys of its own slot, and SPUBLISH only to a channel
-//! of its own slot, so both exist once per slot: `<prefix>epoch:{<tag>}` and
-//! `<prefix>wake:{<tag>}:<instance id>`, where `<tag>` is a short string that hashes to that
-//! slot. An instance thus listens on at most one channel per slot it waits in, however many
+//! On one Redis server, one epoch key, one token counter and one wake channel per instance
+//! serve every lock. On a cluster a script may touch only keys of its own slot, and SPUBLISH
+//! only to a channel of its own slot, so each exists once per slot: `<prefix>epoch:{<tag>}`,
+//! `<prefix>tokens:{<tag>}` and `<prefix>wake:{<tag>}:<instance id>`, where `<tag>` is a short
+//! string that hashes to that slot. The token counter moves with its slot, so a lock's tokens
+//! keep growing when the slot migrates. An instance thus listens on at most one channel per slot it waits in, however many
 //! locks it waits for, and a Redis that loses a slot's data (a failover to a replica that had
 //! not received it) is noticed per slot.
 
@@ -76,12 +77,15 @@ pub(crate) enum Placement {
     },
 }
 
-/// The epoch key and the wake channel prefix (the instance id follows it) of a scope.
+/// The epoch key, the token counter and the wake channel prefix (the instance id follows it)
+/// of a scope.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Names {
     /// The scope: the slot on a cluster, 0 on one server.
     pub(crate) scope: u16,
     pub(crate) epoch_key: String,
+    /// The counter every fencing token of the scope is taken from (see `lua/tokens.lua`).
+    pub(crate) tokens_key: String,
     pub(crate) wake_prefix: String,
 }
 
@@ -91,6 +95,7 @@ impl Placement {
         Self::Single(Arc::new(Names {
             scope: 0,
             epoch_key: format!("{prefix}epoch"),
+            tokens_key: format!("{prefix}tokens"),
             wake_prefix: format!("{prefix}wake:"),
         }))
     }
@@ -121,6 +126,7 @@ impl Placement {
                     Arc::new(Names {
                         scope,
                         epoch_key: format!("{prefix}epoch:{{{tag}}}"),
+                        tokens_key: format!("{prefix}tokens:{{{tag}}}"),
                         wake_prefix: format!("{prefix}wake:{{{tag}}}:"),
                     })
                 })
@@ -173,11 +179,13 @@ mod tests {
             let slot = slot_of(keys.hash());
             assert_eq!(names.scope, slot);
             assert_eq!(slot_of(&names.epoch_key), slot);
+            assert_eq!(slot_of(&names.tokens_key), slot);
             assert_eq!(slot_of(&format!("{}abc123", names.wake_prefix)), slot);
         }
         let single = Placement::single("lock:");
         let keys = LockKeys::new("lock:", "account-7").unwrap();
         assert_eq!(single.of(&keys).epoch_key, "lock:epoch");
+        assert_eq!(single.of(&keys).tokens_key, "lock:tokens");
         assert_eq!(single.of(&keys).wake_prefix, "lock:wake:");
     }
 }

@@ -1,34 +1,149 @@
-//! Fencing tokens against a real redis-server: they keep growing when the counter goes back
-//! (a failover to a replica that missed the last reservation) and when it expires, and no
-//! lock name leaves a key behind for good.
+//! Fencing tokens against real servers: per lock name they strictly increase across steps of
+//! the server's wall clock in either direction, a restart from its append-only file with the
+//! clock behind, the promotion of a replica whose clock is behind, and a token counter that
+//! went back (a failover to a replica that missed the last reservations); and no lock name
+//! leaves a key behind for good.
+//!
+//! Server clocks are moved by `support/clock_shim.c` (LD_PRELOAD), which steps the wall
+//! clock of `redis-server` / `valkey-server` and leaves their monotonic clock alone.
 
 mod support;
 
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use support::clock::FakeClock;
 use support::{RedisServer, client, eventually};
-use tower_redis_lock::{DEFAULT_LOCAL_HANDOFF_LIMIT, Lease};
+use tower_redis_lock::{ErrorKind, LockClient, MAX_LOCAL_HANDOFF_LIMIT};
 
 /// Bound for what normally takes milliseconds; generous because CI machines are shared.
 const SLACK: Duration = Duration::from_secs(5);
 
+/// Bound for a new replica's first sync (generous: shared, busy machines).
+const CATCH_UP: Duration = Duration::from_secs(30);
+
+/// An hour: a large NTP step, or a clock set by hand.
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Takes and releases `name` on `locks` and returns its token.
+async fn token_of(locks: &LockClient, name: &str) -> u64 {
+    let guard = locks.lock(name).unwrap().acquire().await.unwrap();
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    token
+}
+
 #[tokio::test]
-async fn tokens_keep_growing_when_the_counter_goes_back() {
+async fn tokens_keep_growing_when_the_token_counter_goes_back() {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
     let first = a.lock("rolled").unwrap().acquire().await.unwrap();
     let token = first.fencing_token();
-    // A failover to a replica that missed the lock and its last reservation: the lock is
-    // gone and the counter is back where it was a while ago; the epoch key survived.
+    // A failover to a replica that missed the lock and its last reservations: the lock is
+    // gone and the counter is back where it was a while ago; the epoch key survived. The
+    // server clock, past every token handed out, keeps the next one growing.
     let _: i64 = server.cmd(&["DEL", "lock:{rolled}"]);
-    let _: i64 = server.cmd(&["DECRBY", "lock:{rolled}:fence", "1000"]);
+    let _: i64 = server.cmd(&["DECRBY", "lock:tokens", "1000000"]);
     let second = b.lock("rolled").unwrap().acquire().await.unwrap();
     assert!(
         second.fencing_token() > token,
         "a token after the rollback ({}) is above every earlier one ({token})",
         second.fencing_token()
     );
+}
+
+#[tokio::test]
+async fn tokens_keep_growing_across_clock_steps_of_either_direction() {
+    let clock = FakeClock::new();
+    let server = RedisServer::start_with_clock(&clock, 0, &[]);
+    server.provision_epoch("lock:");
+    let locks = client(&server).await;
+    let mut last = token_of(&locks, "stepped").await;
+    // An NTP step forward and its correction, then a clock set an hour behind, then forward
+    // again: after each, the next token of the name is above every earlier one.
+    for (step, forward) in [(HOUR, true), (HOUR, false), (HOUR, false), (HOUR, true)] {
+        if forward {
+            clock.step_forward(step);
+        } else {
+            clock.step_back(step);
+        }
+        await_server_clock_off_by(&server, clock.offset()).await;
+        for _ in 0..3 {
+            let token = token_of(&locks, "stepped").await;
+            assert!(
+                token > last,
+                "after the clock moved to {} µs off, token {token} is not above {last}",
+                clock.offset()
+            );
+            last = token;
+        }
+    }
+}
+
+#[tokio::test]
+async fn tokens_keep_growing_across_a_restart_from_the_append_only_file_with_the_clock_behind() {
+    let clock = FakeClock::new();
+    let dir = tempdir("aof");
+    let files = [
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--dir",
+        &dir,
+    ];
+    let mut server = RedisServer::start_with_clock(&clock, 0, &files);
+    server.provision_epoch("lock:");
+    let port = server.port();
+    let locks = client(&server).await;
+    let before = token_of(&locks, "persisted").await;
+    drop(locks);
+    server.kill();
+    // The server comes back from its file with its clock a minute behind.
+    clock.step_back(Duration::from_secs(60));
+    let server = RedisServer::start_with_clock(&clock, port, &files);
+    await_server_clock_off_by(&server, clock.offset()).await;
+    let locks = client(&server).await;
+    let after = tokio::time::timeout(SLACK, token_of(&locks, "persisted"))
+        .await
+        .expect("the restarted server kept its epoch: no quarantine");
+    assert!(after > before, "{after} <= {before} after the restart");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn tokens_keep_growing_when_a_replica_whose_clock_is_behind_is_promoted() {
+    // No delay before the first sync (Redis and Valkey wait 5 s for more replicas by default).
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    // A minute behind: far more than this test takes, so the old clock-only tokens would
+    // certainly go back.
+    let replica_clock = FakeClock::new();
+    replica_clock.step_back(Duration::from_secs(60));
+    let master_port = master.port().to_string();
+    let replica = RedisServer::start_with_clock(
+        &replica_clock,
+        0,
+        &["--replicaof", "127.0.0.1", &master_port],
+    );
+    await_server_clock_off_by(&replica, replica_clock.offset()).await;
+    let locks = client(&master).await;
+    let mut before = 0;
+    for _ in 0..20 {
+        before = token_of(&locks, "promoted").await;
+    }
+    // The replica has every write (the counter is where the master's is) when the master
+    // dies and it is promoted.
+    assert!(
+        eventually(CATCH_UP, || repl_offset(&replica) == repl_offset(&master)).await,
+        "the replica never caught up"
+    );
+    drop(locks);
+    drop(master);
+    let _: () = replica.cmd(&["REPLICAOF", "NO", "ONE"]);
+    let promoted = client(&replica).await;
+    let after = token_of(&promoted, "promoted").await;
+    assert!(after > before, "{after} <= {before} after the promotion");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,7 +158,7 @@ async fn ten_thousand_names_leave_no_key_without_an_expiry() {
         }))
         .await;
     }
-    // Each lock was found free: its tokens came from the clock and it left no counter.
+    // Each lock was found free: it leaves nothing behind but the token counter of its scope.
     let keys: Vec<String> = server.cmd(&["KEYS", "*"]);
     assert_eq!(
         server.keys_besides_epoch(),
@@ -52,10 +167,10 @@ async fn ten_thousand_names_leave_no_key_without_an_expiry() {
         &keys[..keys.len().min(5)]
     );
     // The server's epoch key and its marker must outlive everything: they are how a loss is
-    // noticed.
+    // noticed; so must the token counter, which keeps tokens growing.
     let forever: Vec<&String> = keys
         .iter()
-        .filter(|key| !key.starts_with("lock:epoch"))
+        .filter(|key| !key.starts_with("lock:epoch") && *key != "lock:tokens")
         .filter(|key| server.cmd::<i64>(&["PTTL", key]) < 0)
         .collect();
     assert!(
@@ -66,46 +181,82 @@ async fn ten_thousand_names_leave_no_key_without_an_expiry() {
 }
 
 #[tokio::test]
-async fn tokens_keep_growing_across_the_expiry_of_the_counter() {
+async fn a_counter_ahead_of_the_clock_is_followed_and_never_expires() {
     let server = RedisServer::start();
     let locks = client(&server).await;
-    let lock = locks
-        .lock("short-lived")
-        .unwrap()
-        .with_lease(Lease::Fixed(Duration::from_secs(1)));
-    // A counter 300 ms past the server clock (generous: the acquire below runs within it), as
-    // a force-unlock leaves one: the first block is reserved through it, and the counter then
-    // lives one lease (1 s), by when the clock has passed it.
+    // A counter a minute past the server clock, as a clock that stepped back leaves it.
     let (seconds, micros): (u64, u64) = server.cmd(&["TIME"]);
-    let ahead = seconds * 1_000_000 + micros + 300_000;
-    let () = server.cmd(&["SET", "lock:{short-lived}:fence", &ahead.to_string()]);
-    let first = lock.acquire().await.unwrap();
-    let token = first.fencing_token();
+    let ahead = seconds * 1_000_000 + micros + 60_000_000;
+    let () = server.cmd(&["SET", "lock:tokens", &ahead.to_string()]);
+    let token = token_of(&locks, "ahead").await;
     assert_eq!(token, ahead + 1);
-    first.release().await.unwrap();
-    assert!(
-        eventually(SLACK, || server
-            .cmd::<i64>(&["EXISTS", "lock:{short-lived}:fence"])
-            == 0)
-        .await,
-        "the counter expires after its lease"
-    );
-    let second = lock.acquire().await.unwrap();
-    assert!(second.fencing_token() > token);
+    assert_eq!(server.cmd::<i64>(&["PTTL", "lock:tokens"]), -1);
+    assert!(token_of(&locks, "ahead").await > token);
 }
 
 #[tokio::test]
-async fn a_force_unlock_raises_the_counter_past_the_block_its_holder_may_still_hand_out() {
+async fn tokens_keep_growing_across_a_force_unlock() {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
     let held = a.lock("seized").unwrap().acquire().await.unwrap();
-    let block_end = held.fencing_token() + u64::from(DEFAULT_LOCAL_HANDOFF_LIMIT);
-    assert_eq!(server.cmd::<i64>(&["EXISTS", "lock:{seized}:fence"]), 0);
     assert!(b.lock("seized").unwrap().force_unlock().await.unwrap());
-    // Read within its second of life (generous: one round trip after the script).
-    let counter: u64 = server.cmd(&["GET", "lock:{seized}:fence"]);
-    assert!(counter > block_end, "{counter} <= {block_end}");
     let next = b.lock("seized").unwrap().acquire().await.unwrap();
-    assert!(next.fencing_token() > counter);
+    assert!(next.fencing_token() > held.fencing_token());
     drop(held);
+}
+
+#[tokio::test]
+async fn a_local_hand_over_limit_past_its_bound_is_refused() {
+    let server = RedisServer::start();
+    let refused = LockClient::builder(&server.url())
+        .local_handoff_limit(MAX_LOCAL_HANDOFF_LIMIT + 1)
+        .build()
+        .await
+        .expect_err("a block of more than a millisecond of the clock was accepted");
+    assert_eq!(refused.kind(), ErrorKind::InvalidConfig);
+    LockClient::builder(&server.url())
+        .local_handoff_limit(MAX_LOCAL_HANDOFF_LIMIT)
+        .build()
+        .await
+        .expect("the bound itself is allowed");
+}
+
+/// Waits until the server's wall clock (TIME) is `offset_us` off the real one, within a
+/// second (every step here is larger), and fails when it is not within `SLACK`: the shim
+/// works, so a test that passes is not passing on a clock that never moved. Valkey reads the
+/// clock into a cache that a command may find a few milliseconds old, hence the wait.
+async fn await_server_clock_off_by(server: &RedisServer, offset_us: i64) {
+    let off = || {
+        let (seconds, micros): (i64, i64) = server.cmd(&["TIME"]);
+        let real = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("the clock is past 1970")
+            .as_micros() as i64;
+        seconds * 1_000_000 + micros - real
+    };
+    assert!(
+        eventually(SLACK, || (off() - offset_us).abs() < 1_000_000).await,
+        "the server clock is {} µs off, not {offset_us}",
+        off()
+    );
+}
+
+/// How far a server is in its replication stream (a replica: how far it applied it).
+fn repl_offset(server: &RedisServer) -> u64 {
+    let info: String = server.cmd(&["INFO", "replication"]);
+    info.lines()
+        .find_map(|line| line.strip_prefix("master_repl_offset:"))
+        .and_then(|offset| offset.trim().parse().ok())
+        .expect("INFO replication has master_repl_offset")
+}
+
+/// A directory of its own for a server's files.
+fn tempdir(what: &str) -> String {
+    let dir = std::env::temp_dir().join(format!(
+        "tower-redis-lock-{what}-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).expect("a directory for the server's files");
+    dir.display().to_string()
 }

@@ -363,15 +363,15 @@ async fn list_and_inspect_show_holders_by_instance_and_the_queue_in_order() {
     let invoice = row(&table, "invoice-42");
     assert_eq!(invoice[..3], ["invoice-42", "exclusive", "orders-7f9c(1)"]);
     // Taken free, its tokens came from the server clock: no counter to show.
-    assert_eq!(invoice[5], "-", "{table}");
-    assert_eq!(invoice[6..], ["3", "(1", "dead)"], "{table}");
+    assert_eq!(invoice[4], "-", "{table}");
+    assert_eq!(invoice[5..], ["3", "(1", "dead)"], "{table}");
     let report = row(&table, "report-7");
     assert_eq!(
-        [report[1], report[2], report[6]],
+        [report[1], report[2], report[5]],
         ["read-write:read", "orders-7f9c(1)", "1"]
     );
     // A read-write lock reserves its tokens through the counter: its top is shown.
-    let token: u64 = report[5].parse().expect("a token");
+    let token: u64 = report[4].parse().expect("a token");
     assert!(token >= reading.fencing_token(), "{table}");
 
     let (code, out, errors) = ctl(&server, &["list", "--json"]).await;
@@ -935,7 +935,7 @@ async fn list_and_inspect_show_a_semaphores_permits_its_holders_takes_and_a_queu
     assert_eq!(
         header,
         [
-            "NAME", "KIND", "HOLDERS", "LEASE", "HELD", "TOKEN", "WAITERS", "FREE"
+            "NAME", "KIND", "HOLDERS", "LEASE", "TOKEN", "WAITERS", "FREE"
         ]
     );
     let sem = row_of_kind(&table, "pool", "semaphore");
@@ -945,12 +945,12 @@ async fn list_and_inspect_show_a_semaphores_permits_its_holders_takes_and_a_queu
         "{table}"
     );
     assert_eq!(
-        sem[6..],
+        sem[5..],
         ["1", "1/4"],
         "one waiter, one of four permits free: {table}"
     );
     let plain = row_of_kind(&table, "pool", "exclusive");
-    assert_eq!([plain[2], plain[7]], ["billing-1(1)", "-"], "{table}");
+    assert_eq!([plain[2], plain[6]], ["billing-1(1)", "-"], "{table}");
 
     let (code, out, errors) = ctl(&server, &["list", "--json"]).await;
     assert_eq!(code, 0, "{errors}");

@@ -15,8 +15,9 @@ use tower_redis_lock::{ErrorKind, LockClient, LostReason};
 
 /// The leases of these tests: short, so a holder cut off from its Redis is told soon.
 const LEASE: Duration = Duration::from_secs(3);
-/// How long a client waits for a replica's acknowledgement.
-const ACK_TIMEOUT: Duration = Duration::from_millis(300);
+/// How long a client waits for a replica's acknowledgement (generous: shared, busy machines;
+/// below half the lease, as the client requires).
+const ACK_TIMEOUT: Duration = Duration::from_secs(1);
 /// Generous bound for what should take a few milliseconds (shared, busy machines).
 const PROMPTLY: Duration = Duration::from_secs(10);
 
@@ -199,6 +200,108 @@ async fn a_waiter_is_told_only_once_a_replica_has_its_grant() {
         "the unacknowledged grant was left on the master"
     );
     link.heal();
+}
+
+/// A waiter that finds its grant by a look (the release's message held back) writes nothing
+/// to find it: on Redis 7.2+ and Valkey a WAIT on its own connection would vouch for no write
+/// at all. It must still be told only once a replica has the grant.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_that_finds_its_grant_by_a_look_is_told_only_once_a_replica_has_it() {
+    let (master, link, replica) = master_and_replica().await;
+    let holder_client = client(&master.url(), true).await;
+    // The waiter reaches Redis through a proxy that can hold back its pub/sub messages. It
+    // re-polls only every 5 s and its watchdog ticks every 10 s, so what makes it look is its
+    // pub/sub connection coming back (which wakes every waiter), and nothing it wrote since
+    // the replica's link froze (a re-poll, a heartbeat of its place) covers the grant.
+    let waiter_link = FaultProxy::start(master.port()).await;
+    let waiter_client = LockClient::builder(&waiter_link.url())
+        .watchdog_lease(Duration::from_secs(30))
+        .command_timeout(Duration::from_millis(500))
+        .repoll_interval(Duration::from_secs(5))
+        .min_replicas_acked(1, ACK_TIMEOUT)
+        .build()
+        .await
+        .expect("client");
+
+    let held = holder_client
+        .lock("order-2")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let lock = waiter_client.lock("order-2").unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    assert!(
+        support::eventually(PROMPTLY, || {
+            !support::queued(&master, "order-2").is_empty()
+                && waiter_link.subscribed_connections() > 0
+                && replica.cmd::<i64>(&["EXISTS", "lock:{order-2}:queue"]) == 1
+        })
+        .await,
+        "the waiter never queued and subscribed, or the replica never saw it queue"
+    );
+    // The master must know that the replica has the waiter's writes (replicas acknowledge
+    // once a second): WAIT compares with what the master knows, so a WAIT that vouches for
+    // nothing newer than those writes answers at once.
+    let queued_at = repl_offset(&master);
+    assert!(
+        support::eventually(PROMPTLY, || acked_offset(&master) >= queued_at).await,
+        "the replica never acknowledged the waiter's place"
+    );
+    waiter_link.hold_pubsub();
+    link.black_hole();
+    held.release().await.unwrap();
+    // The grant's message is lost with the connection it was held on; the waiter looks once
+    // its new connection's subscription is confirmed.
+    assert_eq!(waiter_link.cut_pubsub(), 1);
+    waiter_link.release_pubsub();
+    let outcome = tokio::time::timeout(PROMPTLY, waiting)
+        .await
+        .expect("the waiter never finished")
+        .unwrap();
+    assert_eq!(
+        outcome
+            .expect_err("told it holds a grant it found by a look and no replica has")
+            .kind(),
+        ErrorKind::ReplicasBehind
+    );
+    assert!(
+        support::eventually(PROMPTLY, || master
+            .cmd::<i64>(&["EXISTS", "lock:{order-2}"])
+            == 0)
+        .await,
+        "the unacknowledged grant was left on the master"
+    );
+    link.heal();
+}
+
+/// How far the master's replication stream is.
+fn repl_offset(master: &RedisServer) -> u64 {
+    info_field(master, "master_repl_offset:", "")
+}
+
+/// How far the master knows its replica has the stream (what WAIT compares with).
+fn acked_offset(master: &RedisServer) -> u64 {
+    info_field(master, "slave0:", "offset=")
+}
+
+/// The number after `inner` (or the whole value when empty) on the line of `INFO
+/// replication` that starts with `prefix`.
+fn info_field(server: &RedisServer, prefix: &str, inner: &str) -> u64 {
+    let info: String = server.cmd(&["INFO", "replication"]);
+    let value = info
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("INFO replication has no {prefix}"));
+    let after = match inner {
+        "" => value,
+        inner => value.split(inner).nth(1).unwrap_or(value),
+    };
+    after
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or_else(|| panic!("INFO replication {prefix}{value}: no number"))
 }
 
 #[tokio::test]

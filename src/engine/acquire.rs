@@ -14,7 +14,6 @@ use crate::engine::deadlines::{Registration, lost_deadline};
 use crate::engine::hold::{Acquisition, Baton, Budget, Holder};
 use crate::engine::lease::LeaseState;
 use crate::engine::local::LocalTurn;
-use crate::engine::release_gate::ReleaseGate;
 use crate::engine::replicas;
 use crate::engine::shared::Shared;
 use crate::engine::waiter::Waiter;
@@ -151,7 +150,6 @@ impl Target {
         } = granted;
         let lease = Arc::new(LeaseState::new(turn, expires_at));
         let watchdog_id = shared.new_holder_id();
-        let release_gate = ReleaseGate::after_grant(terms.kind, terms.block);
         shared.watchdog.register(Registration {
             id: watchdog_id,
             keys: self.keys.clone(),
@@ -160,7 +158,6 @@ impl Target {
             kind: self.kind,
             lease_mode: self.lease,
             expires_at,
-            release_gate,
         });
         let budget = Budget::new(token, terms.block, shared.config.local_handoff_window);
         let acquisition = Acquisition {
@@ -173,7 +170,6 @@ impl Target {
             watchdog_id,
             lease_mode: self.lease,
             owns_every_hold,
-            release_gate,
         };
         Holder::new(Arc::new(acquisition), token, budget, handed_over)
     }
@@ -356,10 +352,10 @@ impl Asking<'_> {
         by_release: bool,
     ) -> Result<Option<Instant>> {
         let lease_ms = self.terms.lease_ms;
-        // A grant was written by the releaser's connection: a write of this owner's own
-        // makes its WAIT cover the grant too.
-        let own_write_needed = replicas::asked(self.shared) && by_release;
-        let expires_at = if extension_needed || own_write_needed {
+        // A grant by a release's message runs on the claim lease: with replicas to wait for,
+        // it gets its full lease first, so the WAIT does not eat into the short one.
+        let full_lease_first = replicas::asked(self.shared) && by_release;
+        let expires_at = if extension_needed || full_lease_first {
             match self.waiter.extend_to(lease_ms).await? {
                 Some(sent_at) => lost_deadline(sent_at, Duration::from_millis(lease_ms)),
                 None => return Ok(None),
@@ -367,8 +363,9 @@ impl Asking<'_> {
         } else {
             expires_at
         };
-        // Not acknowledged: the error drops the waiter, which gives the lock back.
-        replicas::acknowledged(self.shared, self.target.keys.hash()).await?;
+        // Not acknowledged: the error drops the waiter, which gives the lock back. The write
+        // it makes first covers a grant another client wrote (see `replicas`).
+        replicas::acknowledged(self.shared, &self.target.keys).await?;
         Ok(Some(expires_at))
     }
 }

@@ -33,6 +33,11 @@ pub(crate) const MAX_INSTANCE_NAME: usize = 64;
 
 /// The most command connections a client keeps (`LockClientBuilder::connections`).
 pub const MAX_CONNECTIONS: usize = 64;
+/// Most [`LockClientBuilder::local_handoff_limit`](crate::LockClientBuilder::local_handoff_limit) allows. Each acquisition reserves one
+/// fencing token more than the limit, and a lock's tokens start past the server clock in µs
+/// when Redis lost its token counter: a block of at most a millisecond of that clock keeps the
+/// counter behind the clock at any rate of acquisitions a Redis can serve.
+pub const MAX_LOCAL_HANDOFF_LIMIT: u32 = 1000;
 
 /// How many replicas must acknowledge an acquisition (Redis's WAIT), and how long it waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +52,7 @@ impl Config {
     /// names the setting and its bound.
     pub(crate) fn validate(&self) -> Result<()> {
         let lease = self.watchdog_lease;
-        let checks: [(bool, &str); 11] = [
+        let checks: [(bool, &str); 12] = [
             (
                 lease >= Duration::from_millis(3) && lease <= MAX_LEASE,
                 "the watchdog lease must be from 3 ms to MAX_LEASE (a year)",
@@ -77,6 +82,12 @@ impl Config {
                 self.local_handoff_window < lease.mul_f64(0.9),
                 "the local hand-over window must be shorter than nine tenths of the watchdog \
                  lease",
+            ),
+            (
+                self.local_handoff_limit <= MAX_LOCAL_HANDOFF_LIMIT,
+                "the local hand-over limit must be at most MAX_LOCAL_HANDOFF_LIMIT (1,000): each \
+                 acquisition reserves that many tokens, and a token counter Redis lost must stay \
+                 behind the server clock it starts from again",
             ),
             (
                 self.restart_quarantine <= MAX_LEASE,

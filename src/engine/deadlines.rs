@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::release_gate::ReleaseGate;
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
 use crate::lease::{Lease, LostReason};
@@ -35,8 +34,6 @@ pub(crate) struct Registration {
     /// When the holder must be told its lease is lost unless a renewal succeeds first
     /// ([`lost_deadline`]).
     pub(crate) expires_at: Instant,
-    /// When a release at shutdown may go (see [`ReleaseGate`]).
-    pub(crate) release_gate: ReleaseGate,
 }
 
 #[derive(Debug, Default)]
@@ -126,7 +123,6 @@ mod tests {
             kind: LockKind::Exclusive,
             lease_mode: Lease::Watchdog,
             expires_at,
-            release_gate: ReleaseGate::OPEN,
         }
     }
 

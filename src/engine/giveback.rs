@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::release_gate::ReleaseGate;
 use crate::engine::shared::Shared;
 use crate::error::LockError;
 use crate::keys::{LockKeys, shown};
@@ -17,8 +16,7 @@ use crate::wire::scripts::{self, ReleaseScope};
 /// How long a give-back waits before trying again on a fresh connection.
 const RETRY: Duration = Duration::from_millis(200);
 
-/// Releases every hold of `owner` (and its place in the queue) in a background task, once
-/// `gate` has passed.
+/// Releases every hold of `owner` (and its place in the queue) in a background task.
 ///
 /// First on `conn`, the connection the last command went out on, behind it: a command still
 /// on its way is undone after it runs. When that connection is broken, the command ran or
@@ -30,11 +28,9 @@ pub(crate) fn give_back(
     kind: LockKind,
     owner: Arc<str>,
     conn: Option<Conn>,
-    gate: ReleaseGate,
     within: Duration,
 ) {
     shared.runtime.clone().spawn(async move {
-        gate.passed().await;
         let started = Instant::now();
         let mut conn = conn;
         loop {
@@ -49,7 +45,7 @@ pub(crate) fn give_back(
                         &mut conn,
                         &keys,
                         kind,
-                        &shared.names(&keys).wake_prefix,
+                        shared.names(&keys),
                         &owner,
                         ReleaseScope::All,
                     )

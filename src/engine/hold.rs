@@ -22,7 +22,6 @@ use tokio::time::Instant;
 
 use crate::engine::giveback::give_back;
 use crate::engine::lease::LeaseState;
-use crate::engine::release_gate::ReleaseGate;
 use crate::engine::shared::Shared;
 use crate::engine::waiter::Waiter;
 use crate::error::Result;
@@ -156,8 +155,6 @@ pub(crate) struct Acquisition {
     /// them all (a hold Redis counted whose reply was lost included). Not so for a read
     /// within a write lock, whose owner's other read holds are other guards'.
     pub(crate) owns_every_hold: bool,
-    /// When a release may go: a block taken from the clock must be over first.
-    pub(crate) release_gate: ReleaseGate,
 }
 
 impl Acquisition {
@@ -175,7 +172,6 @@ impl Acquisition {
             self.terms.kind,
             owner,
             None,
-            self.release_gate,
             Duration::from_millis(self.terms.lease_ms),
         );
     }
@@ -194,7 +190,7 @@ impl Acquisition {
                 scripts::acquire(
                     &mut conn,
                     &self.keys,
-                    &self.shared.names(&self.keys).wake_prefix,
+                    self.shared.names(&self.keys),
                     &self.owner,
                     terms,
                     mode,
@@ -208,7 +204,6 @@ impl Acquisition {
     /// Runs the release script for this acquisition's owner: one hold, or all of them. Returns the
     /// holds left, or `None` when the owner held nothing.
     pub(crate) async fn release_in_redis(&self, scope: ReleaseScope) -> Result<Option<u64>> {
-        self.release_gate.passed().await;
         self.shared
             .connections
             .run(self.keys.hash(), |mut conn| async move {
@@ -216,7 +211,7 @@ impl Acquisition {
                     &mut conn,
                     &self.keys,
                     self.terms.kind,
-                    &self.shared.names(&self.keys).wake_prefix,
+                    self.shared.names(&self.keys),
                     &self.owner,
                     scope,
                 )

@@ -18,7 +18,6 @@ pub(crate) mod local;
 pub(crate) mod pubsub;
 pub(crate) mod reenter;
 pub(crate) mod release;
-pub(crate) mod release_gate;
 pub(crate) mod replicas;
 pub(crate) mod sharded;
 pub(crate) mod shared;

@@ -45,7 +45,7 @@ pub(crate) async fn reenter(holder: Arc<Holder>) -> Result<OwnedHold> {
             Ok(_) if counted => {
                 let hold = OwnedHold::new(holder.clone());
                 // Not acknowledged: dropping the hold releases it.
-                replicas::acknowledged(&acquisition.shared, acquisition.keys.hash()).await?;
+                replicas::acknowledged(&acquisition.shared, &acquisition.keys).await?;
                 Ok(hold)
             }
             Ok(_) => Err(LockError::new(
@@ -112,7 +112,7 @@ pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
             target.grant_of(shared, None, granted, false, None),
         ));
         // Not acknowledged: dropping the hold releases it.
-        replicas::acknowledged(shared, acquisition.keys.hash()).await?;
+        replicas::acknowledged(shared, &acquisition.keys).await?;
         Ok(read)
     })
     .await

@@ -145,7 +145,6 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
     let next_owner = shared.new_owner();
     // Registered before the script runs, so the grant to it cannot arrive unheard.
     let slot = shared.pubsub.register(next_owner.clone());
-    acquisition.release_gate.passed().await;
     let sent_at = Instant::now();
     let reply = shared
         .connections
@@ -155,7 +154,7 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
                 scripts::handoff(
                     &mut conn,
                     &acquisition.keys,
-                    &shared.names(&acquisition.keys).wake_prefix,
+                    shared.names(&acquisition.keys),
                     &acquisition.owner,
                     &next_owner,
                     &acquisition.terms,
@@ -263,7 +262,6 @@ fn keep_for_next_task(holder: &Holder, token: u64, sent_at: Instant) {
         kind: acquisition.terms.kind,
         lease_mode: acquisition.lease_mode,
         expires_at,
-        release_gate: acquisition.release_gate,
     });
     // The block Redis reserved is the next holders': the first token is the next task's own.
     let window = shared.config.local_handoff_window;

@@ -1,16 +1,18 @@
 //! Replica acknowledgement: an acquisition is reported only once enough replicas have it, so
 //! that a failover to one of them keeps it (`LockClientBuilder::min_replicas_acked`).
 //!
-//! WAIT counts the writes of the connection it is sent on, so it goes out on the same
-//! connection as the write it vouches for, right after it (commands about one lock always
-//! use one connection). A grant written by another client's release is covered by a write
-//! of the waiter's own first: the replication stream is ordered, so replicas that have the
-//! later write have the grant.
+//! Since Redis 7.2 (and on every Valkey) WAIT counts only the writes of the connection it is
+//! sent on; on 7.0 it counted every write the server had made. So every path that tells a
+//! holder it holds (an acquisition, a re-entry, a read within a write lock, a grant by a
+//! release's message or found by a look) ends here, and here a write of this client's own
+//! goes out right before the WAIT, in one pipeline on one connection: the replication stream
+//! is ordered, so replicas that have that write have the grant and everything before it,
+//! whoever wrote it and whichever connection it went out on.
 
 use crate::engine::config::millis;
 use crate::engine::shared::Shared;
 use crate::error::{ErrorKind, LockError, Result};
-use crate::keys::shown;
+use crate::keys::{LockKeys, shown};
 use crate::wire::scripts;
 
 /// Whether replica acknowledgement is asked for at all.
@@ -18,14 +20,16 @@ pub(crate) fn asked(shared: &Shared) -> bool {
     shared.config.replica_ack.is_some()
 }
 
-/// Waits until the replicas asked for have every write sent so far on `key`'s connection:
+/// Waits until the replicas asked for have every write the master of `keys` made so far:
 /// `Ok` at once when none are asked for, [`ErrorKind::ReplicasBehind`] when fewer
 /// acknowledged within the timeout. The caller releases what it acquired on an error.
-pub(crate) async fn acknowledged(shared: &Shared, key: &str) -> Result<()> {
+pub(crate) async fn acknowledged(shared: &Shared, keys: &LockKeys) -> Result<()> {
     let Some(ack) = shared.config.replica_ack else {
         return Ok(());
     };
     let connections = &shared.connections;
+    let key = keys.hash();
+    let tokens_key = &shared.names(keys).tokens_key;
     let mut conn = connections.get(key).await?;
     // WAIT blocks on the server for its timeout: the reply may take that long and more.
     let limit = ack.timeout + connections.command_timeout();
@@ -33,7 +37,12 @@ pub(crate) async fn acknowledged(shared: &Shared, key: &str) -> Result<()> {
         .bounded_by(
             key,
             limit,
-            scripts::wait_for_replicas(&mut conn, key, ack.replicas, millis(ack.timeout)),
+            scripts::write_and_wait_for_replicas(
+                &mut conn,
+                tokens_key,
+                ack.replicas,
+                millis(ack.timeout),
+            ),
         )
         .await
         .map_err(|err| match err.kind() {

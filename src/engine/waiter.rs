@@ -8,7 +8,6 @@ use tokio::time::Instant;
 
 use crate::engine::deadlines::lost_deadline;
 use crate::engine::giveback::give_back;
-use crate::engine::release_gate::ReleaseGate;
 use crate::engine::shared::Shared;
 use crate::engine::wake::{Grant, Listening, WakeSlot};
 use crate::error::{ErrorKind, LockError, Result};
@@ -222,7 +221,7 @@ impl Waiter {
                     scripts::acquire(
                         &mut conn,
                         &self.keys,
-                        &shared.names(&self.keys).wake_prefix,
+                        shared.names(&self.keys),
                         &self.owner,
                         terms,
                         match mode {
@@ -399,8 +398,6 @@ impl Drop for Waiter {
                 self.kind,
                 self.owner.clone(),
                 self.conn.take(),
-                // Nobody saw a token of what Redis may have granted: none to outrun.
-                ReleaseGate::OPEN,
                 self.undo_within,
             );
         }

@@ -482,15 +482,14 @@ impl Actor {
         let connections = &self.connections;
         let placement = &self.placement;
         join_all(entries.iter().map(|entry| async move {
-            entry.release_gate.passed().await;
-            let wake_prefix = &placement.of(&entry.keys).wake_prefix;
+            let names = placement.of(&entry.keys);
             let released = connections
                 .run(entry.keys.hash(), |mut conn| async move {
                     scripts::release(
                         &mut conn,
                         &entry.keys,
                         entry.kind,
-                        wake_prefix,
+                        names,
                         &entry.owner,
                         ReleaseScope::All,
                     )

@@ -1,14 +1,15 @@
-//! The EVALSHA command of a script about one lock: the lock's keys, the extra keys its kind
-//! and the script take, and the wake prefix, sized before it is built.
+//! The EVALSHA command of a script about one lock: the lock's keys, its scope's token counter,
+//! the extra keys its kind and the script take, and the wake prefix, sized before it is built.
 
 use redis::Cmd;
 
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
+use crate::slots::Names;
 use crate::wire::args_room::ArgsRoom;
 use crate::wire::lua::Lua;
 
-/// Which keys a script takes besides a lock's four: the epoch key (with the marker an
+/// Which keys a script takes besides a lock's four and its scope's token counter: the epoch key (with the marker an
 /// exclusive lock's acquisition checks it by), and the readers' index (always last, where a
 /// read-write lock's and a semaphore's scripts find it; a semaphore keeps its holders there).
 #[derive(Debug, Clone, Copy)]
@@ -40,18 +41,19 @@ impl<'a> ExtraKeys<'a> {
     }
 }
 
-/// EVALSHA of `script` with a lock's four keys (and the `extra` ones) and the wake prefix; the
-/// caller adds the rest of its arguments, for which `tail` is room. Built as one command
+/// EVALSHA of `script` with a lock's four keys, the token counter of its scope (KEYS[5]), the
+/// `extra` keys, and the wake prefix of its scope (ARGV[1]); the caller adds the rest of its
+/// arguments, for which `tail` is room. Built as one command
 /// buffer of the size it needs: a lock operation should not allocate per argument, nor grow
 /// its buffers.
 pub(crate) fn evalsha(
     script: &Lua,
     keys: &LockKeys,
     extra: ExtraKeys<'_>,
-    wake: &str,
+    names: &Names,
     tail: ArgsRoom,
 ) -> Cmd {
-    let key_count = 4
+    let key_count = 5
         + usize::from(extra.epoch.is_some())
         + usize::from(extra.marker.is_some())
         + usize::from(extra.readers);
@@ -65,11 +67,12 @@ pub(crate) fn evalsha(
             keys.fence(),
             keys.queue(),
             keys.waiters(),
+            names.tokens_key.as_str(),
         ])
         .words(extra.epoch)
         .words(extra.marker)
         .words(readers)
-        .words([wake])
+        .words([names.wake_prefix.as_str()])
         .numbers(1);
     let mut cmd = script.evalsha_in(
         Cmd::with_capacity(head.args + tail.args, head.bytes + tail.bytes),
@@ -78,7 +81,8 @@ pub(crate) fn evalsha(
     cmd.arg(keys.hash())
         .arg(keys.fence())
         .arg(keys.queue())
-        .arg(keys.waiters());
+        .arg(keys.waiters())
+        .arg(&names.tokens_key);
     if let Some(epoch_key) = extra.epoch {
         cmd.arg(epoch_key);
     }
@@ -88,6 +92,6 @@ pub(crate) fn evalsha(
     if let Some(readers) = readers {
         cmd.arg(readers);
     }
-    cmd.arg(wake);
+    cmd.arg(&names.wake_prefix);
     cmd
 }

@@ -12,12 +12,12 @@
 
 use std::sync::Arc;
 
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Value};
 
 use crate::keys::LockKeys;
 use crate::kind::LockKind;
-use crate::slots::slot_of;
+use crate::slots::{Names, slot_of};
 use crate::wire::args_room::ArgsRoom;
 use crate::wire::conn::Conn;
 use crate::wire::joined_numbers::{JOINED, JoinedNumbers};
@@ -260,7 +260,7 @@ fn rw_role(kind: LockKind) -> Option<&'static str> {
 pub(crate) async fn acquire(
     conn: &mut Conn,
     keys: &LockKeys,
-    wake: &str,
+    names: &Names,
     owner: &str,
     terms: &Terms,
     mode: AcquireMode,
@@ -295,7 +295,7 @@ pub(crate) async fn acquire(
         .words(role)
         .numbers(numbers)
         .joined_numbers(JOINED);
-    let mut cmd = evalsha(script, keys, extra, wake, tail);
+    let mut cmd = evalsha(script, keys, extra, names, tail);
     cmd.arg(owner)
         .arg(terms.lease_ms)
         .arg(mode)
@@ -340,7 +340,7 @@ pub(crate) async fn release(
     conn: &mut Conn,
     keys: &LockKeys,
     kind: LockKind,
-    wake: &str,
+    names: &Names,
     owner: &str,
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
@@ -351,7 +351,7 @@ pub(crate) async fn release(
     };
     let role = rw_role(kind);
     let tail = ArgsRoom::NONE.words([owner, scope]).words(role);
-    let mut cmd = evalsha(script, keys, ExtraKeys::of(kind, None), wake, tail);
+    let mut cmd = evalsha(script, keys, ExtraKeys::of(kind, None), names, tail);
     cmd.arg(owner).arg(scope);
     if let Some(role) = role {
         cmd.arg(role);
@@ -378,7 +378,7 @@ fn figures(
 pub(crate) async fn handoff(
     conn: &mut Conn,
     keys: &LockKeys,
-    wake: &str,
+    names: &Names,
     owner: &str,
     next_owner: &str,
     terms: &Terms,
@@ -391,7 +391,7 @@ pub(crate) async fn handoff(
         &RELEASE,
         keys,
         ExtraKeys::of(LockKind::Exclusive, None),
-        wake,
+        names,
         tail,
     );
     cmd.arg(owner).arg("handoff").arg(next_owner);
@@ -463,7 +463,7 @@ pub(crate) async fn force_unlock(
     conn: &mut Conn,
     keys: &LockKeys,
     kind: LockKind,
-    wake: &str,
+    names: &Names,
 ) -> redis::RedisResult<bool> {
     let script = force_unlock_script(kind);
     // Every kind removes the readers' index too: a plain lock's name may be read-held.
@@ -472,7 +472,7 @@ pub(crate) async fn force_unlock(
         marker: None,
         readers: true,
     };
-    let cmd = evalsha(script, keys, extra, wake, ArgsRoom::NONE);
+    let cmd = evalsha(script, keys, extra, names, ArgsRoom::NONE);
     let removed: i64 = script.run(conn, &cmd).await?;
     Ok(removed == 1)
 }
@@ -486,28 +486,38 @@ pub(crate) async fn waive_quarantine(conn: &mut Conn, epoch_key: &str) -> redis:
     Ok(waived == 1)
 }
 
-/// `WAIT replicas timeout_ms` on the connection that wrote `key` (on a cluster, to the
-/// master of its slot): how many replicas acknowledged every write this connection sent
-/// there before it.
-pub(crate) async fn wait_for_replicas(
+/// A write of this connection's own to `tokens_key` (`INCRBY 0`, which changes nothing but
+/// is replicated), then `WAIT replicas timeout_ms`, in one pipeline on one connection (on a
+/// cluster, to the master of the key's slot): how many replicas acknowledged every write the
+/// node had made before that write. Since Redis 7.2 (and on Valkey) WAIT counts only what
+/// its own connection wrote, so a grant written by another client, or a write sent on a
+/// connection replaced since, is covered only by a write sent right before the WAIT.
+pub(crate) async fn write_and_wait_for_replicas(
     conn: &mut Conn,
-    key: &str,
+    tokens_key: &str,
     replicas: u32,
     timeout_ms: u64,
 ) -> redis::RedisResult<u32> {
-    let mut wait = redis::cmd("WAIT");
-    wait.arg(replicas).arg(timeout_ms);
-    match conn {
-        Conn::Server(conn) => wait.query_async(conn).await,
+    let mut pipe = redis::pipe();
+    pipe.cmd("INCRBY").arg(tokens_key).arg(0);
+    pipe.cmd("WAIT").arg(replicas).arg(timeout_ms);
+    let replies = match conn {
+        Conn::Server(conn) => pipe.query_async::<Vec<Value>>(conn).await?,
         Conn::Cluster(conn) => {
-            let node = Route::new(slot_of(key), SlotAddr::Master);
-            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(node));
-            match conn.route_command(wait, routing).await? {
-                // The node answered with an error (it is a replica now, or a failover
-                // unblocked the WAIT): an error, not a count.
-                Value::ServerError(err) => Err(err.into()),
-                acked => Ok(redis::from_redis_value(acked)?),
-            }
+            let node = Route::new(slot_of(tokens_key), SlotAddr::Master);
+            conn.route_pipeline(pipe, 0, 2, SingleNodeRoutingInfo::SpecificNode(node))
+                .await?
         }
+    };
+    match <[Value; 2]>::try_from(replies) {
+        // An error reply (the node is a replica now, or a failover unblocked the WAIT) is an
+        // error, not a count.
+        Ok([Value::ServerError(err), _] | [_, Value::ServerError(err)]) => Err(err.into()),
+        Ok([_, acked]) => Ok(redis::from_redis_value(acked)?),
+        Err(replies) => Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "a write and WAIT answered with another number of replies",
+            format!("{replies:?}"),
+        ))),
     }
 }

@@ -1,5 +1,6 @@
 //! A TCP proxy between clients and Redis that injects network faults: cut every
-//! connection, cut only pub/sub connections, black-hole traffic for a while, add latency.
+//! connection, cut only pub/sub connections, black-hole traffic for a while (all of it, or
+//! only what Redis sends to pub/sub connections), add latency.
 //!
 //! It runs in the test's own Tokio runtime. A black hole stalls bytes instead of dropping
 //! them, as TCP does by retransmitting: when it heals, what was sent arrives, late.
@@ -28,6 +29,8 @@ struct Shared {
     upstream: u16,
     /// `true` while traffic is black-holed.
     black_hole: watch::Sender<bool>,
+    /// `true` while what Redis sends to connections that subscribed is held back.
+    pubsub_hole: watch::Sender<bool>,
     /// Added to every chunk of bytes in both directions.
     latency_us: AtomicU64,
     connections: Mutex<HashMap<u64, Connection>>,
@@ -49,6 +52,7 @@ impl FaultProxy {
         let shared = Arc::new(Shared {
             upstream: upstream_port,
             black_hole: watch::channel(false).0,
+            pubsub_hole: watch::channel(false).0,
             latency_us: AtomicU64::new(0),
             connections: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
@@ -89,6 +93,27 @@ impl FaultProxy {
     /// Ends a black hole: stalled bytes and connections go through.
     pub fn heal(&self) {
         self.shared.black_hole.send_replace(false);
+    }
+
+    /// Holds back what Redis sends to connections that subscribed to something (messages
+    /// published meanwhile arrive late), until [`FaultProxy::release_pubsub`]; commands on
+    /// other connections go through.
+    pub fn hold_pubsub(&self) {
+        self.shared.pubsub_hole.send_replace(true);
+    }
+
+    /// Lets what [`FaultProxy::hold_pubsub`] held back go through.
+    pub fn release_pubsub(&self) {
+        self.shared.pubsub_hole.send_replace(false);
+    }
+
+    /// How many connections open now subscribed to something.
+    pub fn subscribed_connections(&self) -> usize {
+        let connections = self.shared.connections.lock().expect("proxy table");
+        connections
+            .values()
+            .filter(|connection| connection.pubsub.load(Ordering::SeqCst))
+            .count()
     }
 
     /// Delays every chunk of bytes by `latency` in each direction (zero to stop).
@@ -167,8 +192,20 @@ async fn serve(
         let _ = upstream.set_nodelay(true);
         let (client_read, client_write) = client.into_split();
         let (upstream_read, upstream_write) = upstream.into_split();
-        let to_server = pump(client_read, upstream_write, &shared, Some(&pubsub));
-        let to_client = pump(upstream_read, client_write, &shared, None);
+        let to_server = pump(
+            client_read,
+            upstream_write,
+            &shared,
+            Direction::ToServer,
+            &pubsub,
+        );
+        let to_client = pump(
+            upstream_read,
+            client_write,
+            &shared,
+            Direction::ToClient,
+            &pubsub,
+        );
         tokio::select! {
             _ = to_server => {}
             _ = to_client => {}
@@ -178,11 +215,21 @@ async fn serve(
     shared.connections.lock().expect("proxy table").remove(&id);
 }
 
+/// Which way a pump carries bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    ToServer,
+    ToClient,
+}
+
+/// Carries bytes one way; `pubsub` is set when the client subscribes, and what goes to such
+/// a client waits out a pub/sub hole.
 async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     shared: &Shared,
-    subscribe_seen: Option<&AtomicBool>,
+    direction: Direction,
+    pubsub: &AtomicBool,
 ) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -191,16 +238,18 @@ async fn pump(
             Ok(read) => read,
         };
         let chunk = &buffer[..read];
-        if let Some(seen) = subscribe_seen
-            && contains_subscribe(chunk)
-        {
-            seen.store(true, Ordering::SeqCst);
+        if direction == Direction::ToServer && contains_subscribe(chunk) {
+            pubsub.store(true, Ordering::SeqCst);
         }
         let latency = shared.latency_us.load(Ordering::SeqCst);
         if latency > 0 {
             tokio::time::sleep(Duration::from_micros(latency)).await;
         }
         pass_black_hole(shared).await;
+        if direction == Direction::ToClient && pubsub.load(Ordering::SeqCst) {
+            let mut hole = shared.pubsub_hole.subscribe();
+            let _ = hole.wait_for(|on| !*on).await;
+        }
         if to.write_all(chunk).await.is_err() {
             return;
         }

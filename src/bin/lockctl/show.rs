@@ -110,7 +110,6 @@ pub(crate) fn json_of(lock: &LockSnapshot, event: &str) -> Value {
         "holders": holders,
         "hold_count": lock.holders.iter().map(|holder| holder.holds).sum::<u64>(),
         "pttl_ms": lock.lease_left.map(millis),
-        "held_for_ms": lock.held_for.map(millis),
         "fence": lock.fence,
         "queued": lock.queued,
         "waiters": waiters,
@@ -142,7 +141,7 @@ fn waiter_json(position: usize, waiter: &LockWaiter) -> Value {
     })
 }
 
-/// The locks as a table: NAME KIND HOLDERS LEASE HELD TOKEN WAITERS, and FREE (a
+/// The locks as a table: NAME KIND HOLDERS LEASE TOKEN WAITERS, and FREE (a
 /// semaphore's free permits of its count) when the table has a semaphore.
 pub(crate) fn table(locks: &[LockSnapshot]) -> String {
     let semaphores = locks.iter().any(LockSnapshot::is_semaphore);
@@ -154,7 +153,6 @@ pub(crate) fn table(locks: &[LockSnapshot]) -> String {
                 kind_word(lock),
                 holders_cell(&lock.holders),
                 or_dash(lock.lease_left.map(human)),
-                or_dash(lock.held_for.map(human)),
                 or_dash(lock.fence.map(|fence| fence.to_string())),
                 waiters_cell(lock),
             ];
@@ -165,7 +163,7 @@ pub(crate) fn table(locks: &[LockSnapshot]) -> String {
         })
         .collect();
     let mut headers = vec![
-        "NAME", "KIND", "HOLDERS", "LEASE", "HELD", "TOKEN", "WAITERS",
+        "NAME", "KIND", "HOLDERS", "LEASE", "TOKEN", "WAITERS",
     ];
     if semaphores {
         headers.push("FREE");
@@ -181,10 +179,6 @@ pub(crate) fn details(lock: &LockSnapshot) -> String {
         Some(mode) => format!("{kind}, {mode}-held"),
         None => kind.to_owned(),
     };
-    let held = lock.held_for.map_or_else(
-        || "-".to_owned(),
-        |held| format!("{} (since it was taken in Redis)", human(held)),
-    );
     let facts = [
         ("NAME", lock.name.clone()),
         ("KEY", lock.key.clone()),
@@ -194,7 +188,6 @@ pub(crate) fn details(lock: &LockSnapshot) -> String {
             "LEASE",
             or_dash(lock.lease_left.map(|left| format!("{} left", human(left)))),
         ),
-        ("HELD", held),
         ("TOKEN", or_dash(lock.fence.map(|fence| fence.to_string()))),
         ("HOLDERS", lock.holders.len().to_string()),
     ];
@@ -284,12 +277,11 @@ pub(crate) fn line(lock: &LockSnapshot) -> String {
         )
     });
     format!(
-        "name={} kind={} holders={} lease={} held={} token={} waiters={} dead={}{permits}",
+        "name={} kind={} holders={} lease={} token={} waiters={} dead={}{permits}",
         lock.name.replace(char::is_whitespace, "_"),
         kind_word(lock),
         or_dash((!holders.is_empty()).then(|| holders.join(","))),
         or_dash(lock.lease_left.map(human)),
-        or_dash(lock.held_for.map(human)),
         or_dash(lock.fence.map(|fence| fence.to_string())),
         lock.queued,
         dead,

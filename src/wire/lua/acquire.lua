@@ -12,8 +12,8 @@ if not free and mode ~= 'join' and redis.call('hexists', KEYS[1], owner) == 1 th
     return {1, 0, left}
   end
   -- Granted from the queue while this waiter was not listening (a wake message missed):
-  -- the fencing counter still ends with the block reserved for it (it expires with the
-  -- grant's lease; should it be gone, a fresh block grows as well).
+  -- the last block granted is the one reserved for it (it expires with the grant's lease;
+  -- should it be gone, a fresh block grows as well).
   local top = redis.call('get', KEYS[2])
   if not top then
     return {1, reserve_tokens(block, math.max(1, left)), left}

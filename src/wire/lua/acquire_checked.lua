@@ -9,8 +9,8 @@ local function may_grant()
   if epoch_current then
     return nil
   end
-  return check_epoch(KEYS[5], known_epoch, ARGV[6], quarantine_ms, ARGV[3],
-    KEYS[6])
+  return check_epoch(KEYS[6], known_epoch, ARGV[6], quarantine_ms, ARGV[3],
+    KEYS[7])
 end
 if present == 0 and mode ~= 'reenter' then
   local blocked = may_grant()

@@ -5,8 +5,8 @@
 -- when the lock is not free for this owner), 'join' (the same for an owner Redis has never
 -- seen: it can hold nothing yet), 'try' (never queue), 'reenter' (add a hold, never take);
 -- ARGV[5] token block size, ARGV[6] the longest lease of the epoch the client knows, ARGV[7]
--- the terms of waiting and of the epoch (see acquire_terms.lua); KEYS[5] the epoch key,
--- KEYS[6] the marker of the epoch and longest lease the client knows (see epoch.lua).
+-- the terms of waiting and of the epoch (see acquire_terms.lua); KEYS[6] the epoch key,
+-- KEYS[7] the marker of the epoch and longest lease the client knows (see epoch.lua).
 -- Returns {1, first token, lease left ms} when this owner holds the lock (token 0 on a
 -- re-entry), {0, holder's lease left ms, server time ms} when it does not, {-1, 0, 0} when a
 -- re-entry finds the lock no longer held by this owner, {-2, epoch, 0} when the client must
@@ -19,8 +19,8 @@ local block = tonumber(ARGV[5])
 -- The lock, its queue, the epoch key and the marker in one call, counted 1, 1, 3 and 3 times:
 -- the count leaves 0, 1 or 2 of the first two (neither exists for most acquisitions), and
 -- 6 more when both of the others exist (3 when only one does).
-local seen = redis.call('exists', KEYS[1], KEYS[3], KEYS[5], KEYS[5], KEYS[5],
-  KEYS[6], KEYS[6], KEYS[6])
+local seen = redis.call('exists', KEYS[1], KEYS[3], KEYS[6], KEYS[6], KEYS[6],
+  KEYS[7], KEYS[7], KEYS[7])
 local present = seen % 3
 -- The epoch the client knows is current, no quarantine runs, and this lease is no longer than
 -- the longest the epoch has granted: nothing to read or write about the epoch. The client

@@ -1,5 +1,5 @@
 -- Shared by the scripts that hand a lock over (prepended to each of them).
--- KEYS[1] the lock hash (owner id -> hold count), KEYS[2] the fencing counter,
+-- KEYS[1] the lock hash (owner id -> hold count), KEYS[2] the last token block granted,
 -- KEYS[3] the queue of waiting instances (sorted set: owner id -> arrival number),
 -- KEYS[4] the waiters' terms (hash: owner id -> '<alive until ms> <claim lease ms> <token block>',
 -- and after a space whatever a kind of lock adds).

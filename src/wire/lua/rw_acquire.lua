@@ -13,7 +13,7 @@ local taking = mode == 'wait' or mode == 'try'
 -- A re-entry (or a read inside the write lock) adds to a hold of this epoch if it is still
 -- there; a lost one is simply gone.
 if taking then
-  local blocked = check_epoch(KEYS[5], known_epoch, ARGV[6], quarantine_ms, ARGV[3])
+  local blocked = check_epoch(KEYS[6], known_epoch, ARGV[6], quarantine_ms, ARGV[3])
   if blocked then
     return blocked
   end
@@ -59,9 +59,9 @@ if held then
     end
     return {1, 0, left}
   end
-  -- Granted from the queue while this waiter was not listening: the counter's top is at
-  -- least its token and below every later one (it expires with a lease; should it be gone,
-  -- a fresh token grows as well).
+  -- Granted from the queue while this waiter was not listening: the last block granted ends
+  -- at least at its token and below every later one (it expires with a lease; should it be
+  -- gone, a fresh token grows as well).
   local top = redis.call('get', KEYS[2])
   if not top then
     return {1, reserve_tokens(1, math.max(1, left)), left}

@@ -10,7 +10,7 @@ if mode ~= 'wait' and mode ~= 'join' and mode ~= 'try' then
 end
 local lease, block = tonumber(ARGV[3]), tonumber(ARGV[5])
 local permits, take = tonumber(ARGV[8]), tonumber(ARGV[9])
-local blocked = check_epoch(KEYS[5], known_epoch, ARGV[6], quarantine_ms, ARGV[3])
+local blocked = check_epoch(KEYS[6], known_epoch, ARGV[6], quarantine_ms, ARGV[3])
 if blocked then
   return blocked
 end
