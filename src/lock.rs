@@ -277,13 +277,7 @@ impl Lock {
             .connections
             .run(self.target.keys.hash(), |mut conn| async move {
                 let shared = &self.client.engine.shared;
-                scripts::force_unlock(
-                    &mut conn,
-                    &keys,
-                    self.target.kind,
-                    shared.names(&keys),
-                )
-                .await
+                scripts::force_unlock(&mut conn, &keys, self.target.kind, shared.names(&keys)).await
             })
             .await
     }

@@ -162,9 +162,7 @@ pub(crate) fn table(locks: &[LockSnapshot]) -> String {
             row
         })
         .collect();
-    let mut headers = vec![
-        "NAME", "KIND", "HOLDERS", "LEASE", "TOKEN", "WAITERS",
-    ];
+    let mut headers = vec!["NAME", "KIND", "HOLDERS", "LEASE", "TOKEN", "WAITERS"];
     if semaphores {
         headers.push("FREE");
     }
