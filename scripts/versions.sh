@@ -4,6 +4,20 @@
 # the newest ("newest"). Each runs in a copy of the repository, so the committed Cargo.lock,
 # which the README's test command uses, stays as it is.
 #
+# Each resolution builds every target (library, lockctl, examples, tools, tests, benches),
+# which compiles every use of every dependency, then runs a subset of the tests that still
+# exercises each dependency at run time, on Redis (the default server), in a few minutes:
+# ./scripts/test.sh has already run the whole suite, on Redis and on Valkey, with Cargo.lock.
+# The subset: the library's unit tests and doc tests; `locking` (redis-rs, deadpool-redis,
+# tokio: the engine), `layer` and `layer_logs` (tower, tower-test, http, http-body-util,
+# tracing, tracing-subscriber), `layer_limit` and `metrics` (metrics, metrics-util),
+# `axum_integration` and `axum_example` (axum, hyper, serde, metrics-exporter-prometheus),
+# `tonic_example` (tonic, prost, tonic-prost), `escaping` (proptest, percent-encoding),
+# `cluster` (redis-rs's cluster client, crc16), `sentinel` (its sentinel client), `security`
+# (rustls: TLS, AUTH, ACL) and `lockctl` (serde_json, the cli feature). Not run here: the
+# chaos runs and the fault, topology and per-kind tests, which add no dependency (cap,
+# stats_alloc, criterion and nix are only built: examples, benches and the chaos worker).
+#
 #   ./scripts/versions.sh            # both
 #   ./scripts/versions.sh floor      # or newest
 #
@@ -47,6 +61,13 @@ print("floors: every direct dependency at the version Cargo.toml states")
 '
 }
 
+# The integration tests each resolution runs (see the top of this file).
+subset=()
+for test in locking layer layer_logs layer_limit metrics axum_integration axum_example \
+    tonic_example escaping cluster sentinel security lockctl; do
+    subset+=(--test "$test")
+done
+
 run() {
     local which=$1 copy="$work/$1"
     echo "== versions: $which"
@@ -68,7 +89,9 @@ run() {
         cargo tree --locked --all-features -e normal,dev --depth 1 --prefix none |
             grep -v -e '^tower-redis-lock ' -e ' (\*)$' | sort -u | tr '\n' ' '
         echo
-        cargo test --locked --all-features
+        cargo build --locked --all-features --all-targets
+        cargo test --locked --all-features --lib --bins "${subset[@]}"
+        cargo test --locked --all-features --doc
     )
 }
 

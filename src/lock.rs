@@ -17,6 +17,7 @@ use crate::keys::{LockKeys, shown, shown_all};
 use crate::kind::LockKind;
 use crate::lease::Lease;
 use crate::wire::scripts;
+use crate::wire::snapshot::last_granted_token;
 
 /// What Redis holds for a lock, for operators.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,7 +192,7 @@ impl Lock {
     /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate).
     pub async fn inspect(&self) -> Result<LockState> {
         let keys = self.target.keys.clone();
-        let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<u64>) = self
+        let (fields, pttl, fence): (Vec<(String, String)>, i64, Option<String>) = self
             .client
             .engine
             .shared
@@ -211,7 +212,7 @@ impl Lock {
         Ok(LockState {
             holders: holders(fields),
             ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-            fence,
+            fence: fence.as_deref().and_then(last_granted_token),
         })
     }
 

@@ -616,7 +616,8 @@ async fn ten_thousand_keys_in_one_request_are_400_quickly_and_never_reach_redis(
 }
 
 /// The keys left in Redis after every lock of `names`, each granted from its queue, was
-/// released: their fencing counters, which expire a lease after the grant. Nothing else.
+/// released: their last granted token blocks, which expire a lease after the grant. Nothing
+/// else.
 fn assert_only_fences_remain(server: &RedisServer, names: impl Iterator<Item = String>) {
     let expected: BTreeSet<String> = names.map(|name| format!("lock:{{{name}}}:fence")).collect();
     let left = lock_keys(server);

@@ -1,6 +1,6 @@
 //! The chaos run: several worker processes (`tools/programs/chaos_worker.rs`), each behind its own
-//! fault proxy, take hot and cold keys while faults are injected at random; then the checker
-//! reads every process's log.
+//! fault proxy, take hot and cold keys while faults are injected at random, the server's wall
+//! clock among them (`support/clock_shim.c`); then the checker reads every process's log.
 //!
 //! `CHAOS_SECONDS` (default 90) sets the length and `CHAOS_SEED` the fault schedule (a
 //! random one is printed otherwise); `CHAOS_KEEP_LOGS` keeps the workers' logs. The summary is one JSON line on stdout (`cargo test
@@ -17,6 +17,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use support::RedisServer;
 use support::checker::{Failure, Section, check, env_number, log_paths, read_logs};
+use support::clock::FakeClock;
 use support::proxy::FaultProxy;
 use tokio::process::{Child, Command};
 use tokio::time::{Instant, sleep};
@@ -65,13 +66,21 @@ enum Fault {
     /// One process's stalling task has its runtime blocked for [`STALL`] while it waits
     /// (SIGUSR1): a grant that lapses meanwhile must not come back as a held lock.
     StallRuntime,
+    /// The server's wall clock stepped back 1–30 s (an NTP step, a clock set by hand): leases
+    /// then last longer in Redis, and tokens must not follow the clock back.
+    ClockStepBack,
+    /// The server's wall clock stepped forward by 20–100 ms, within the tenth of a lease a
+    /// holder is told early by (200 ms here): every lease then ends that much sooner in
+    /// Redis. A forward step past that margin ends leases before their holders are told, on
+    /// any lock that lets Redis expire its keys; the README says so.
+    ClockStepForward,
 }
 
 /// How long a stall fault blocks a runtime: past the claim lease a grant from the queue
 /// starts on (the 2 s lease here).
 const STALL: Duration = Duration::from_millis(3000);
 
-const FAULTS: [Fault; 10] = [
+const FAULTS: [Fault; 12] = [
     Fault::CutConnections,
     Fault::CutPubSub,
     Fault::BlackHole,
@@ -82,6 +91,8 @@ const FAULTS: [Fault; 10] = [
     Fault::RedisDown,
     Fault::CutHolderDuringRestart,
     Fault::StallRuntime,
+    Fault::ClockStepBack,
+    Fault::ClockStepForward,
 ];
 
 fn spawn_worker(index: usize, url: &str, log: &str, seconds: u64, seed: u64) -> Child {
@@ -114,6 +125,7 @@ fn no_grants_after_a_loss() -> Duration {
 async fn inject(
     kind: Fault,
     rng: &mut StdRng,
+    clock: &FakeClock,
     server: &mut RedisServer,
     proxies: &[FaultProxy],
     workers: &[Child],
@@ -152,20 +164,20 @@ async fn inject(
         }
         Fault::RestartRedis => {
             server.kill();
-            *server = RedisServer::start_on(port);
+            *server = restart_without_data(clock, port);
             return no_grants_after_a_loss();
         }
         Fault::RedisDown => {
             server.kill();
             let down = Duration::from_millis(rng.random_range(500..3000));
             sleep(down).await;
-            *server = RedisServer::start_on(port);
+            *server = restart_without_data(clock, port);
             return down + no_grants_after_a_loss();
         }
         Fault::CutHolderDuringRestart => {
             one.black_hole();
             server.kill();
-            *server = RedisServer::start_on(port);
+            *server = restart_without_data(clock, port);
             sleep(Duration::from_millis(rng.random_range(500..3500))).await;
             one.heal();
             return no_grants_after_a_loss();
@@ -179,8 +191,32 @@ async fn inject(
                 assert!(signalled.success(), "the worker takes SIGUSR1");
             }
         }
+        Fault::ClockStepBack => {
+            clock.step_back(Duration::from_millis(rng.random_range(1000..30_000)));
+        }
+        Fault::ClockStepForward => {
+            clock.step_forward(Duration::from_millis(rng.random_range(20..100)));
+        }
     }
     Duration::ZERO
+}
+
+/// Whether the server's wall clock is within a second of the real one.
+fn server_clock_is_right(server: &RedisServer) -> bool {
+    let (seconds, micros): (i64, i64) = server.cmd(&["TIME"]);
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is past 1970")
+        .as_micros() as i64;
+    (seconds * 1_000_000 + micros - real).abs() < 1_000_000
+}
+
+/// Starts the server again on `port` without its data, its clock set right while it was down
+/// (a restart is when a clock is corrected): after a loss of data, tokens start past the
+/// server clock, which is only a floor while it did not go back (see the README).
+fn restart_without_data(clock: &FakeClock, port: u16) -> RedisServer {
+    clock.set_offset(0);
+    RedisServer::start_with_clock(clock, port, &[])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,7 +225,9 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
     let seed = env_number("CHAOS_SEED").unwrap_or_else(|| rand::random::<u32>().into());
     println!("chaos: {seconds} s, seed {seed} (CHAOS_SEED={seed} repeats the schedule)");
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut server = RedisServer::start();
+    let clock = FakeClock::new();
+    let mut server = RedisServer::start_with_clock(&clock, 0, &[]);
+    server.provision_epoch("lock:");
     let mut proxies = Vec::new();
     for _ in 0..PROCESSES {
         proxies.push(FaultProxy::start(server.port()).await);
@@ -212,7 +250,7 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
             break;
         }
         let kind = FAULTS[rng.random_range(0..FAULTS.len())];
-        no_grants += inject(kind, &mut rng, &mut server, &proxies, &workers).await;
+        no_grants += inject(kind, &mut rng, &clock, &mut server, &proxies, &workers).await;
         *injected.entry(format!("{kind:?}")).or_default() += 1;
     }
     let granting = Duration::from_secs(seconds).saturating_sub(no_grants);
@@ -224,6 +262,13 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
             .expect("worker status");
         assert!(status.success(), "a worker failed: {status}");
     }
+    // Every worker is done: the clock is set right, so what a step back kept alive in Redis
+    // expires as it would have.
+    clock.set_offset(0);
+    assert!(
+        support::eventually(Duration::from_secs(5), || server_clock_is_right(&server)).await,
+        "the server clock was never set right"
+    );
     let keys_left: Vec<String> = server
         .cmd::<Vec<String>>(&["KEYS", "lock:{*"])
         .into_iter()

@@ -96,8 +96,8 @@ async fn mutual_exclusion_and_fencing_hold_on_keys_spread_over_every_node() {
     for locks in &clients {
         locks.shutdown().await;
     }
-    // Nothing left but the epochs and the fencing counters (which expire with the last
-    // lease, so tokens keep growing across holders).
+    // Nothing left but the epochs, the token counters and the last granted token blocks
+    // (which expire with the grant's lease).
     let left: Vec<String> = cluster
         .ports()
         .iter()
@@ -256,7 +256,14 @@ async fn concurrent_holders_of_semaphores_on_every_node_never_share_a_fencing_to
 async fn the_heartbeat_keeps_places_in_many_slots_alive_one_script_per_slot() {
     let cluster = provisioned_cluster().await;
     let holder = client(&cluster).await;
-    let waiter = client(&cluster).await;
+    // Its watchdog, the waiters' heartbeat, ticks every second (a tenth of the bound below).
+    let waiter = LockClient::builder_cluster(cluster.urls())
+        .repoll_interval(Duration::from_secs(60))
+        .command_timeout(Duration::from_secs(10))
+        .renew_interval(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("cluster client");
     // Two locks in different slots of one node, and one on another node: the heartbeat must
     // not put them in one script (a cluster refuses a script whose keys span slots).
     let node = cluster.node_of("lock:{order-0}");

@@ -511,6 +511,6 @@ async fn redis_down_longer_than_a_lease_tells_the_holder_and_leaks_nothing() {
     let left: Vec<String> = restarted.cmd(&["KEYS", "lock:{*}"]);
     assert!(
         left.iter().all(|key| key.ends_with(":fence")),
-        "only the fencing counter stays: {left:?}"
+        "only the last granted token block stays: {left:?}"
     );
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use support::clock::FakeClock;
+use support::cluster::RedisCluster;
 use support::{RedisServer, client, eventually};
 use tower_redis_lock::{ErrorKind, LockClient, MAX_LOCAL_HANDOFF_LIMIT};
 
@@ -180,6 +181,39 @@ async fn ten_thousand_names_leave_no_key_without_an_expiry() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_keep_growing_when_a_slot_migrates_to_a_master_whose_clock_is_behind() {
+    // Three masters; the third's clock a minute behind the others'.
+    let clocks = [FakeClock::new(), FakeClock::new(), FakeClock::new()];
+    clocks[2].step_back(Duration::from_secs(60));
+    let cluster = RedisCluster::start_with_clocks(&clocks);
+    cluster.provision_epochs().await;
+    let behind = cluster.ports()[2];
+    await_clock_off_by(|| cluster.cmd(behind, &["TIME"]), clocks[2].offset()).await;
+    // A lock whose slot a master on time serves.
+    let name = (0..)
+        .map(|n| format!("migrating-{n}"))
+        .find(|name| cluster.node_of(&format!("lock:{{{name}}}")) != behind)
+        .expect("some name hashes to a master on time");
+    let key = format!("lock:{{{name}}}");
+    let (slot, from) = (cluster.slot_of(&key), cluster.node_of(&key));
+    let locks = LockClient::builder_cluster(cluster.urls())
+        .build()
+        .await
+        .expect("cluster client");
+    let mut before = 0;
+    for _ in 0..5 {
+        before = token_of(&locks, &name).await;
+    }
+    // The slot, its token counter and epoch with it, moves to the master a minute behind.
+    cluster.migrate_slot(slot, from, behind);
+    assert_eq!(cluster.node_of(&key), behind);
+    let after = tokio::time::timeout(SLACK * 4, token_of(&locks, &name))
+        .await
+        .expect("the lock is taken on its new master");
+    assert!(after > before, "{after} <= {before} after the migration");
+}
+
 #[tokio::test]
 async fn a_counter_ahead_of_the_clock_is_followed_and_never_expires() {
     let server = RedisServer::start();
@@ -226,8 +260,13 @@ async fn a_local_hand_over_limit_past_its_bound_is_refused() {
 /// works, so a test that passes is not passing on a clock that never moved. Valkey reads the
 /// clock into a cache that a command may find a few milliseconds old, hence the wait.
 async fn await_server_clock_off_by(server: &RedisServer, offset_us: i64) {
+    await_clock_off_by(|| server.cmd(&["TIME"]), offset_us).await;
+}
+
+/// [`await_server_clock_off_by`] for any server: `time` runs its TIME.
+async fn await_clock_off_by(time: impl Fn() -> (i64, i64), offset_us: i64) {
     let off = || {
-        let (seconds, micros): (i64, i64) = server.cmd(&["TIME"]);
+        let (seconds, micros) = time();
         let real = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("the clock is past 1970")

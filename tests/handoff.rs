@@ -336,7 +336,7 @@ async fn a_hand_over_through_redis_that_keeps_the_lock_gives_the_next_task_its_f
         .await
         .unwrap()
         .fence
-        .expect("a fencing counter");
+        .expect("the block granted from the queue");
     assert!(
         second.fencing_token() > first_token && second.fencing_token() <= fence,
         "token {} after {first_token}, within the block Redis reserved (up to {fence})",

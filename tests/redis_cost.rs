@@ -18,7 +18,11 @@ fn calls(server: &RedisServer) -> BTreeMap<String, u64> {
         .filter_map(|line| {
             let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
             let count = rest.split(',').next()?.parse().ok()?;
-            (!name.starts_with("config") && name != "info").then(|| (name.to_owned(), count))
+            // The harness's own: CONFIG, INFO, and the two CLIENT SETINFO (library name and
+            // version) redis-rs sends on each new connection, which Valkey counts (Redis 7.0
+            // has no such command).
+            let own = name.starts_with("config") || name == "info" || name == "client|setinfo";
+            (!own).then(|| (name.to_owned(), count))
         })
         .collect()
 }
@@ -48,15 +52,15 @@ async fn an_uncontended_acquire_and_release_touch_neither_the_queue_nor_the_epoc
     println!("commands per uncontended acquire + release: {per_round:?}");
 
     // Two scripts: the acquisition (lock, queue, epoch and its marker looked at in one
-    // EXISTS, hold, lease, the fencing counter read and the clock) and the release (the
-    // owner's field, whose removal removes the lock and says nobody waits).
+    // EXISTS, hold, lease, the clock and the token counter) and the release (the owner's
+    // field, whose removal removes the lock and says nobody waits).
     assert_eq!(calls.get("evalsha"), Some(&(2 * ROUNDS)));
     // The acquisition's look only: the release does not look at the queue.
     assert_eq!(calls.get("exists"), Some(&ROUNDS), "{per_round:?}");
-    // One GET, the fencing counter's, which is gone: the epoch key is not read (its marker
-    // stands for it), and the tokens come from the clock, so nothing writes the counter.
-    assert_eq!(calls.get("get"), Some(&ROUNDS), "{per_round:?}");
-    assert_eq!(calls.get("set"), None, "{per_round:?}");
+    // One SET, the token counter's, which reads it back in the same command (`SET … GET`):
+    // the epoch key is not read (its marker stands for it), and no grant's block is kept.
+    assert_eq!(calls.get("set"), Some(&ROUNDS), "{per_round:?}");
+    assert_eq!(calls.get("get"), None, "{per_round:?}");
     // One HDEL per release, the lock's: none in the waiters' terms.
     assert_eq!(calls.get("hdel"), Some(&ROUNDS), "{per_round:?}");
     for queue_command in ["zrem", "zrange", "zscore", "zadd"] {
@@ -84,7 +88,7 @@ async fn until_queued(locks: &tower_redis_lock::LockClient) {
 }
 
 #[tokio::test]
-async fn a_hand_over_between_instances_costs_redis_at_most_nineteen_commands() {
+async fn a_hand_over_between_instances_costs_redis_at_most_twenty_commands() {
     let server = RedisServer::start();
     // Two clients: two instances of a service, taking turns on one lock.
     let clients = [
@@ -123,11 +127,13 @@ async fn a_hand_over_between_instances_costs_redis_at_most_nineteen_commands() {
     assert_eq!(calls.get("publish"), Some(&ROUNDS), "{per_round:?}");
     // A look by an owner Redis has never seen does not ask whether it was granted the lock.
     assert_eq!(calls.get("hexists"), None, "{per_round:?}");
+    // The grant reserves its block in the token counter and keeps it for a look (two SETs).
+    assert_eq!(calls.get("set"), Some(&(2 * ROUNDS)), "{per_round:?}");
     // The watchdog's heartbeat of the queued waiter may tick during the run: its own script
     // and commands are allowed for once.
     let total: u64 = calls.values().sum();
     assert!(
-        total <= 19 * ROUNDS + 10,
+        total <= 20 * ROUNDS + 10,
         "{} commands per hand-over: {per_round:?}",
         total as f64 / ROUNDS as f64
     );

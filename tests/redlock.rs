@@ -113,8 +113,8 @@ async fn a_quorum_lock_excludes_others_with_two_of_five_servers_dead_and_fails_t
     }
 
     // Three of five down: no quorum is possible, and the error says so at once.
-    // What the live servers granted so far: a grant writes the lock's hash, one HSET (a part
-    // taken free writes no fencing counter).
+    // What the live servers granted so far: a grant writes the lock's hash, one HSET (the
+    // token counter is a string).
     let grants_before: Vec<u64> = servers[3..5]
         .iter()
         .map(|server| command_calls(server, "hset"))

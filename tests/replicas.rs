@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use support::RedisServer;
 use support::proxy::FaultProxy;
-use tower_redis_lock::{ErrorKind, LockClient, LostReason};
+use tower_redis_lock::{ErrorKind, LockClient, LockError, LockGuard, LostReason};
 
 /// The leases of these tests: short, so a holder cut off from its Redis is told soon.
 const LEASE: Duration = Duration::from_secs(3);
@@ -182,23 +182,7 @@ async fn a_waiter_is_told_only_once_a_replica_has_its_grant() {
     link.black_hole();
     // The release itself is not acknowledged: it has nothing to vouch for.
     held.release().await.unwrap();
-    let outcome = tokio::time::timeout(PROMPTLY, waiting)
-        .await
-        .expect("the waiter never finished")
-        .unwrap();
-    assert_eq!(
-        outcome
-            .expect_err("told it holds a grant no replica has")
-            .kind(),
-        ErrorKind::ReplicasBehind
-    );
-    assert!(
-        support::eventually(PROMPTLY, || master
-            .cmd::<i64>(&["EXISTS", "lock:{order-1}"])
-            == 0)
-        .await,
-        "the unacknowledged grant was left on the master"
-    );
+    refused_and_given_back(waiting, &master, "order-1", "a grant no replica has").await;
     link.heal();
 }
 
@@ -255,24 +239,30 @@ async fn a_waiter_that_finds_its_grant_by_a_look_is_told_only_once_a_replica_has
     // its new connection's subscription is confirmed.
     assert_eq!(waiter_link.cut_pubsub(), 1);
     waiter_link.release_pubsub();
+    let grant = "a grant it found by a look and no replica has";
+    refused_and_given_back(waiting, &master, "order-2", grant).await;
+    link.heal();
+}
+
+/// Checks that the waiter `waiting` for `name` was refused its `grant` (`ReplicasBehind`) and
+/// that the grant was given back on the master.
+async fn refused_and_given_back(
+    waiting: tokio::task::JoinHandle<Result<LockGuard, LockError>>,
+    master: &RedisServer,
+    name: &str,
+    grant: &str,
+) {
     let outcome = tokio::time::timeout(PROMPTLY, waiting)
         .await
         .expect("the waiter never finished")
         .unwrap();
-    assert_eq!(
-        outcome
-            .expect_err("told it holds a grant it found by a look and no replica has")
-            .kind(),
-        ErrorKind::ReplicasBehind
-    );
+    let refused = outcome.expect_err(&format!("told it holds {grant}"));
+    assert_eq!(refused.kind(), ErrorKind::ReplicasBehind);
+    let key = format!("lock:{{{name}}}");
     assert!(
-        support::eventually(PROMPTLY, || master
-            .cmd::<i64>(&["EXISTS", "lock:{order-2}"])
-            == 0)
-        .await,
+        support::eventually(PROMPTLY, || master.cmd::<i64>(&["EXISTS", &key]) == 0).await,
         "the unacknowledged grant was left on the master"
     );
-    link.heal();
 }
 
 /// How far the master's replication stream is.

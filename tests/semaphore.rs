@@ -36,8 +36,8 @@ fn used(server: &RedisServer, name: &str) -> u32 {
     used.unwrap_or(0)
 }
 
-/// How many of the semaphore `name`'s keys exist, besides its fencing counter (which lives
-/// a lease past its last token, by design).
+/// How many of the semaphore `name`'s keys exist, besides its last granted token block (which
+/// lives a lease past the grant, by design).
 fn keys_left(server: &RedisServer, name: &str) -> i64 {
     let hash = format!("lock:{{{name}}}:semaphore");
     let keys: Vec<String> = ["", ":readers", ":queue", ":waiters"]

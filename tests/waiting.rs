@@ -187,8 +187,8 @@ async fn ten_thousand_keys_are_awaited_on_one_pubsub_connection() {
         })
         .collect();
 
-    // Each key: its hash (taken free, no fencing counter), and once the waiter queued, its
-    // queue and terms (the server's epoch key and its marker aside).
+    // Each key: its hash (taken free, it keeps no token block), and once the waiter queued,
+    // its queue and terms (the server's epoch key, its marker and the token counter aside).
     let keys_in_redis = || server.keys_besides_epoch() as usize;
     assert!(
         eventually(Duration::from_secs(30), || keys_in_redis() == 3 * KEYS).await,
@@ -252,7 +252,7 @@ async fn an_acquire_cancelled_after_redis_granted_it_leaves_no_lock() {
     let warm = lock.acquire().await.unwrap();
     let block_end = warm.fencing_token() + u64::from(DEFAULT_LOCAL_HANDOFF_LIMIT);
     warm.release().await.unwrap();
-    // A grant writes the lock's hash: one HSET (taken free, it writes no fencing counter).
+    // A grant writes the lock's hash: one HSET (the token counter is a string).
     let grants_before = command_calls(&server, "hset");
 
     // With the server paused, the acquire is sent but not run; the caller gives up before

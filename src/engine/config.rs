@@ -33,10 +33,11 @@ pub(crate) const MAX_INSTANCE_NAME: usize = 64;
 
 /// The most command connections a client keeps (`LockClientBuilder::connections`).
 pub const MAX_CONNECTIONS: usize = 64;
-/// Most [`LockClientBuilder::local_handoff_limit`](crate::LockClientBuilder::local_handoff_limit) allows. Each acquisition reserves one
-/// fencing token more than the limit, and a lock's tokens start past the server clock in µs
-/// when Redis lost its token counter: a block of at most a millisecond of that clock keeps the
-/// counter behind the clock at any rate of acquisitions a Redis can serve.
+/// Most [`LockClientBuilder::local_handoff_limit`](crate::LockClientBuilder::local_handoff_limit)
+/// allows. Each acquisition reserves one fencing token more than the limit, in a counter that
+/// also stays past the server clock in µs, which is the floor of the tokens once Redis lost
+/// that counter: a block of at most a millisecond of that clock keeps one acquisition from
+/// moving the counter far ahead of it.
 pub const MAX_LOCAL_HANDOFF_LIMIT: u32 = 1000;
 
 /// How many replicas must acknowledge an acquisition (Redis's WAIT), and how long it waits.
@@ -86,8 +87,7 @@ impl Config {
             (
                 self.local_handoff_limit <= MAX_LOCAL_HANDOFF_LIMIT,
                 "the local hand-over limit must be at most MAX_LOCAL_HANDOFF_LIMIT (1,000): each \
-                 acquisition reserves that many tokens, and a token counter Redis lost must stay \
-                 behind the server clock it starts from again",
+                 acquisition reserves that many tokens more, past the server clock in µs",
             ),
             (
                 self.restart_quarantine <= MAX_LEASE,

@@ -10,9 +10,13 @@ use std::sync::Arc;
 use redis::{ErrorKind as K, RedisError, ServerErrorKind as S};
 use rustls::AlertDescription as Alert;
 
-/// How Redis 6 and 7 start the message of a command that a script's user may not run, or a
+/// How Redis 6 and 7.0 start the message of a command that a script's user may not run, or a
 /// key or channel it may not touch: the script fails with a plain `ERR`, not `NOPERM`.
 const SCRIPT_ACL_DENIAL: &str = "The user executing the script can't";
+
+/// The same refusal as Redis 7.2 and Valkey word it (`ACL failure in script: User … has no
+/// permissions to …`).
+const SCRIPT_ACL_FAILURE: &str = "ACL failure in script";
 
 /// How Redis starts its answer to a command too long for a client that has not
 /// authenticated (more than 10 arguments, as the library's scripts take), before it closes
@@ -24,7 +28,9 @@ pub(crate) fn access_denied(err: &RedisError) -> bool {
     match err.kind() {
         K::AuthenticationFailed | K::Server(S::NoPerm) => true,
         K::Server(S::ResponseError) => err.detail().is_some_and(|detail| {
-            detail.contains(SCRIPT_ACL_DENIAL) || detail.starts_with(UNAUTHENTICATED_PROTOCOL_ERROR)
+            detail.contains(SCRIPT_ACL_DENIAL)
+                || detail.contains(SCRIPT_ACL_FAILURE)
+                || detail.starts_with(UNAUTHENTICATED_PROTOCOL_ERROR)
         }),
         // Codes redis-rs has no kind for: no AUTH sent to a server that wants one, or
         // credentials refused on a command rather than at connection set-up.
@@ -99,6 +105,10 @@ mod tests {
         assert!(access_denied(&reply(
             "ERR The user executing the script can't publish to the channel mentioned in the \
              command script: 5f2a, on @user_script:1."
+        )));
+        assert!(access_denied(&reply(
+            "ERR ACL failure in script: User locker has no permissions to run the 'hset' \
+             command script: 5f2a, on @user_script:58."
         )));
     }
 

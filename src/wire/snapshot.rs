@@ -10,6 +10,12 @@ static INSPECT: Lua = Lua::new(concat!(
     include_str!("lua/inspect.lua")
 ));
 
+/// The last token of a grant's block as the scripts keep it (`'<last token> <owner>'`, see
+/// `lua/tokens.lua`).
+pub(crate) fn last_granted_token(block: &str) -> Option<u64> {
+    block.split(' ').next()?.parse().ok()
+}
+
 /// One lock's keys as Redis holds them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RawLock {
@@ -19,7 +25,7 @@ pub(crate) struct RawLock {
     pub(crate) fields: Vec<(String, String)>,
     /// The hash's PTTL: -2 when it does not exist.
     pub(crate) pttl_ms: i64,
-    /// The fencing counter, while it lives.
+    /// The last token of the block last granted from the queue, while that grant's lease lives.
     pub(crate) fence: Option<u64>,
     /// How many owners are queued.
     pub(crate) queued: u64,
@@ -58,7 +64,7 @@ pub(crate) async fn read(
         server_ms,
         fields,
         pttl_ms,
-        fence: fence.parse().ok(),
+        fence: last_granted_token(&fence),
         queued,
         waiters,
     })

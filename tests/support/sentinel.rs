@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::free_port;
+use super::{free_port, server_binary};
 
 /// How long the sentinels may take to find each other and the replicas (generous: they
 /// exchange hellos every 2 s, on shared, busy machines).
@@ -60,13 +60,16 @@ impl Sentinels {
                 failover = failover_timeout.as_millis(),
             );
             std::fs::write(&config, text).expect("sentinel config");
-            let child = Command::new("redis-server")
+            let binary = server_binary();
+            let child = Command::new(&binary)
                 .arg(&config)
                 .arg("--sentinel")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("redis-server could not start; run ./scripts/setup.sh to install it");
+                .unwrap_or_else(|err| {
+                    panic!("{binary} could not start ({err}); run ./scripts/setup.sh to install it")
+                });
             sentinels.nodes.push((port, child));
         }
         let started = Instant::now();

@@ -174,8 +174,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Commands the scripts run inside Redis: counted by `INFO commandstats`, but not sent.
-/// (`get` and `set` also run inside scripts, rarely: when a token block is read back or a
-/// fencing counter starts; they are counted with the handler's.)
+/// (`get` and `set` also run inside scripts: every token block is reserved with a `SET` of
+/// the token counter; they are counted with the handler's.)
 const INSIDE_SCRIPTS: &[&str] = &[
     "exists", "incr", "incrby", "time", "hset", "pexpire", "hexists", "hincrby", "pttl", "hget",
     "hdel", "publish", "spublish", "del", "zadd", "zrange", "zrem", "zscore",

@@ -12,11 +12,11 @@ if not free and mode ~= 'join' and redis.call('hexists', KEYS[1], owner) == 1 th
     return {1, 0, left}
   end
   -- Granted from the queue while this waiter was not listening (a wake message missed):
-  -- the last block granted is the one reserved for it (it expires with the grant's lease;
-  -- should it be gone, a fresh block grows as well).
-  local top = redis.call('get', KEYS[2])
-  if not top then
-    return {1, reserve_tokens(block, math.max(1, left)), left}
+  -- the last block granted is the one reserved for it, when it names this owner (it expires
+  -- with the grant's lease; should it be gone, a fresh block grows as well).
+  local top, granted_to = string.match(redis.call('get', KEYS[2]) or '', '^(%d+) (.+)$')
+  if granted_to ~= owner then
+    return {1, reserve_tokens(block, math.max(1, left), owner), left}
   end
   return {1, tonumber(top) - block + 1, left}
 end

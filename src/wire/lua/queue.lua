@@ -21,7 +21,7 @@ local function take(owner, lease_ms, block)
   end
   redis.call('hset', KEYS[1], owner, '1', 'queued', '1', 'queued.2', '1')
   redis.call('pexpire', KEYS[1], lease_ms)
-  return reserve_tokens(block, lease_ms)
+  return reserve_tokens(block, lease_ms, owner)
 end
 
 -- Tells a plain holder's release to look at the queue (see `take`): for a

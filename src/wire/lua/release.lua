@@ -18,7 +18,7 @@ if scope == 'handoff' then
   local head, claim, block, alive_until = pop_live_head(now)
   if not head then
     redis.call('pexpire', KEYS[1], ARGV[8])
-    return {1, 2, reserve_tokens(tonumber(ARGV[7]), ARGV[8])}
+    return {1, 2, reserve_tokens(tonumber(ARGV[7]), ARGV[8], owner)}
   end
   redis.call('hdel', KEYS[1], owner)
   grant_to(head, now, claim, block, alive_until)

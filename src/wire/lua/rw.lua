@@ -66,14 +66,14 @@ local function rw_add_reader(owner, now, lease_ms, block)
     redis.call('pexpire', KEYS[1], lease_ms)
   end
   rw_readers_follow_hash()
-  return reserve_tokens(block, lease_ms)
+  return reserve_tokens(block, lease_ms, owner)
 end
 
 -- Makes `owner` the writer of a free lock. Returns its fencing token.
 local function rw_take_write(owner, lease_ms, block)
   redis.call('hset', KEYS[1], 'mode', 'write', owner, 1)
   redis.call('pexpire', KEYS[1], lease_ms)
-  return reserve_tokens(block, lease_ms)
+  return reserve_tokens(block, lease_ms, owner)
 end
 
 -- Hands the lock to the queue as far as `state` allows: a free lock to the first live waiter

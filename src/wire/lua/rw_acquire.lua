@@ -44,7 +44,7 @@ if held then
     -- holds are told apart from its write holds.
     redis.call('hset', KEYS[1], 'mode', 'write')
     redis.call('hincrby', KEYS[1], owner .. ':r', 1)
-    return {1, reserve_tokens(block, lease), left}
+    return {1, reserve_tokens(block, lease, owner), left}
   end
   if mode == 'reenter' then
     if role == 'read' and state == 'read' then
@@ -62,9 +62,9 @@ if held then
   -- Granted from the queue while this waiter was not listening: the last block granted ends
   -- at least at its token and below every later one (it expires with a lease; should it be
   -- gone, a fresh token grows as well).
-  local top = redis.call('get', KEYS[2])
+  local top = string.match(redis.call('get', KEYS[2]) or '', '^%d+')
   if not top then
-    return {1, reserve_tokens(1, math.max(1, left)), left}
+    return {1, reserve_tokens(1, math.max(1, left), owner), left}
   end
   return {1, tonumber(top), left}
 end

@@ -61,7 +61,7 @@ end
 -- Gives `owner` `take` of the semaphore's `permits` on a lease of `lease_ms`; the key lives
 -- at least that long. Returns its fencing token.
 local function sem_add(owner, now, lease_ms, block, take, permits)
-  local token = reserve_tokens(block, lease_ms)
+  local token = reserve_tokens(block, lease_ms, owner)
   redis.call('hset', KEYS[1], 'permits', permits, owner,
     string.format('%d %d %d', take, now + lease_ms, token))
   redis.call('hincrby', KEYS[1], 'used', take)

@@ -30,21 +30,21 @@ local function next_tokens(block)
   return first
 end
 
--- Reserves a block for a grant a waiter may find by a look (acquire.lua reads it back from
--- KEYS[2], which expires `ttl_ms`, the grant's lease, after it). `ttl_ms` is best given as a
+-- Reserves a block for a grant to `owner` that its waiter may find by a look: KEYS[2] keeps
+-- '<last token of the block> <owner>' for `ttl_ms`, the grant's lease (acquire.lua reads it
+-- back, and takes it only when it names the owner that looks). `ttl_ms` is best given as a
 -- string (see `take`).
-local function reserve_tokens(block, ttl_ms)
+local function reserve_tokens(block, ttl_ms, owner)
   local first = next_tokens(block)
-  redis.call('set', KEYS[2], string.format('%d', first + block - 1), 'px', ttl_ms)
+  redis.call('set', KEYS[2], string.format('%d %s', first + block - 1, owner), 'px', ttl_ms)
   return first
 end
 
 -- Makes `owner` the holder of a lock found free with nobody queued, and returns its first
--- token. An earlier grant's block is deleted: a look by this owner (its reply lost) must not
--- take that block for its own.
+-- token. Nothing else is written: the block of an earlier grant in KEYS[2] names its own
+-- owner, so a look by this one never takes it.
 local function take_free(owner, lease_ms, block)
   redis.call('hset', KEYS[1], owner, '1')
   redis.call('pexpire', KEYS[1], lease_ms)
-  redis.call('del', KEYS[2])
   return next_tokens(block)
 end

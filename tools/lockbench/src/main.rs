@@ -580,17 +580,18 @@ return 0
 ";
 
 /// This library's free-lock acquire and nothing else: its own clock and token functions
-/// (`take_free`: `HSET`, `PEXPIRE`, a `GET` that finds no fencing counter, `TIME`) after one
+/// (`take_free`: `HSET`, `PEXPIRE`, `TIME` and the token counter's `SET … GET`) after one
 /// `EXISTS` over the lock, its queue, an epoch key and its marker, each counted as the
-/// library counts it. KEYS: the lock, the fencing counter, its queue, the epoch key, its
-/// marker (the library's order); ARGV: the owner, the lease ms, the token block. Returns the
-/// first token, or 0 when the lock is taken or someone queues.
+/// library counts it. KEYS: the lock, its last granted block, its queue, the epoch key, the
+/// token counter (KEYS[5], where `tokens.lua` finds it), the epoch's marker; ARGV: the owner,
+/// the lease ms, the token block. Returns the first token, or 0 when the lock is taken or
+/// someone queues.
 const BARE_ACQUIRE: &str = concat!(
     include_str!("../../../src/wire/lua/clock.lua"),
     include_str!("../../../src/wire/lua/tokens.lua"),
     r"
 local seen = redis.call('exists', KEYS[1], KEYS[3], KEYS[4], KEYS[4], KEYS[4],
-  KEYS[5], KEYS[5], KEYS[5])
+  KEYS[6], KEYS[6], KEYS[6])
 if seen % 3 ~= 0 then
   return 0
 end
@@ -606,6 +607,8 @@ return redis.call('hdel', KEYS[1], ARGV[1], 'queued', 'queued.2') % 2
 /// The bare lock's epoch key and its marker: both exist, as they do for this library's
 /// clients between restarts of Redis.
 const BARE_EPOCH: [&str; 2] = ["lockbench:bare:epoch", "lockbench:bare:epoch:1:10000"];
+/// The bare lock's token counter, as this library keeps one per server.
+const BARE_TOKENS: &str = "lockbench:bare:tokens";
 /// The token block the bare lock reserves: this library's default (one token and 16 local
 /// hand-overs).
 const BARE_TOKEN_BLOCK: u64 = 17;
@@ -671,6 +674,7 @@ impl HandLock {
                         .key(format!("{key}:fence"))
                         .key(format!("{key}:queue"))
                         .key(BARE_EPOCH[0])
+                        .key(BARE_TOKENS)
                         .key(BARE_EPOCH[1])
                         .arg(&owner)
                         .arg(LEASE.as_millis() as u64)
