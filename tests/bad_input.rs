@@ -33,13 +33,13 @@ const IN_FLIGHT: usize = 64;
 type Http = BoxCloneSyncService<Request<String>, Response<String>, Infallible>;
 
 /// Every key under the default prefix, sorted.
-/// The keys of locks in Redis (the server's epoch key and its marker aside, which every
-/// client writes on first use).
+/// The keys of locks in Redis (the server's epoch key, its marker and the token counter aside,
+/// which every client writes on first use).
 fn lock_keys(server: &RedisServer) -> BTreeSet<String> {
     server
         .cmd::<Vec<String>>(&["KEYS", "lock:*"])
         .into_iter()
-        .filter(|key| !key.starts_with("lock:epoch"))
+        .filter(|key| !key.starts_with("lock:epoch") && key != "lock:tokens")
         .collect()
 }
 
@@ -187,11 +187,13 @@ fn crafted_names(wake_target: &LockClient) -> Vec<String> {
 async fn names_shaped_like_internal_keys_are_locks_of_their_own() {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
-    // A counter past the clock (year 2255, in µs), as a failover or a force-unlock can
-    // leave: `x` reserves its block through it, so `x` holds a counter a crafted name could
-    // write into.
-    let () = server.cmd(&["SET", "lock:{x}:fence", "9000000000000000"]);
+    // A token counter past the clock (year 2255, in µs), as a clock that stepped back can
+    // leave: `x` reserves its block past it. And a block granted earlier to another owner,
+    // still in `x`'s grant key: a key of `x` a crafted name could write into.
+    let () = server.cmd(&["SET", "lock:tokens", "9000000000000000"]);
+    let () = server.cmd(&["SET", "lock:{x}:fence", "8999999999999999 earlier:1"]);
     let plain = a.lock("x").unwrap().acquire().await.unwrap();
+    let token_of_x = plain.fencing_token();
     let fence_of_x: String = server.cmd(&["GET", "lock:{x}:fence"]);
     assert_eq!(plain.fencing_token(), 9_000_000_000_000_001);
 
@@ -212,7 +214,7 @@ async fn names_shaped_like_internal_keys_are_locks_of_their_own() {
     assert_eq!(
         server.cmd::<String>(&["TYPE", "lock:{x}:fence"]),
         "string",
-        "no crafted name wrote into the fence counter of x"
+        "no crafted name wrote into the grant key of x"
     );
     assert_eq!(server.cmd::<String>(&["GET", "lock:{x}:fence"]), fence_of_x);
     assert_eq!(
@@ -238,7 +240,7 @@ async fn names_shaped_like_internal_keys_are_locks_of_their_own() {
         guard.release().await.unwrap();
     }
     let next = a.lock("x").unwrap().try_acquire().await.unwrap().unwrap();
-    assert!(next.fencing_token() > fence_of_x.parse::<u64>().unwrap());
+    assert!(next.fencing_token() > token_of_x);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -732,7 +734,7 @@ async fn ten_thousand_tasks_waiting_on_ten_thousand_keys_leave_no_entries() {
         })
         .collect();
     // Each waiter's place adds the lock's queue and waiters' terms to its hash (taken free, it
-    // has no counter).
+    // keeps no grant block).
     let stored = || lock_keys(&server).len();
     assert!(
         support::eventually(FLOOD_BOUND, || stored() == 3 * KEYS).await,
