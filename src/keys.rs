@@ -226,7 +226,8 @@ impl HashOf {
 
 /// The name of the lock or semaphore whose hash is `key` under `prefix`, and which of the two
 /// it is; `None` for any other key (a grant's token block, a queue, the waiters' terms, the
-/// epoch, the token counter): the reverse of the hash of [`LockKeys::new`] and [`LockKeys::semaphore`].
+/// epoch, the token counter): the reverse of the hash of [`LockKeys::new`] and
+/// [`LockKeys::semaphore`].
 pub(crate) fn name_of_hash(prefix: &str, key: &str) -> Option<(String, HashOf)> {
     let tagged = key.strip_prefix(prefix)?.strip_prefix('{')?;
     let (escaped, of) = match tagged.strip_suffix(SEMAPHORE_SUFFIX) {

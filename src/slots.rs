@@ -6,9 +6,9 @@
 //! only to a channel of its own slot, so each exists once per slot: `<prefix>epoch:{<tag>}`,
 //! `<prefix>tokens:{<tag>}` and `<prefix>wake:{<tag>}:<instance id>`, where `<tag>` is a short
 //! string that hashes to that slot. The token counter moves with its slot, so a lock's tokens
-//! keep growing when the slot migrates. An instance thus listens on at most one channel per slot it waits in, however many
-//! locks it waits for, and a Redis that loses a slot's data (a failover to a replica that had
-//! not received it) is noticed per slot.
+//! keep growing when the slot migrates. An instance thus listens on at most one channel per
+//! slot it waits in, however many locks it waits for, and a Redis that loses a slot's data (a
+//! failover to a replica that had not received it) is noticed per slot.
 
 use std::sync::{Arc, OnceLock};
 

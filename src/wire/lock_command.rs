@@ -9,9 +9,10 @@ use crate::slots::Names;
 use crate::wire::args_room::ArgsRoom;
 use crate::wire::lua::Lua;
 
-/// Which keys a script takes besides a lock's four and its scope's token counter: the epoch key (with the marker an
-/// exclusive lock's acquisition checks it by), and the readers' index (always last, where a
-/// read-write lock's and a semaphore's scripts find it; a semaphore keeps its holders there).
+/// Which keys a script takes besides a lock's four and its scope's token counter: the epoch
+/// key (with the marker an exclusive lock's acquisition checks it by), and the readers' index
+/// (always last, where a read-write lock's and a semaphore's scripts find it; a semaphore
+/// keeps its holders there).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ExtraKeys<'a> {
     pub(crate) epoch: Option<&'a str>,

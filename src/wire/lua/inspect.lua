@@ -1,7 +1,7 @@
 -- Read one lock as Redis holds it, at one instant, for operators (after clock.lua); writes
 -- nothing.
--- KEYS[1] the lock hash, KEYS[2] the last token block granted, KEYS[3] the queue, KEYS[4] the waiters'
--- terms; ARGV[1] the most queued owners to read, from the head (at least 1).
+-- KEYS[1] the lock hash, KEYS[2] the last token block granted, KEYS[3] the queue, KEYS[4]
+-- the waiters' terms; ARGV[1] the most queued owners to read, from the head (at least 1).
 -- Returns {server time ms, {hash field, value, ...}, the hash's PTTL, the last grant's block
 -- ('<last token> <owner>', '' when gone), how many are queued, {owner, arrival (server µs),
 -- terms ('' when none), ...}}.
