@@ -37,10 +37,9 @@ pub const DEFAULT_LOCAL_HANDOFF_LIMIT: u32 = 16;
 /// acquisition the tasks of one client may keep handing the lock over among themselves.
 pub const DEFAULT_LOCAL_HANDOFF_WINDOW: Duration = Duration::from_millis(25);
 
-/// Default for [`LockClientBuilder::restart_quarantine`]: the shortest time no lock is
-/// granted after a client finds Redis without its epoch (a quarantine lasts at least the
-/// longest lease the client knows of).
-pub const DEFAULT_RESTART_QUARANTINE: Duration = Duration::from_secs(5);
+/// Default for [`LockClientBuilder::lease_limit`]: the longest lease a client grants, and how
+/// long no lock is granted after Redis lost its data.
+pub const DEFAULT_LEASE_LIMIT: Duration = Duration::from_secs(60);
 
 /// Epoch scripts a waiver has on their way at once (a cluster has one epoch per slot).
 const WAIVE_CONCURRENCY: usize = 256;
@@ -161,7 +160,7 @@ impl LockClient {
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
                 local_handoff_limit: DEFAULT_LOCAL_HANDOFF_LIMIT,
                 local_handoff_window: DEFAULT_LOCAL_HANDOFF_WINDOW,
-                restart_quarantine: DEFAULT_RESTART_QUARANTINE,
+                lease_limit: DEFAULT_LEASE_LIMIT,
                 replica_ack: None,
                 instance_name: None,
                 connections: DEFAULT_CONNECTIONS,
@@ -206,7 +205,7 @@ impl LockClient {
 
     /// How long the restart quarantine this client last heard of still runs, if one runs:
     /// Redis lost its data, and no lock of it is granted until every holder of a lost lock has
-    /// been told (see [`LockClientBuilder::restart_quarantine`]). Learned from the replies of
+    /// been told (see [`LockClientBuilder::lease_limit`]). Learned from the replies of
     /// this client's own acquisitions; a WARN log line marks its start and its end.
     pub fn restart_quarantine_left(&self) -> Option<Duration> {
         self.engine.shared.watchdog.epoch().quarantine_left()
@@ -318,7 +317,7 @@ impl LockClientBuilder {
     }
 
     /// Lease of watchdog-mode locks (default [`DEFAULT_WATCHDOG_LEASE`], 30 s), from 3 ms to
-    /// [`MAX_LEASE`](crate::MAX_LEASE). The watchdog renews it every third of this unless
+    /// the [lease limit](Self::lease_limit). The watchdog renews it every third of this unless
     /// [`Self::renew_interval`] says otherwise.
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
         self.config.watchdog_lease = lease;
@@ -369,29 +368,33 @@ impl LockClientBuilder {
         self
     }
 
-    /// The shortest restart quarantine this client starts (default
-    /// [`DEFAULT_RESTART_QUARANTINE`], 5 s): how long no lock is granted after the client
-    /// finds Redis without its epoch, as after a loss of its data (a restart without
-    /// persistence, a failover to an empty replica, a flush) or on a new server.
+    /// The longest lease this client grants (default [`DEFAULT_LEASE_LIMIT`], 60 s), and the
+    /// restart quarantine: how long no lock is granted once Redis lost its data. A
+    /// [`Lease::Fixed`](crate::Lease::Fixed) above it is refused with
+    /// [`ErrorKind::InvalidConfig`] before anything is written, and the watchdog lease must be
+    /// at most it. Give every client of one Redis the same limit: a client that finds the data
+    /// lost knows of no lease but its own limit (and the longest granted in the lost epoch,
+    /// when it saw that epoch).
     ///
-    /// The quarantine a client starts lasts the longest of this, its own watchdog lease, the
-    /// lease it asks for, and the longest lease granted in the lost epoch as far as it knows
-    /// (every epoch records its longest lease, and clients learn it): every lease granted
-    /// before could have run out by then, so a holder that cannot hear of the loss (cut off
-    /// from Redis) is told by its own lost signal before anyone else gets its lock. Holders
-    /// that can reach Redis hear of it sooner: every client remembers the epoch of the data
-    /// it last saw, each script that takes or renews a lock checks it, and a client that
-    /// finds it changed tells its holders at its next command or watchdog tick (their lost
+    /// A Redis that lost its data is found by the first script that runs there (its epoch
+    /// key is gone, see the crate's README), and quarantined so that every lease granted
+    /// before has run out before any lock is granted again: a holder cut off from Redis
+    /// (which no client can tell) is told by its own lost signal first. Holders that can reach
+    /// Redis hear of the loss sooner, at their next command or watchdog tick (their lost
     /// signals fire with [`LostReason::DataLost`](crate::LostReason::DataLost)).
     ///
-    /// A new server cannot be told from one that lost its data, so its first lock waits a
-    /// quarantine too, unless an operator waives it
-    /// ([`LockClient::waive_restart_quarantine`], `lockctl waive-quarantine`). A client that
-    /// never used the server before knows only its own leases: give every client of one
-    /// Redis a watchdog lease, or this setting, at least the longest lease any of them uses.
-    /// At most [`MAX_LEASE`](crate::MAX_LEASE).
-    pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
-        self.config.restart_quarantine = quarantine;
+    /// The quarantine is counted from the server's start (Redis's `uptime_in_seconds`), as
+    /// the Redlock design's delayed restarts are: a restart without persistence waits until
+    /// the server has been up this long, and a server up longer than this (a new server, or
+    /// one that never held a lock) grants its first lock at once. A loss Redis shows without
+    /// a restart (a `FLUSHALL` or `FLUSHDB` in its command statistics, evicted keys, a replica
+    /// promoted to master) is quarantined this long from when a client finds it. What Redis
+    /// cannot show (an epoch key deleted by hand on a server up longer than this) an operator
+    /// covers by hand; [`LockClient::waive_restart_quarantine`] (`lockctl waive-quarantine`)
+    /// ends a quarantine once every holder is known to have stopped. At most
+    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    pub fn lease_limit(mut self, limit: Duration) -> Self {
+        self.config.lease_limit = limit;
         self
     }
 

@@ -39,7 +39,7 @@ pub enum ErrorKind {
     /// The wait bound passed during a restart quarantine: Redis lost its data (a restart
     /// without persistence, a failover to an empty replica, a flush) and grants no lock until
     /// every holder of a lost lock has been told
-    /// ([`LockClientBuilder::restart_quarantine`](crate::LockClientBuilder::restart_quarantine)).
+    /// ([`LockClientBuilder::lease_limit`](crate::LockClientBuilder::lease_limit)).
     /// Retry once it ends ([`LockClient::restart_quarantine_left`](crate::LockClient::restart_quarantine_left)).
     RestartQuarantine,
     /// Fewer replicas than
@@ -78,6 +78,8 @@ pub struct LockError {
     kind: ErrorKind,
     detail: String,
     source: Option<Box<dyn StdError + Send + Sync>>,
+    /// When retrying can first succeed, where Redis told it (a restart quarantine's end).
+    retry_after: Option<Duration>,
 }
 
 /// Short for `Result<T, LockError>`.
@@ -89,6 +91,7 @@ impl LockError {
             kind,
             detail: detail.into(),
             source: None,
+            retry_after: None,
         }
     }
 
@@ -101,6 +104,7 @@ impl LockError {
             kind,
             detail: detail.into(),
             source: Some(Box::new(source)),
+            retry_after: None,
         }
     }
 
@@ -118,16 +122,25 @@ impl LockError {
         Self::new(ErrorKind::Timeout, what)
     }
 
-    /// A wait bound that passed while a restart quarantine (`left` more) kept every lock of
-    /// the Redis from being granted.
+    /// How long to wait before retrying can succeed, when Redis told it: the time left of a
+    /// restart quarantine ([`ErrorKind::RestartQuarantine`]). The layer's `Retry-After`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// A wait bound that passed, or could not outlast, a restart quarantine (`left` more)
+    /// that keeps every lock of the Redis from being granted.
     pub(crate) fn restart_quarantine(what: &str, left: Duration) -> Self {
-        Self::new(
-            ErrorKind::RestartQuarantine,
-            format!(
-                "{what}: Redis lost its data; the quarantine ends in {}ms",
-                left.as_millis()
-            ),
-        )
+        Self {
+            retry_after: Some(left),
+            ..Self::new(
+                ErrorKind::RestartQuarantine,
+                format!(
+                    "{what}: Redis lost its data; the quarantine ends in {}ms",
+                    left.as_millis()
+                ),
+            )
+        }
     }
 
     pub(crate) fn command_timeout() -> Self {

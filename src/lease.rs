@@ -16,9 +16,11 @@ pub enum Lease {
     #[default]
     Watchdog,
     /// Never renewed: the lock is released by Redis when this runs out, and the guard's lost
-    /// signal fires. At least a millisecond and at most [`MAX_LEASE`]: an acquisition on
-    /// another fails with [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig)
-    /// before anything is written.
+    /// signal fires. At least a millisecond and at most the client's
+    /// [lease limit](crate::LockClientBuilder::lease_limit) (60 s by default): an
+    /// acquisition on another fails with
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) before anything is
+    /// written.
     Fixed(Duration),
 }
 
@@ -40,13 +42,17 @@ pub enum LostReason {
 }
 
 impl Lease {
-    /// Checks a fixed lease's length before it reaches Redis.
-    pub(crate) fn validate(self) -> crate::Result<()> {
+    /// Checks a fixed lease's length before it reaches Redis: from a millisecond to the
+    /// client's lease limit, which a restart quarantine lasts.
+    pub(crate) fn validate(self, limit: Duration) -> crate::Result<()> {
         match self {
-            Lease::Fixed(lease) if lease < Duration::from_millis(1) || lease > MAX_LEASE => {
+            Lease::Fixed(lease) if lease < Duration::from_millis(1) || lease > limit => {
                 Err(crate::LockError::new(
                     crate::ErrorKind::InvalidConfig,
-                    format!("a fixed lease must be from 1 ms to MAX_LEASE (a year), not {lease:?}"),
+                    format!(
+                        "a fixed lease must be from 1 ms to the client's lease limit \
+                         ({limit:?}, LockClientBuilder::lease_limit), not {lease:?}"
+                    ),
                 ))
             }
             _ => Ok(()),

@@ -4,9 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::client::LockClient;
 use crate::engine::acquire::Target;
 use crate::engine::release::OwnedHold;
+use crate::engine::wait_bound;
 use crate::meter::{counted, counted_try, kind_label};
 // The docs name the error kinds.
 #[cfg(doc)]
@@ -118,8 +121,8 @@ impl Lock {
     /// [`ErrorKind::RedisUnavailable`] or [`ErrorKind::Redis`] when Redis fails,
     /// [`ErrorKind::AccessDenied`] when it refuses this client (credentials, ACL, certificate),
     /// [`ErrorKind::InvalidConfig`] for a
-    /// [`Lease::Fixed`] shorter than a millisecond or longer than
-    /// [`MAX_LEASE`](crate::MAX_LEASE) (before anything is written), and
+    /// [`Lease::Fixed`] shorter than a millisecond or longer than the client's
+    /// [lease limit](crate::LockClientBuilder::lease_limit) (before anything is written), and
     /// [`ErrorKind::ShutDown`] after shutdown.
     pub async fn acquire(&self) -> Result<LockGuard> {
         counted(kind_label(self.target.kind), self.acquire_part()).await
@@ -156,7 +159,7 @@ impl Lock {
     /// its data), and the errors of [`Lock::acquire`].
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LockGuard> {
         let bounded = async {
-            match tokio::time::timeout(wait, self.acquire_part()).await {
+            match wait_bound::until(Instant::now() + wait, self.acquire_part()).await {
                 Ok(acquired) => acquired,
                 Err(_) => Err(self.client.wait_bound_passed(&format!(
                     "lock '{}' not acquired within {wait:?}",
@@ -380,7 +383,12 @@ impl LockClient {
         wait: Duration,
     ) -> Result<Vec<LockGuard>> {
         let bounded = async {
-            match tokio::time::timeout(wait, self.acquire_all_of_kind(names, lease, kind)).await {
+            match wait_bound::until(
+                Instant::now() + wait,
+                self.acquire_all_of_kind(names, lease, kind),
+            )
+            .await
+            {
                 Ok(acquired) => acquired,
                 Err(_) => {
                     let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();

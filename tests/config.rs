@@ -54,8 +54,8 @@ async fn every_setting_past_its_bound_fails_the_build_by_name() {
             "hand-over window",
         ),
         (
-            builder().restart_quarantine(Duration::MAX),
-            "restart quarantine",
+            builder().lease_limit(Duration::MAX),
+            "lease limit",
         ),
         (builder().connections(0), "connections"),
         (builder().connections(MAX_CONNECTIONS + 1), "connections"),
@@ -68,7 +68,7 @@ async fn every_setting_past_its_bound_fails_the_build_by_name() {
     let at_bounds = builder()
         .renew_interval(lease / 2)
         .local_handoff_window(lease.mul_f64(0.89))
-        .restart_quarantine(MAX_LEASE)
+        .lease_limit(MAX_LEASE)
         .connections(MAX_CONNECTIONS)
         .build()
         .await
@@ -101,7 +101,13 @@ async fn a_fixed_lease_past_a_year_fails_before_anything_is_written() {
         assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{lease:?}: {err}");
     }
     assert_eq!(server.keys_besides_epoch(), 0, "nothing was written");
-    // The longest fixed lease there is works, and leaves a lock with a TTL.
+    // The longest fixed lease there is works with a lease limit as long, and leaves a lock
+    // with a TTL.
+    let locks = LockClient::builder(&server.url())
+        .lease_limit(MAX_LEASE)
+        .build()
+        .await
+        .unwrap();
     let lock = locks
         .lock("a-year")
         .unwrap()

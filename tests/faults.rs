@@ -30,19 +30,19 @@ fn watch_lost(guard: &LockGuard) -> tokio::task::JoinHandle<(Instant, LostReason
 async fn a_redis_that_lost_its_data_tells_holders_before_anyone_else_gets_their_locks() {
     let mut server = RedisServer::start();
     let port = server.port();
-    // The quarantine covers the longest lease any client may still believe it holds: here
-    // the quarantine setting, longer than the short leases of both clients.
+    // The quarantine covers the longest lease any client may still believe it holds: the
+    // lease limit both clients keep to, longer than their short leases.
     let quarantine = Duration::from_secs(3);
     let lease = Duration::from_secs(2);
     let holders = LockClient::builder(&server.url())
         .watchdog_lease(lease)
-        .restart_quarantine(quarantine)
+        .lease_limit(quarantine)
         .build()
         .await
         .unwrap();
     let others = LockClient::builder(&server.url())
         .watchdog_lease(lease)
-        .restart_quarantine(quarantine)
+        .lease_limit(quarantine)
         .build()
         .await
         .unwrap();
@@ -323,18 +323,16 @@ async fn a_killed_holder_process_frees_its_lock_after_its_lease() {
 }
 
 /// A holder cut off from Redis while Redis loses its data (FLUSHALL), and another client
-/// that asks for its lock with a wait bound longer than the lease; `quarantine` is the asking
-/// client's restart quarantine, shorter than the lease. Returns when the holder was told,
+/// that asks for its lock with a wait bound longer than the lease; both keep to a lease limit
+/// of that lease, the asking client's restart quarantine. Returns when the holder was told,
 /// why, and when the other client got the lock.
 async fn lose_data_while_a_holder_is_cut_off(
     asking_knows_the_epoch: bool,
 ) -> (Instant, LostReason, Instant) {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port()).await;
-    // Short so the test is quick; the defaults (a 30 s lease, a 5 s quarantine) have the
-    // same shape: a quarantine shorter than the lease.
+    // Short so the test is quick.
     let lease = Duration::from_secs(5);
-    let quarantine = Duration::from_millis(500);
     let cut_off = support::client_with_lease(&proxy.url(), lease).await;
     let held = cut_off
         .lock("partitioned")
@@ -345,7 +343,7 @@ async fn lose_data_while_a_holder_is_cut_off(
     let lost = watch_lost(&held);
     let other = LockClient::builder(&server.url())
         .watchdog_lease(lease)
-        .restart_quarantine(quarantine)
+        .lease_limit(lease)
         .build()
         .await
         .unwrap();
@@ -399,7 +397,7 @@ async fn a_quarantine_covers_the_longest_lease_granted_before_the_loss() {
     let server = RedisServer::start();
     let short = LockClient::builder(&server.url())
         .watchdog_lease(Duration::from_secs(1))
-        .restart_quarantine(Duration::from_millis(500))
+        .lease_limit(Duration::from_secs(1))
         .build()
         .await
         .unwrap();
@@ -452,18 +450,17 @@ async fn an_epoch_key_deleted_alone_is_a_loss_though_its_marker_is_left() {
 }
 
 #[tokio::test]
-async fn a_new_server_waits_a_quarantine_until_an_operator_waives_it() {
-    let server = RedisServer::start();
+async fn a_server_started_less_than_the_lease_limit_ago_waits_until_an_operator_waives_it() {
     // The harness gives new servers their epoch; this one is left without, as a new server
-    // is (or one that lost its data: the library cannot tell them apart).
-    let _: i64 = server.cmd(&["DEL", "lock:epoch"]);
+    // is (or one restarted without its data: a server up less than the limit cannot tell).
+    let server = RedisServer::start_without_epoch();
     let locks = client(&server).await;
     let lock = locks.lock("first").unwrap();
     assert!(lock.try_acquire().await.unwrap().is_none(), "quarantined");
     let left = locks.restart_quarantine_left().expect("a quarantine runs");
     assert!(
-        left > Duration::from_secs(25),
-        "the default 30 s lease: {left:?}"
+        left > Duration::from_secs(50),
+        "the default 60 s lease limit, from the server's start: {left:?}"
     );
 
     assert!(locks.waive_restart_quarantine().await.unwrap(), "waived");

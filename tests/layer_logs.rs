@@ -115,12 +115,12 @@ async fn a_ten_kilobyte_key_is_cut_in_logs_and_in_the_answer() {
 async fn a_restart_quarantine_is_logged_and_answered_with_its_own_kind() {
     let logs = CapturedLogs::start();
     let server = RedisServer::start();
-    // The quarantine covers the longest lease a client may still believe it holds: a short
-    // lease, so the quarantine is the setting's 2 s.
-    let quarantine = Duration::from_secs(2);
+    // The quarantine is the lease limit, which a flush starts from when a client finds it:
+    // long enough that the layer's answer below comes well within it.
+    let quarantine = Duration::from_secs(4);
     let locks = LockClient::builder(&server.url())
         .watchdog_lease(Duration::from_secs(1))
-        .restart_quarantine(quarantine)
+        .lease_limit(quarantine)
         .build()
         .await
         .unwrap();
@@ -143,7 +143,7 @@ async fn a_restart_quarantine_is_logged_and_answered_with_its_own_kind() {
             .len(),
         1
     );
-    let started = logs.lines_with("restart quarantine: this Redis has no lock epoch");
+    let started = logs.lines_with("restart quarantine: this Redis lost its lock epoch");
     assert_eq!(started.len(), 1, "{started:#?}");
     assert!(started[0].contains("WARN"), "{}", started[0]);
 
@@ -163,6 +163,16 @@ async fn a_restart_quarantine_is_logged_and_answered_with_its_own_kind() {
         response.body(),
         "lock service recovering from a loss of its data for [globex]; retry later\n"
     );
+    // Retry-After tells the quarantine's end as the client knows it, not the 1 s default.
+    let retry_after: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (2..=quarantine.as_secs()).contains(&retry_after),
+        "Retry-After: {retry_after}"
+    );
 
     // It ends: locks are granted again, and the end is logged once.
     let guard = lock.acquire_timeout(quarantine + SLACK).await.unwrap();
@@ -176,7 +186,7 @@ async fn a_restart_quarantine_is_logged_and_answered_with_its_own_kind() {
     );
     assert_eq!(locks.restart_quarantine_left(), None);
     assert_eq!(
-        logs.lines_with("restart quarantine: this Redis has no lock epoch")
+        logs.lines_with("restart quarantine: this Redis lost its lock epoch")
             .len(),
         1
     );

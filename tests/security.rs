@@ -21,7 +21,7 @@ const REFUSAL_BOUND: Duration = Duration::from_secs(2);
 /// ACL line grants them.
 const LIBRARY_COMMANDS: &str = "-@all +evalsha +script|load +eval +exists +hexists +hget +hgetall \
     +hset +hincrby +hdel +del +get +set +pexpire +pttl +time +zadd +zrange +zrangebyscore \
-    +zremrangebyscore +zrem +zscore +zpopmin +publish +subscribe +ping +unwatch";
+    +zremrangebyscore +zrem +zscore +zpopmin +publish +subscribe +ping +unwatch +info";
 
 const PASSWORD: &str = "s3cret-pass";
 

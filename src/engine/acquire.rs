@@ -16,6 +16,7 @@ use crate::engine::lease::LeaseState;
 use crate::engine::local::LocalTurn;
 use crate::engine::replicas;
 use crate::engine::shared::Shared;
+use crate::engine::wait_bound;
 use crate::engine::waiter::Waiter;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{LockKeys, shown};
@@ -38,7 +39,7 @@ impl Target {
     /// `None` when it is held and `wait` is false.
     pub(crate) async fn acquire(&self, engine: &Engine, wait: bool) -> Result<Option<Holder>> {
         engine.shared.ensure_running()?;
-        self.lease.validate()?;
+        self.lease.validate(engine.shared.config.lease_limit)?;
         let started = Instant::now();
         // Only an exclusive lock's tasks queue locally; the others each wait in Redis.
         let turn = if !self.kind.queues_locally() {
@@ -220,7 +221,7 @@ impl Asking<'_> {
                     // or its runtime stalled) is never handed out: the lock is looked at again.
                     if let Some(expires_at) = self.waiter.grant_deadline(grant) {
                         let granted = Duration::from_millis(grant.lease_ms);
-                        let handed = self.hand_out(grant.token, expires_at, granted, true, true);
+                        let handed = self.hand_out(grant.token, expires_at, granted, true);
                         if let Some(holder) = handed.await? {
                             return Ok(Some(holder));
                         }
@@ -251,7 +252,7 @@ impl Asking<'_> {
                     if Instant::now() < expires_at {
                         // A queued waiter's look found the lock granted to it from the
                         // queue: a hand-over through Redis all the same.
-                        let handed = self.hand_out(token, expires_at, granted, false, was_queued);
+                        let handed = self.hand_out(token, expires_at, granted, was_queued);
                         if let Some(holder) = handed.await? {
                             return Ok(Some(holder));
                         }
@@ -265,7 +266,17 @@ impl Asking<'_> {
                         .map_or(repoll, |ms| Duration::from_millis(ms.max(1)).min(repoll));
                 }
                 AcquireReply::Quarantined { left_ms, .. } if wait => {
-                    nap = Duration::from_millis(left_ms.max(1)).min(repoll);
+                    let left = Duration::from_millis(left_ms);
+                    if wait_bound::outlasted_by(left) {
+                        return Err(LockError::restart_quarantine(
+                            &format!(
+                                "lock '{}' cannot be acquired before its wait bound",
+                                shown(&self.target.name)
+                            ),
+                            left,
+                        ));
+                    }
+                    nap = left.max(Duration::from_millis(1)).min(repoll);
                 }
                 AcquireReply::Waiting { .. } | AcquireReply::Quarantined { .. } => {
                     return Ok(None);
@@ -294,17 +305,16 @@ impl Asking<'_> {
     }
 
     /// The holder of what Redis granted this waiter (`token`, `granted` of lease left, to be
-    /// told it is lost at `expires_at`), once a fixed lease granted shorter than asked (from
-    /// the queue, on its claim lease) is extended to its full length, as nothing renews it
-    /// later. `by_release` when the grant came in a releaser's message, `from_queue` when
-    /// Redis granted it from the queue either way. `None` when the grant turned out to be no
-    /// longer this owner's: look again.
+    /// told it is lost at `expires_at`), once a fixed lease found with less left than asked
+    /// (by a look, a while after its grant) is extended to its full length, as nothing renews
+    /// it later. `from_queue` when Redis granted it from the queue (told by a releaser's
+    /// message or found by a look). `None` when the grant turned out to be no longer this
+    /// owner's: look again.
     async fn hand_out(
         &mut self,
         token: u64,
         expires_at: Instant,
         granted: Duration,
-        by_release: bool,
         from_queue: bool,
     ) -> Result<Option<Holder>> {
         let terms = self.terms;
@@ -313,7 +323,7 @@ impl Asking<'_> {
         let expires_at = if extension_needed || replicas::asked(self.shared) {
             // Boxed, and only here: most grants need no more round trips, and the acquire
             // loop should not carry their large futures.
-            match Box::pin(self.confirm(expires_at, extension_needed, by_release)).await? {
+            match Box::pin(self.confirm(expires_at, extension_needed)).await? {
                 Some(expires_at) => expires_at,
                 None => return Ok(None),
             }
@@ -349,13 +359,9 @@ impl Asking<'_> {
         &mut self,
         expires_at: Instant,
         extension_needed: bool,
-        by_release: bool,
     ) -> Result<Option<Instant>> {
         let lease_ms = self.terms.lease_ms;
-        // A grant by a release's message runs on the claim lease: with replicas to wait for,
-        // it gets its full lease first, so the WAIT does not eat into the short one.
-        let full_lease_first = replicas::asked(self.shared) && by_release;
-        let expires_at = if extension_needed || full_lease_first {
+        let expires_at = if extension_needed {
             match self.waiter.extend_to(lease_ms).await? {
                 Some(sent_at) => lost_deadline(sent_at, Duration::from_millis(lease_ms)),
                 None => return Ok(None),

@@ -17,7 +17,8 @@ pub(crate) struct Config {
     pub(crate) command_timeout: Duration,
     pub(crate) local_handoff_limit: u32,
     pub(crate) local_handoff_window: Duration,
-    pub(crate) restart_quarantine: Duration,
+    /// The longest lease this client grants, and the quarantine after Redis lost its data.
+    pub(crate) lease_limit: Duration,
     /// Replicas that must acknowledge an acquisition before its holder is told it holds it.
     pub(crate) replica_ack: Option<ReplicaAck>,
     /// A label for this instance, the start of its instance id (and of every owner id), so an
@@ -53,10 +54,15 @@ impl Config {
     /// names the setting and its bound.
     pub(crate) fn validate(&self) -> Result<()> {
         let lease = self.watchdog_lease;
-        let checks: [(bool, &str); 12] = [
+        let checks: [(bool, &str); 13] = [
             (
                 lease >= Duration::from_millis(3) && lease <= MAX_LEASE,
                 "the watchdog lease must be from 3 ms to MAX_LEASE (a year)",
+            ),
+            (
+                lease <= self.lease_limit,
+                "the watchdog lease must be at most the lease limit (a restart quarantine lasts \
+                 the lease limit, and must outlast every lease)",
             ),
             (
                 !self.renew_interval.is_zero() && self.renew_interval <= lease / 2,
@@ -90,8 +96,8 @@ impl Config {
                  acquisition reserves that many tokens more, past the server clock in µs",
             ),
             (
-                self.restart_quarantine <= MAX_LEASE,
-                "the restart quarantine must be at most MAX_LEASE (a year)",
+                self.lease_limit <= MAX_LEASE,
+                "the lease limit must be at most MAX_LEASE (a year)",
             ),
             (
                 self.replica_ack.is_none_or(|ack| {
@@ -134,9 +140,6 @@ impl Config {
                 Terms {
                     lease_ms,
                     alive_ms,
-                    // A waiter that died since its last refresh holds the lock this long at
-                    // most; a live one's watchdog extends it at its next tick.
-                    claim_ms: lease_ms.min(alive_ms),
                     // Tokens for the local hand-overs, which only an exclusive lock makes.
                     block: if kind.queues_locally() {
                         u64::from(self.local_handoff_limit) + 1
@@ -149,7 +152,6 @@ impl Config {
             Lease::Fixed(lease) => Terms {
                 lease_ms: millis(lease),
                 alive_ms,
-                claim_ms: millis(lease),
                 block: 1,
                 kind,
             },
@@ -187,7 +189,7 @@ mod tests {
             command_timeout: Duration::from_secs(2),
             local_handoff_limit: 16,
             local_handoff_window: Duration::from_millis(25),
-            restart_quarantine: Duration::from_secs(5),
+            lease_limit: Duration::from_secs(60),
             replica_ack: None,
             instance_name: None,
             connections: 1,
@@ -208,9 +210,16 @@ mod tests {
     fn the_defaults_and_the_bounds_themselves_are_accepted() {
         assert_eq!(refused(|_| {}), None);
         assert_eq!(refused(|c| c.renew_interval = c.watchdog_lease / 2), None);
-        assert_eq!(refused(|c| c.watchdog_lease = MAX_LEASE), None);
+        assert_eq!(
+            refused(|c| {
+                c.watchdog_lease = MAX_LEASE;
+                c.lease_limit = MAX_LEASE;
+            }),
+            None
+        );
+        assert_eq!(refused(|c| c.watchdog_lease = c.lease_limit), None);
         assert_eq!(refused(|c| c.repoll_interval = MAX_LEASE / 3), None);
-        assert_eq!(refused(|c| c.restart_quarantine = MAX_LEASE), None);
+        assert_eq!(refused(|c| c.lease_limit = MAX_LEASE), None);
         assert_eq!(
             refused(|c| c.instance_name = Some("n".repeat(MAX_INSTANCE_NAME))),
             None
@@ -223,10 +232,14 @@ mod tests {
 
     #[test]
     fn each_setting_past_its_bound_is_refused_by_name() {
-        let cases: [(&str, Change); 12] = [
+        let cases: [(&str, Change); 13] = [
             (
                 "watchdog lease",
                 Box::new(|c| c.watchdog_lease = Duration::from_millis(2)),
+            ),
+            (
+                "the lease limit",
+                Box::new(|c| c.watchdog_lease = c.lease_limit + Duration::from_millis(1)),
             ),
             (
                 "watchdog lease",
@@ -257,8 +270,8 @@ mod tests {
                 Box::new(|c| c.local_handoff_window = c.watchdog_lease.mul_f64(0.9)),
             ),
             (
-                "restart quarantine",
-                Box::new(|c| c.restart_quarantine = Duration::MAX),
+                "lease limit",
+                Box::new(|c| c.lease_limit = Duration::MAX),
             ),
             (
                 "instance name",
@@ -287,10 +300,6 @@ mod tests {
         assert_eq!(watchdog.lease_ms, 30_000);
         assert_eq!(watchdog.alive_ms, 3_000, "three re-polls");
         assert_eq!(
-            watchdog.claim_ms, 3_000,
-            "a hand-over's claim lease is the liveness"
-        );
-        assert_eq!(
             watchdog.block, 17,
             "the acquisition and 16 local hand-overs"
         );
@@ -298,17 +307,8 @@ mod tests {
         assert_eq!(config.terms(Lease::Watchdog, LockKind::Fair).block, 1);
         let fixed = config.terms(Lease::Fixed(Duration::from_secs(60)), LockKind::Exclusive);
         assert_eq!(
-            (fixed.lease_ms, fixed.claim_ms, fixed.block),
-            (60_000, 60_000, 1)
-        );
-        let short = Config {
-            watchdog_lease: Duration::from_secs(2),
-            ..defaults()
-        };
-        assert_eq!(
-            short.terms(Lease::Watchdog, LockKind::Exclusive).claim_ms,
-            2_000,
-            "never longer than the lease"
+            (fixed.lease_ms, fixed.block),
+            (60_000, 1)
         );
         assert_eq!(
             millis(Duration::from_micros(10)),
@@ -318,17 +318,21 @@ mod tests {
     }
 
     #[test]
-    fn fixed_leases_outside_a_millisecond_to_a_year_are_refused() {
-        assert!(Lease::Fixed(Duration::from_millis(1)).validate().is_ok());
-        assert!(Lease::Fixed(MAX_LEASE).validate().is_ok());
-        assert!(Lease::Watchdog.validate().is_ok());
+    fn fixed_leases_outside_a_millisecond_to_the_lease_limit_are_refused() {
+        let limit = Duration::from_secs(60);
+        assert!(Lease::Fixed(Duration::from_millis(1)).validate(limit).is_ok());
+        assert!(Lease::Fixed(limit).validate(limit).is_ok());
+        assert!(Lease::Fixed(MAX_LEASE).validate(MAX_LEASE).is_ok());
+        assert!(Lease::Watchdog.validate(limit).is_ok());
         for lease in [
             Duration::ZERO,
+            limit + Duration::from_millis(1),
             MAX_LEASE + Duration::from_millis(1),
             Duration::MAX,
         ] {
-            let err = Lease::Fixed(lease).validate().unwrap_err();
+            let err = Lease::Fixed(lease).validate(limit).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{lease:?}");
+            assert!(err.to_string().contains("lease limit"), "{err}");
         }
     }
 }

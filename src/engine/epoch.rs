@@ -1,8 +1,9 @@
 //! What this client knows of the server's epoch (see `wire/lua/epoch.lua`): the life of the
 //! Redis data it has seen, and the longest lease granted in it. A Redis without its epoch
-//! (it lost its data, or is new) is noticed by the first script that runs there: a
-//! quarantine then covers every lease the client knows of, and the holders of the lost locks
-//! are told before anyone else can take them. On a cluster each slot has an epoch of its own
+//! (it lost its data, or is new) is noticed by the first script that runs there: unless the
+//! server has been up longer than every lease (and shows no other loss), a quarantine then
+//! covers the lease limit every client keeps to and the longest lease the client knows of,
+//! and the holders of the lost locks are told before anyone else can take them. On a cluster each slot has an epoch of its own
 //! (see `slots.rs`), so a node that fails over to a replica without the data quarantines and
 //! loses only the locks of its own slots.
 
@@ -19,10 +20,9 @@ use crate::wire::scripts::EpochTerms;
 pub(crate) struct Epoch {
     /// Where each scope's epoch key is: one for a server, one per slot of a cluster.
     placement: Arc<Placement>,
-    /// The shortest quarantine this client starts on a missing epoch (`restart_quarantine`).
-    quarantine_floor_ms: u64,
-    /// This client's watchdog lease: its own holders may believe they hold a lock this long.
-    own_lease_ms: u64,
+    /// The longest lease this client grants (`lease_limit`), which every client of one
+    /// Redis keeps to: the shortest quarantine it starts on a missing epoch.
+    lease_limit_ms: u64,
     /// What a script told last, per scope. Learning a new epoch and collecting the leases it
     /// ends happen under this mutex, so no lease taken in the new epoch is counted among them.
     known: Mutex<Vec<Known>>,
@@ -52,16 +52,11 @@ impl Known {
 }
 
 impl Epoch {
-    pub(crate) fn new(
-        placement: Arc<Placement>,
-        quarantine: Duration,
-        watchdog_lease: Duration,
-    ) -> Self {
+    pub(crate) fn new(placement: Arc<Placement>, lease_limit: Duration) -> Self {
         let scopes = placement.scopes().len();
         Self {
             placement,
-            quarantine_floor_ms: quarantine.as_millis() as u64,
-            own_lease_ms: watchdog_lease.as_millis() as u64,
+            lease_limit_ms: lease_limit.as_millis() as u64,
             known: Mutex::new(vec![Known::default(); scopes]),
             quarantine_until: Arc::default(),
         }
@@ -89,10 +84,7 @@ impl Epoch {
             known_lease_ms: known.longest_lease_ms,
             // Before any epoch is known, a marker no script writes.
             marker: known.marker.unwrap_or_else(|| format!("{key}:0:0").into()),
-            quarantine_ms: self
-                .quarantine_floor_ms
-                .max(self.own_lease_ms)
-                .max(known.longest_lease_ms),
+            quarantine_ms: self.lease_limit_ms.max(known.longest_lease_ms),
         }
     }
 
@@ -145,11 +137,11 @@ impl Epoch {
         }
         tracing::warn!(
             left_ms = left.as_millis() as u64,
-            "restart quarantine: this Redis has no lock epoch, as it lost its data (a restart \
-             without persistence, a failover to an empty replica, a flush) or is new; no lock \
-             is granted until every lease granted before could have run out. On a server known \
-             to be new, `lockctl waive-quarantine` (LockClient::waive_restart_quarantine) \
-             ends it"
+            "restart quarantine: this Redis lost its lock epoch with its data (a restart \
+             without persistence, a failover to an empty replica, a flush, an eviction) or \
+             started less than the lease limit ago; no lock is granted until every lease \
+             granted before could have run out. Once every holder is known to have stopped, \
+             `lockctl waive-quarantine` (LockClient::waive_restart_quarantine) ends it"
         );
         let until = self.quarantine_until.clone();
         tokio::spawn(async move {
@@ -196,15 +188,11 @@ mod tests {
 
     #[test]
     fn a_quarantine_covers_every_lease_the_client_knows_of() {
-        let epoch = Epoch::new(
-            Arc::new(Placement::single("lock:")),
-            Duration::from_secs(5),
-            Duration::from_secs(30),
-        );
+        let epoch = Epoch::new(Arc::new(Placement::single("lock:")), Duration::from_secs(30));
         let fresh = epoch.terms(0);
         assert_eq!((fresh.known, fresh.known_lease_ms), (0, 0));
         assert_eq!(&*fresh.marker, "lock:epoch:0:0");
-        // Its own watchdog lease, over a shorter quarantine setting.
+        // The lease limit, which every client keeps to.
         assert_eq!(fresh.quarantine_ms, 30_000);
         // A longer lease another client recorded in this epoch.
         assert_eq!(epoch.learn(0, 7, 60_000, || ()), None);
@@ -227,11 +215,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_quarantine_is_known_until_it_ends_and_a_later_report_extends_it() {
-        let epoch = Epoch::new(
-            Arc::new(Placement::single("lock:")),
-            Duration::from_secs(5),
-            Duration::from_secs(30),
-        );
+        let epoch = Epoch::new(Arc::new(Placement::single("lock:")), Duration::from_secs(30));
         assert_eq!(epoch.quarantine_left(), None);
         epoch.note_quarantine(Duration::from_secs(3));
         assert_eq!(epoch.quarantine_left(), Some(Duration::from_secs(3)));

@@ -21,6 +21,7 @@ pub(crate) mod release;
 pub(crate) mod replicas;
 pub(crate) mod sharded;
 pub(crate) mod shared;
+pub(crate) mod wait_bound;
 pub(crate) mod waiter;
 pub(crate) mod wake;
 pub(crate) mod watchdog;

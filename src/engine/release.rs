@@ -190,7 +190,7 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
                 slot,
                 sent_at,
                 server_ms,
-                acquisition.terms.claim_ms,
+                acquisition.terms.lease_ms,
             );
             match acquisition.lease.take_turn_if(|_| true) {
                 Some(mut turn) => *turn.baton() = Baton::Queued(queued),

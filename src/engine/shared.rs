@@ -61,14 +61,10 @@ impl Shared {
             placement.clone(),
             config.watchdog_lease,
             config.renew_interval,
-            // Often enough to extend a hand-over's short claim lease well before it runs out.
+            // Often enough to refresh a waiting place well before its liveness runs out.
             config.renew_interval.min(config.waiter_alive() / 3),
             config.waiter_alive(),
-            Epoch::new(
-                placement.clone(),
-                config.restart_quarantine,
-                config.watchdog_lease,
-            ),
+            Epoch::new(placement.clone(), config.lease_limit),
         );
         let pubsub = PubSub::start(
             wake_source,

@@ -123,7 +123,7 @@ impl Waiter {
         slot: WakeSlot,
         sent_at: Instant,
         server_ms: u64,
-        claim_ms: u64,
+        lease_ms: u64,
     ) -> Self {
         let mut queued = Self {
             shared: shared.clone(),
@@ -135,7 +135,7 @@ impl Waiter {
             last_look: Some((sent_at, server_ms)),
             conn: None,
             armed: true,
-            undo_within: Duration::from_millis(claim_ms),
+            undo_within: Duration::from_millis(lease_ms),
             place: None,
             listening: None,
         };
@@ -345,7 +345,7 @@ impl Waiter {
     }
 
     /// Extends the lease of the lock this owner was granted to `lease_ms`: a fixed lease
-    /// handed over from the queue starts on the short claim lease and is never renewed.
+    /// found by a look has less left than asked, and is never renewed.
     /// Returns when the extension was sent, or `None` when the lock is no longer this
     /// owner's (the grant lapsed) or Redis lost its data meanwhile: look again.
     pub(crate) async fn extend_to(&mut self, lease_ms: u64) -> Result<Option<Instant>> {

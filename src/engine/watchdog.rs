@@ -40,6 +40,9 @@ use crate::wire::scripts::{self, ReleaseScope, RenewReply};
 
 /// Locks renewed by one script call.
 const BATCH: usize = 500;
+/// Renewals of one chunk per tick at most: the first may only teach the epoch (see
+/// `Actor::renew_scope`).
+const RENEWAL_ATTEMPTS: usize = 2;
 
 /// A lease due for renewal: its watchdog id, its lock's keys and its owner.
 type Due = (u64, Arc<LockKeys>, Arc<str>);
@@ -105,8 +108,7 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Spawns the actor on the current runtime: every `tick` it renews the leases that are
-    /// `renew_interval` old, and any lease with less than a full lease left (a hand-over's
-    /// claim lease), and gives every waiting place `waiter_alive` more to live.
+    /// `renew_interval` old, and gives every waiting place `waiter_alive` more to live.
     pub(crate) fn start(
         connections: Arc<Connections>,
         placement: Arc<Placement>,
@@ -270,29 +272,39 @@ impl Actor {
         // A renewal that takes longer than the interval is no use; the deadline takes over.
         let limit = self.connections.command_timeout().min(self.renew_interval);
         for chunk in due.chunks(BATCH) {
-            let sent_at = Instant::now();
             let pairs: Vec<(&LockKeys, &str)> = chunk
                 .iter()
                 .map(|(_, keys, owner)| (&**keys, &**owner))
                 .collect();
-            let epoch = self.shared.epoch.terms(scope);
             // Any shard will do: renewals need no order with other commands.
             let shard = chunk[0].1.hash();
-            let reply = self
-                .round_trip(shard, limit, "lease renewal", |mut conn| async move {
-                    scripts::renew(&mut conn, &pairs, lease_ms, &epoch).await
-                })
-                .await;
-            match reply {
-                Some(RenewReply::EpochChanged {
-                    epoch,
-                    longest_lease_ms,
-                }) => {
-                    self.shared.learn_epoch(scope, epoch, longest_lease_ms);
-                    return;
+            // A renewal that finds an epoch this client must learn first (one it has not seen,
+            // or a longer lease granted in it) renewed nothing: it is sent again at once, so
+            // learning costs no holder a tick of its lease. A changed epoch has told the
+            // holders of the lost locks meanwhile, whom the second renewal no longer finds.
+            for _ in 0..RENEWAL_ATTEMPTS {
+                let sent_at = Instant::now();
+                let epoch = self.shared.epoch.terms(scope);
+                let pairs = &pairs;
+                let reply = self
+                    .round_trip(shard, limit, "lease renewal", |mut conn| async move {
+                        scripts::renew(&mut conn, pairs, lease_ms, &epoch).await
+                    })
+                    .await;
+                match reply {
+                    Some(RenewReply::EpochChanged {
+                        epoch,
+                        longest_lease_ms,
+                    }) => self.shared.learn_epoch(scope, epoch, longest_lease_ms),
+                    Some(RenewReply::Renewed(renewed)) => {
+                        self.renewed(chunk, &renewed, sent_at);
+                        break;
+                    }
+                    None => {
+                        meter::renewals("failed", chunk.len());
+                        break;
+                    }
                 }
-                Some(RenewReply::Renewed(renewed)) => self.renewed(chunk, &renewed, sent_at),
-                None => meter::renewals("failed", chunk.len()),
             }
         }
     }

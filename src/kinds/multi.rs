@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::parts::{Parts, give_up};
+use crate::engine::wait_bound;
 use crate::error::Result;
 use crate::guard::{LockGuard, LostSignal};
 use crate::keys::shown;
@@ -143,7 +144,7 @@ impl MultiLock {
             let acquired = match deadline {
                 None => lock.acquire_part().await,
                 Some((deadline, wait)) => {
-                    match tokio::time::timeout_at(deadline, lock.acquire_part()).await {
+                    match wait_bound::until(deadline, lock.acquire_part()).await {
                         Ok(acquired) => acquired,
                         Err(_) => Err(lock.client().wait_bound_passed(&format!(
                             "{} locks not all acquired within {wait:?} (stuck at '{}')",

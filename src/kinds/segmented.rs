@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::select_all;
+use tokio::time::Instant;
 
 use super::parts::{Parts, give_up};
 use crate::client::LockClient;
+use crate::engine::wait_bound;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{LockGuard, LostSignal};
 use crate::keys::{MAX_NAME_LEN, shown};
@@ -227,7 +229,7 @@ impl SegmentedLock {
     pub async fn acquire_many_timeout(&self, count: usize, wait: Duration) -> Result<SegmentGuard> {
         let bounded = async {
             self.check_count(count)?;
-            match tokio::time::timeout(wait, self.wait_for_many(count)).await {
+            match wait_bound::until(Instant::now() + wait, self.wait_for_many(count)).await {
                 Ok(acquired) => acquired,
                 Err(_) => Err(self.segments[0].client().wait_bound_passed(&format!(
                     "{count} of the {} segments of '{}' not acquired within {wait:?}",

@@ -107,6 +107,8 @@ impl Rejection {
             ErrorKind::PermitsMismatch => RejectionKind::PermitsMismatch,
             _ => RejectionKind::RedisUnavailable,
         };
+        // A restart quarantine's end, which Redis told, over the policy's guess.
+        let retry_after = error.retry_after().unwrap_or(retry_after);
         Self::new(kind, grpc, keys, error.to_string(), retry_after)
     }
 

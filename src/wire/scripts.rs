@@ -126,8 +126,6 @@ pub(crate) struct Terms {
     pub(crate) lease_ms: u64,
     /// How long a place in the queue lives without a refresh.
     pub(crate) alive_ms: u64,
-    /// Lease of a lock handed over from the queue, until the watchdog extends it.
-    pub(crate) claim_ms: u64,
     /// Fencing tokens reserved per acquisition: one, plus the local hand-overs allowed.
     pub(crate) block: u64,
     /// Which scripts take the lock.
@@ -218,7 +216,7 @@ pub(crate) enum HandoffReply {
 }
 
 fn with_terms(cmd: &mut Cmd, terms: &Terms) {
-    cmd.arg(terms.alive_ms).arg(terms.claim_ms).arg(terms.block);
+    cmd.arg(terms.alive_ms).arg(terms.lease_ms).arg(terms.block);
 }
 
 /// The script that takes or waits for a lock of `kind`.
@@ -286,7 +284,7 @@ pub(crate) async fn acquire(
     let numbers = 3 + if semaphore.is_some() { 2 } else { 0 };
     let waiting_and_epoch = JoinedNumbers::new([
         terms.alive_ms,
-        terms.claim_ms,
+        terms.lease_ms,
         epoch.known,
         epoch.quarantine_ms,
     ]);

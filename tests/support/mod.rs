@@ -254,6 +254,46 @@ impl RedisServer {
             .unwrap_or_else(|err| panic!("redis-server could not start again: {err}"));
     }
 
+    /// Starts a server on a free port with no epoch, as a new server is (or one that lost its
+    /// data: only its uptime and statistics tell them apart).
+    pub fn start_without_epoch() -> Self {
+        let server = Self::start();
+        let _: i64 = server.cmd(&["DEL", "lock:epoch"]);
+        server
+    }
+
+    /// How long the server says it has been up, in whole seconds (`INFO server`).
+    pub fn uptime_seconds(&self) -> u64 {
+        let info: String = self.cmd(&["INFO", "server"]);
+        info.lines()
+            .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
+            .and_then(|seconds| seconds.trim().parse().ok())
+            .expect("INFO server tells the uptime")
+    }
+
+    /// Waits (polling `INFO server`) until the server has been up at least `seconds`.
+    pub fn wait_until_up_for(&self, seconds: u64) {
+        while self.uptime_seconds() < seconds {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the server (SIGSTOP) for `pause`, then lets it go on (SIGCONT): a stall of the
+    /// process, during which its clock (and the keys' expiry) runs on.
+    pub fn pause_for(&self, pause: Duration) {
+        let pid = self.child.id().to_string();
+        let signal = |name: &str| {
+            let status = Command::new("kill")
+                .args([name, &pid])
+                .status()
+                .expect("kill runs");
+            assert!(status.success(), "kill {name} {pid}");
+        };
+        signal("-STOP");
+        std::thread::sleep(pause);
+        signal("-CONT");
+    }
+
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -373,10 +413,12 @@ pub async fn acquire_within(
 }
 
 /// A client of `url` whose watchdog lease is `lease` (renewed every third of it, the
-/// default), with 500 ms command timeouts so an unreachable Redis is noticed well within it.
+/// default), with 500 ms command timeouts so an unreachable Redis is noticed well within it,
+/// and a lease limit (the restart quarantine) of that lease, or 5 s when it is shorter.
 pub async fn client_with_lease(url: &str, lease: Duration) -> LockClient {
     LockClient::builder(url)
         .watchdog_lease(lease)
+        .lease_limit(lease.max(Duration::from_secs(5)))
         .command_timeout(Duration::from_millis(500))
         .build()
         .await

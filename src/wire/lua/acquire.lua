@@ -32,11 +32,11 @@ end
 local now = now_ms()
 if free then
   -- Free, but others queued: the first live one gets it (this owner, if it is first).
-  local head, claim, head_block, alive_until = pop_live_head(now)
+  local head, grant_lease, head_block = pop_live_head(now)
   if not head or head == owner then
     return {1, take(owner, ARGV[3], block), lease}
   end
-  left = grant_to(head, now, claim, head_block, alive_until)
+  left = grant_to(head, now, grant_lease, head_block)
 end
 if mode == 'wait' or mode == 'join' then
   -- A held lock that was the only key of the two found has nobody queued yet: its holder's
@@ -45,6 +45,6 @@ if mode == 'wait' or mode == 'join' then
   if fresh then
     mark_queued()
   end
-  enqueue(owner, now, tonumber(alive_ms), tonumber(claim_ms), block, nil, fresh)
+  enqueue(owner, now, tonumber(alive_ms), tonumber(grant_lease_ms), block, nil, fresh)
 end
 return {0, left, now}

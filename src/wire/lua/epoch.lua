@@ -5,11 +5,13 @@
 -- or changed tells a Redis that lost its data (a restart without persistence, a failover to
 -- an empty replica, a flush) from one that kept it.
 --
--- A missing epoch always starts a quarantine: no lock is granted until every lease granted
--- before could have run out, so a holder cut off from Redis (which no client can tell) is
--- told by its own lost signal before anyone else gets its lock. A new server cannot be told
--- apart from one that lost its data; an operator who knows it is new waives the quarantine
--- (epoch_waive.lua).
+-- A missing epoch starts a quarantine unless the server has been up longer than it: no lock
+-- is granted until every lease granted before could have run out, so a holder cut off from
+-- Redis (which no client can tell) is told by its own lost signal before anyone else gets its
+-- lock. The quarantine is counted from the server's start (Redlock's delayed restarts), which
+-- covers a restart without persistence and spares a server up longer (new, or one that never
+-- held a lock); a loss Redis shows without a restart is counted from now (see
+-- quarantine_end). An operator ends a quarantine by hand (epoch_waive.lua).
 --
 -- Beside it, a marker key `<epoch key>:<epoch>:<longest lease ms>` exists while that epoch is
 -- current with that longest lease and no quarantine runs. A client that knows both names the
@@ -21,6 +23,35 @@
 -- The marker of `epoch` with `longest` (strings as the epoch key holds them).
 local function epoch_marker(key, epoch, longest)
   return key .. ':' .. epoch .. ':' .. longest
+end
+
+-- Whether Redis shows a loss of data without a restart: a FLUSHALL or FLUSHDB run (or
+-- refused) since its start, keys evicted, or a previous replication id (a replica promoted,
+-- whose data came from a master that may have lost it; a restart from an RDB file, whose
+-- writes since the file may be lost, keeps one too).
+local function lost_without_restart()
+  local evicted = string.match(redis.call('info', 'stats'), 'evicted_keys:(%d+)')
+  local commands = redis.call('info', 'commandstats')
+  local replication = redis.call('info', 'replication')
+  return tonumber(evicted or '0') > 0
+    or string.find(commands, 'cmdstat_flushall:', 1, true) ~= nil
+    or string.find(commands, 'cmdstat_flushdb:', 1, true) ~= nil
+    or string.find(replication, 'master_replid2:' .. string.rep('0', 40), 1, true) == nil
+end
+
+-- When the quarantine of `quarantine` ms for a missing epoch ends, in server ms (0: none).
+local function quarantine_end(quarantine)
+  local now = now_ms()
+  if lost_without_restart() then
+    return now + quarantine
+  end
+  -- Whole seconds since a start truncated to a whole second: up at least one second less.
+  local uptime = string.match(redis.call('info', 'server'), 'uptime_in_seconds:(%d+)')
+  local up_ms = (tonumber(uptime) - 1) * 1000
+  if up_ms >= quarantine then
+    return 0
+  end
+  return now + quarantine - up_ms
 end
 
 -- `known` is the epoch the caller knows ('0' for none) and `known_lease` the longest lease it
@@ -44,8 +75,8 @@ local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms, mar
       redis.call('del', marker)
     end
     local new = now_us()
-    local quarantine = math.max(tonumber(quarantine_ms), lease)
-    redis.call('set', key, string.format('%d %d %d', new, now_ms() + quarantine, lease))
+    local ends = quarantine_end(math.max(tonumber(quarantine_ms), lease))
+    redis.call('set', key, string.format('%d %d %d', new, ends, lease))
     return {-2, new, lease}
   end
   if epoch ~= known or tonumber(longest) > math.max(tonumber(known_lease), lease) then

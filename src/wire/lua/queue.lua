@@ -1,7 +1,7 @@
 -- Shared by the scripts that hand a lock over (prepended to each of them).
 -- KEYS[1] the lock hash (owner id -> hold count), KEYS[2] the last token block granted,
 -- KEYS[3] the queue of waiting instances (sorted set: owner id -> arrival number),
--- KEYS[4] the waiters' terms (hash: owner id -> '<alive until ms> <claim lease ms> <token block>',
+-- KEYS[4] the waiters' terms (hash: owner id -> '<alive until ms> <grant lease ms> <token block>',
 -- and after a space whatever a kind of lock adds).
 -- ARGV[1] the wake channel prefix: a waiter's instance listens on that prefix and its instance id.
 
@@ -42,9 +42,9 @@ end
 -- microseconds, read once per script: one ZADD NX places a newcomer behind everyone queued
 -- before it and leaves a queued owner where it is. `fresh`: the caller knows nobody was
 -- queued (the queue is created here).
-local function enqueue(owner, now, alive_ms, claim_ms, block, rest, fresh)
+local function enqueue(owner, now, alive_ms, grant_lease_ms, block, rest, fresh)
   redis.call('zadd', KEYS[3], 'NX', string.format('%d', now_us()), owner)
-  local terms = string.format('%d %d %d', now + alive_ms, claim_ms, block)
+  local terms = string.format('%d %d %d', now + alive_ms, grant_lease_ms, block)
   if rest then
     terms = terms .. ' ' .. rest
   end
@@ -52,21 +52,21 @@ local function enqueue(owner, now, alive_ms, claim_ms, block, rest, fresh)
   keep_queue(KEYS[3], KEYS[4], alive_ms, fresh)
 end
 
--- A waiter's terms (false when it has none) while its liveness lasts at `now`: its claim
--- lease, token block, when its liveness runs out, and the rest (a kind's own field); nil
+-- A waiter's terms (false when it has none) while its liveness lasts at `now`: the lease of
+-- a grant to it, token block, when its liveness runs out, and the rest (a kind's own field); nil
 -- once it has run out.
 local function live_terms(terms, now)
   if not terms then
     return nil
   end
-  local alive, claim, block, rest = string.match(terms, '^(%d+) (%d+) (%d+) ?(.*)$')
+  local alive, grant_lease, block, rest = string.match(terms, '^(%d+) (%d+) (%d+) ?(.*)$')
   if alive and tonumber(alive) >= now then
-    return tonumber(claim), tonumber(block), tonumber(alive), rest
+    return tonumber(grant_lease), tonumber(block), tonumber(alive), rest
   end
   return nil
 end
 
--- The first waiter whose liveness has not run out, with its claim lease, token block, when
+-- The first waiter whose liveness has not run out, with the lease of a grant to it, token block, when
 -- its liveness runs out, and the rest of its terms (a kind's own field); dead ones are
 -- dropped on the way.
 local function live_head(now)
@@ -75,9 +75,9 @@ local function live_head(now)
     if not head then
       return nil
     end
-    local claim, block, alive, rest = live_terms(redis.call('hget', KEYS[4], head), now)
-    if claim then
-      return head, claim, block, alive, rest
+    local grant_lease, block, alive, rest = live_terms(redis.call('hget', KEYS[4], head), now)
+    if grant_lease then
+      return head, grant_lease, block, alive, rest
     end
     dequeue(head)
   end
@@ -87,13 +87,6 @@ end
 -- scripts skip the clock and the queue entirely.
 local function anyone_queued()
   return redis.call('exists', KEYS[3]) == 1
-end
-
--- The lease of a lock handed to a waiter: its claim lease, but no longer than its liveness
--- has left, so a waiter that died since its last heartbeat holds up the queue no longer than
--- its heartbeat timeout. The live one's watchdog extends it to the full lease.
-local function claim_lease(now, claim, alive_until)
-  return math.max(1, math.min(claim, alive_until - now))
 end
 
 -- Tells `owner`'s instance, and only it, that the lock is its owner's:
@@ -118,29 +111,30 @@ local function pop_live_head(now)
     local terms = redis.call('hget', KEYS[4], head)
     if terms then
       redis.call('hdel', KEYS[4], head)
-      local claim, block, alive, rest = live_terms(terms, now)
-      if claim then
-        return head, claim, block, alive, rest
+      local grant_lease, block, alive, rest = live_terms(terms, now)
+      if grant_lease then
+        return head, grant_lease, block, alive, rest
       end
     end
   end
 end
 
 -- Hands a free lock to `head`, taken out of the queue with its terms, and tells its instance.
--- Returns the lease it was granted.
-local function grant_to(head, now, claim, block, alive_until)
-  local lease = claim_lease(now, claim, alive_until)
-  announce_grant(head, take(head, lease, block), now, lease)
-  return lease
+-- The lease it is granted is the whole lease it asked for, so its holder is never told it
+-- holds a lock on less (a waiter that died since its last heartbeat then holds the lock one
+-- lease, as a holder that dies does). Returns that lease.
+local function grant_to(head, now, grant_lease, block)
+  announce_grant(head, take(head, grant_lease, block), now, grant_lease)
+  return grant_lease
 end
 
 -- Hands a free lock to the first live waiter, if there is one, and tells that waiter's
 -- instance. For a caller that already knows someone is queued.
 local function grant_live_head(now)
   now = now or now_ms()
-  local head, claim, block, alive_until = pop_live_head(now)
+  local head, grant_lease, block = pop_live_head(now)
   if head then
-    grant_to(head, now, claim, block, alive_until)
+    grant_to(head, now, grant_lease, block)
   end
 end
 

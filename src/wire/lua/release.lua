@@ -15,13 +15,13 @@ if not count then
 end
 if scope == 'handoff' then
   local now = now_ms()
-  local head, claim, block, alive_until = pop_live_head(now)
+  local head, grant_lease, block = pop_live_head(now)
   if not head then
     redis.call('pexpire', KEYS[1], ARGV[8])
     return {1, 2, reserve_tokens(tonumber(ARGV[7]), ARGV[8], owner)}
   end
   redis.call('hdel', KEYS[1], owner)
-  grant_to(head, now, claim, block, alive_until)
+  grant_to(head, now, grant_lease, block)
   enqueue(ARGV[4], now, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
   return {0, 1, now}
 end

@@ -4,7 +4,7 @@
 -- tasks of this instance wait: pass the lock to the first live waiter and queue ARGV[4]
 -- behind it, or keep it with a fresh token block when nobody else waits);
 -- ARGV[4] owner id queued for this instance's next task, ARGV[5] waiter liveness ms,
--- ARGV[6] claim lease ms, ARGV[7] token block size, ARGV[8] lease ms of a kept lock.
+-- ARGV[6] grant lease ms, ARGV[7] token block size, ARGV[8] lease ms of a kept lock.
 -- Returns {holds left, 0, 0}, or {-1, 0, 0} when the owner held nothing ('all' below returns
 -- the first figure alone: an integer costs Redis less to build and send than a table);
 -- 'handoff' returns {0, 1, server time ms} when the lock was passed on, {1, 2, first token}

@@ -88,7 +88,7 @@ local function rw_grant(now, state, me, me_lease)
   end
   local my_token, my_lease
   while true do
-    local head, claim, block, alive_until, role = live_head(now)
+    local head, grant_lease, block, _, role = live_head(now)
     if not head then
       return my_token, my_lease, state, false
     end
@@ -101,7 +101,7 @@ local function rw_grant(now, state, me, me_lease)
     if head == me then
       lease = me_lease
     else
-      lease = claim_lease(now, claim, alive_until)
+      lease = grant_lease
     end
     local token
     if reader then

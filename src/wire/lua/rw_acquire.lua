@@ -97,7 +97,7 @@ if mode == 'wait' then
   if state == 'plain' then
     mark_queued()
   end
-  enqueue(owner, now, tonumber(alive_ms), tonumber(claim_ms), block, queued_role)
+  enqueue(owner, now, tonumber(alive_ms), tonumber(grant_lease_ms), block, queued_role)
 end
 local left = redis.call('pttl', KEYS[1])
 if first_left and first_left < left then

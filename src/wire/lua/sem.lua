@@ -85,7 +85,7 @@ local function sem_grant(now, permits, used, me, me_lease)
   end
   local my_token, my_lease
   while true do
-    local head, claim, block, alive_until, rest = live_head(now)
+    local head, grant_lease, block, _, rest = live_head(now)
     if not head then
       return my_token, my_lease, used, false
     end
@@ -98,7 +98,7 @@ local function sem_grant(now, permits, used, me, me_lease)
     if head == me then
       lease = me_lease
     else
-      lease = claim_lease(now, claim, alive_until)
+      lease = grant_lease
     end
     local token = sem_add(head, now, lease, block, take, permits)
     used = used + take

@@ -39,7 +39,7 @@ if not waiting and used + take <= permits then
   return {1, sem_add(owner, now, lease, block, take, permits), lease}
 end
 if mode ~= 'try' then
-  enqueue(owner, now, tonumber(alive_ms), tonumber(claim_ms), block, tostring(take))
+  enqueue(owner, now, tonumber(alive_ms), tonumber(grant_lease_ms), block, tostring(take))
 end
 -- The first holder whose lease runs out may free permits.
 local first = redis.call('zrange', HOLDERS, 0, 0, 'WITHSCORES')[2]
