@@ -548,12 +548,24 @@ impl LockClientBuilder {
 
 /// The settings of a cluster client of `seeds`: connections time out with the command
 /// timeout, and replies are bounded by the callers alone (as `Connections::get` does for
-/// one server), so a reply to a script that took a lock is never cut off unseen.
+/// one server), so a reply to a script that took a lock is never cut off unseen. Retries
+/// (a redirection, a node away) come within milliseconds rather than redis-rs's default
+/// second and more, and give up well within the command timeout: a slot that migrates
+/// answers `TRYAGAIN` until its keys move, which the scripts' callers then see and handle
+/// (`wire/migration.rs`), and a node that is away is ridden out by the callers' own bounds.
 fn cluster_builder(seeds: &[String], command_timeout: Duration) -> ClusterClientBuilder {
     ClusterClientBuilder::new(seeds.iter().map(String::as_str))
         .connection_timeout(command_timeout)
         .response_timeout(MAX_LEASE)
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(CLUSTER_RETRY_WAIT_MS.0)
+        .max_retry_wait(CLUSTER_RETRY_WAIT_MS.1)
 }
+
+/// How many times the cluster client retries a command (redirections included), and the
+/// least and most it waits before each retry (ms): at most about half a second in all.
+const CLUSTER_RETRIES: u32 = 6;
+const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 100);
 
 /// A pool of connections to the client's Redis. Their response timeout is lifted when the
 /// client checks one out (see `Connections::get`), so the command timeout alone bounds a reply.

@@ -1,5 +1,6 @@
 //! A cluster that changes under held and awaited locks: a slot that migrates to another
-//! master, a planned failover, and a master killed and replaced by its replica.
+//! master (also one left half migrated), a planned failover, and a master killed and
+//! replaced by its replica.
 
 mod support;
 
@@ -162,6 +163,77 @@ async fn a_killed_master_replaced_by_an_up_to_date_replica_keeps_its_locks() {
         "the renewals did not follow the takeover"
     );
     hand_over(held, waiting).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn locks_are_renewed_handed_over_and_taken_in_a_slot_left_half_migrated() {
+    let cluster = RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let holder = client(&cluster).await;
+    // Re-polls every second (the default): a grant made on the importing node is published
+    // there, where the waiter's instance does not listen, so the waiter finds it by a look.
+    let waiter = LockClient::builder_cluster(cluster.urls())
+        .watchdog_lease(LEASE)
+        .build()
+        .await
+        .unwrap();
+    let (held, waiting) = held_and_awaited(&cluster, &holder, &waiter).await;
+    let lost = held.lost_signal();
+
+    let from = cluster.node_of(KEY);
+    let to = *cluster
+        .masters()
+        .iter()
+        .find(|port| **port != from)
+        .expect("another master");
+    let slot = cluster.slot_of(KEY);
+    // The slot's epoch and token counter move; the lock and its queue stay, and a resharding
+    // that died leaves the slot so: every script of the lock names keys that each node has
+    // only some of.
+    let keys: Vec<String> =
+        cluster.cmd(from, &["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"]);
+    let moved: Vec<&str> = keys
+        .iter()
+        .map(String::as_str)
+        .filter(|key| !key.starts_with(KEY))
+        .collect();
+    assert!(!moved.is_empty(), "the slot's epoch is there to move: {keys:?}");
+    cluster.start_migration(slot, from, to, &moved);
+
+    // The holder's lease is renewed on the importing node, where its keys went.
+    tokio::time::sleep(LEASE / 2).await;
+    assert!(
+        support::eventually(PROMPTLY, || {
+            cluster
+                .cmd_asking::<i64>(to, &["PTTL", KEY])
+                .gt(&((LEASE / 2).as_millis() as i64))
+        })
+        .await,
+        "the renewals stopped in the half-migrated slot"
+    );
+    assert_eq!(lost.reason(), None, "told lost because its slot moves");
+    hand_over(held, waiting).await;
+    // Taken and released afresh while the slot stays half migrated.
+    let again = holder
+        .lock(NAME)
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect("no error in the half-migrated slot")
+        .expect("free");
+    again.release().await.unwrap();
+
+    // The operator finishes the migration: the slot answers as any other.
+    let held = holder.lock(NAME).unwrap().acquire().await.unwrap();
+    let lost = held.lost_signal();
+    cluster.finish_migration(slot, from, to);
+    assert_eq!(cluster.node_of(KEY), to);
+    assert!(
+        renewed_on(&cluster, to).await,
+        "the renewals did not follow the finished migration"
+    );
+    assert_eq!(lost.reason(), None);
+    held.release().await.unwrap();
 }
 
 /// A name whose lock lives on the master on `port`, and one whose lock lives elsewhere.

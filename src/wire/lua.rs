@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use redis::{Arg, Cmd, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind};
 
 use crate::wire::conn::Conn;
+use crate::wire::migration;
 
 /// A script's source, and its SHA once first used.
 pub(crate) struct Lua {
@@ -55,9 +56,22 @@ impl Lua {
         conn: &mut Conn,
         cmd: &Cmd,
     ) -> RedisResult<T> {
+        if let Conn::Cluster(cluster) = conn
+            && migration::seen_migrating(cmd)
+            && let Some(reply) = Box::pin(migration::run(cluster, cmd, self.code)).await?
+        {
+            return Ok(reply);
+        }
         match conn.query(cmd).await {
             // Boxed: rare, and every script's future would carry it otherwise.
             Err(err) if no_script(&err) => Box::pin(self.load_and_run(conn, cmd)).await,
+            // Refused because its slot migrates: run where the slot's keys go.
+            Err(err) if migration::refused_by_migration(&err) => match conn {
+                Conn::Cluster(cluster) => Box::pin(migration::run(cluster, cmd, self.code))
+                    .await?
+                    .ok_or(err),
+                Conn::Server(_) => Err(err),
+            },
             outcome => outcome,
         }
     }

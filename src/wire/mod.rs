@@ -9,6 +9,7 @@ pub(crate) mod endpoint;
 mod joined_numbers;
 mod lock_command;
 mod lua;
+mod migration;
 mod redis_error;
 pub(crate) mod scan;
 pub(crate) mod scripts;

@@ -1,4 +1,6 @@
-//! The Lua scripts, run with EVALSHA (`lua.rs` reloads them on NOSCRIPT). They share the
+//! The Lua scripts, run with EVALSHA (`lua.rs` reloads them on NOSCRIPT). Each starts with
+//! `lua/migration.lua`, which reads its keys and arguments (in a migrating cluster slot, as
+//! `migration.rs` passes them). They share the
 //! server clock of `lua/clock.lua`; the scripts that take a lock share `lua/tokens.lua`, those
 //! that hand a lock over the queue functions of `lua/queue.lua` (and, with the heartbeat, the
 //! queue's expiry of `lua/queue_expiry.lua`), and those that take or renew one the epoch
@@ -25,6 +27,7 @@ use crate::wire::lock_command::{ExtraKeys, evalsha};
 use crate::wire::lua::Lua;
 
 static ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/tokens.lua"),
     include_str!("lua/acquire_free.lua"),
@@ -36,6 +39,7 @@ static ACQUIRE: Lua = Lua::new(concat!(
     include_str!("lua/acquire.lua")
 ));
 static RELEASE: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/release_free.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/tokens.lua"),
@@ -44,6 +48,7 @@ static RELEASE: Lua = Lua::new(concat!(
     include_str!("lua/release.lua")
 ));
 static FORCE_UNLOCK: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/tokens.lua"),
     include_str!("lua/queue_expiry.lua"),
@@ -51,6 +56,7 @@ static FORCE_UNLOCK: Lua = Lua::new(concat!(
     include_str!("lua/force_unlock.lua")
 ));
 static RW_ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/tokens.lua"),
     include_str!("lua/queue_expiry.lua"),
@@ -61,6 +67,7 @@ static RW_ACQUIRE: Lua = Lua::new(concat!(
     include_str!("lua/rw_acquire.lua")
 ));
 static RW_RELEASE: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/tokens.lua"),
     include_str!("lua/queue_expiry.lua"),
@@ -69,6 +76,7 @@ static RW_RELEASE: Lua = Lua::new(concat!(
     include_str!("lua/rw_release.lua")
 ));
 static RW_FORCE_UNLOCK: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/tokens.lua"),
     include_str!("lua/queue_expiry.lua"),
@@ -77,6 +85,7 @@ static RW_FORCE_UNLOCK: Lua = Lua::new(concat!(
     include_str!("lua/rw_force_unlock.lua")
 ));
 static SEM_ACQUIRE: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/tokens.lua"),
     include_str!("lua/queue_expiry.lua"),
@@ -87,6 +96,7 @@ static SEM_ACQUIRE: Lua = Lua::new(concat!(
     include_str!("lua/sem_acquire.lua")
 ));
 static SEM_RELEASE: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/tokens.lua"),
     include_str!("lua/queue_expiry.lua"),
@@ -95,6 +105,7 @@ static SEM_RELEASE: Lua = Lua::new(concat!(
     include_str!("lua/sem_release.lua")
 ));
 static SEM_FORCE_UNLOCK: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/tokens.lua"),
     include_str!("lua/queue_expiry.lua"),
@@ -103,17 +114,20 @@ static SEM_FORCE_UNLOCK: Lua = Lua::new(concat!(
     include_str!("lua/sem_force_unlock.lua")
 ));
 static RENEW: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/epoch.lua"),
     include_str!("lua/renew.lua")
 ));
 
 static EPOCH_WAIVE: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/epoch_waive.lua")
 ));
 
 static HEARTBEAT: Lua = Lua::new(concat!(
+    include_str!("lua/migration.lua"),
     include_str!("lua/clock.lua"),
     include_str!("lua/queue_expiry.lua"),
     include_str!("lua/heartbeat.lua")

@@ -174,10 +174,31 @@ impl RedisCluster {
     /// `redis-cli --cluster reshard` does: IMPORTING and MIGRATING, MIGRATE of every key,
     /// then the new owner told to every node.
     pub fn migrate_slot(&self, slot: u16, from: u16, to: u16) {
+        self.start_migration(slot, from, to, &[]);
+        self.finish_migration(slot, from, to);
+    }
+
+    /// Starts moving `slot` from the master on `from` to the master on `to`, and stops half
+    /// way, as a resharding that died would: IMPORTING and MIGRATING set, and of the slot's
+    /// keys only `moved` (those that exist) on the new master.
+    pub fn start_migration(&self, slot: u16, from: u16, to: u16, moved: &[&str]) {
         let slot = slot.to_string();
         let (from_id, to_id) = (self.node_id(from), self.node_id(to));
         let _: () = self.cmd(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
         let _: () = self.cmd(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
+        if !moved.is_empty() {
+            let to_port = to.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &to_port, "", "0", "5000", "KEYS"];
+            args.extend(moved);
+            let _: String = self.cmd(from, &args);
+        }
+    }
+
+    /// Finishes a migration [`Self::start_migration`] began: the rest of the keys, then the
+    /// new owner told to every node.
+    pub fn finish_migration(&self, slot: u16, from: u16, to: u16) {
+        let slot = slot.to_string();
+        let to_id = self.node_id(to);
         loop {
             let keys: Vec<String> = self.cmd(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
             if keys.is_empty() {
@@ -286,6 +307,25 @@ impl RedisCluster {
             .iter()
             .map(|port| format!("redis://127.0.0.1:{port}"))
             .collect()
+    }
+
+    /// Runs `args` on the node on `port` after `ASKING`, as a client redirected to a node
+    /// that imports the key's slot does.
+    pub fn cmd_asking<T: redis::FromRedisValue>(&self, port: u16, args: &[&str]) -> T {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+        let mut conn = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .unwrap();
+        let mut pipe = redis::pipe();
+        pipe.cmd("ASKING").ignore();
+        let command = pipe.cmd(args[0]);
+        for arg in &args[1..] {
+            command.arg(*arg);
+        }
+        let (reply,): (T,) = pipe
+            .query(&mut conn)
+            .unwrap_or_else(|err| panic!("ASKING {args:?} on {port}: {err}"));
+        reply
     }
 
     fn try_cmd<T: redis::FromRedisValue>(&self, port: u16, args: &[&str]) -> redis::RedisResult<T> {

@@ -96,7 +96,7 @@ local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms, mar
     longest = string.format('%d', math.max(lease, tonumber(longest)))
     redis.call('set', key, string.format('%s %s %s', epoch, quarantine_until, longest))
   end
-  if marker then
+  if marker and not keys_moved then
     redis.call('set', epoch_marker(key, epoch, longest), '')
   end
   return nil

@@ -18,8 +18,9 @@ if taking then
     return blocked
   end
 end
--- The lock and its queue in one call: neither exists for most acquisitions.
-if taking and redis.call('exists', KEYS[1], KEYS[3]) == 0 then
+-- Neither the lock nor its queue exists for most acquisitions (one key per EXISTS: a node
+-- importing a migrating slot refuses a command on several keys it lacks).
+if taking and redis.call('exists', KEYS[1]) + redis.call('exists', KEYS[3]) == 0 then
   if role == 'read' then
     return {1, rw_add_reader(owner, now_ms(), lease, block), lease}
   end
