@@ -9,6 +9,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::clock::FakeClock;
 use support::proxy::FaultProxy;
 use support::{RedisServer, eventually};
 use tower_redis_lock::{ErrorKind, Lease, LockClient, LockClientBuilder, LockGuard, LostReason};
@@ -179,6 +180,28 @@ async fn a_restart_without_persistence_is_quarantined_from_the_servers_start_and
     let guard = lock.acquire_timeout(left + SLACK).await.unwrap();
     assert!(guard.is_held());
     assert!(restarted.uptime_seconds() >= limit.as_secs() - 1);
+}
+
+#[tokio::test]
+async fn a_server_whose_clock_stepped_back_past_its_start_is_quarantined_the_whole_limit() {
+    let limit = Duration::from_secs(2);
+    let clock = FakeClock::new();
+    let server = RedisServer::start_with_clock(&clock, 0, &[]);
+    // The server's own clock goes back a minute: its uptime, which it counts on that clock,
+    // is negative, and tells nothing of how long it has been up.
+    clock.step_back(Duration::from_secs(60));
+    assert!(
+        eventually(SLACK, || server
+            .cmd::<String>(&["INFO", "server"])
+            .contains("uptime_in_seconds:-"))
+        .await,
+        "the step shows in the server's uptime"
+    );
+    let locks = limited(&server.url(), limit).build().await.unwrap();
+    let lock = locks.lock("stepped").unwrap();
+    assert!(lock.try_acquire().await.unwrap().is_none(), "quarantined");
+    let left = locks.restart_quarantine_left().expect("a quarantine runs");
+    assert!(left > limit - Duration::from_millis(500), "{left:?}");
 }
 
 #[tokio::test]

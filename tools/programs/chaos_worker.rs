@@ -55,8 +55,7 @@ struct Settings {
     cold: usize,
     lease: Duration,
     wait: Duration,
-    /// The client's `restart_quarantine`: longer than a renew tick plus the command timeout,
-    /// as the setting asks.
+    /// The client's `lease_limit` (the restart quarantine): at least the lease.
     quarantine: Duration,
     seed: u64,
     /// How long a SIGUSR1 blocks the stalling task's runtime; zero for no such task.
@@ -272,7 +271,7 @@ async fn client(settings: &Settings) -> LockClient {
         .watchdog_lease(settings.lease)
         .renew_interval(settings.lease / 3)
         .command_timeout(Duration::from_millis(500))
-        .restart_quarantine(settings.quarantine);
+        .lease_limit(settings.quarantine.max(settings.lease));
     let builder = match settings.replicas_acked {
         0 => builder,
         replicas => builder.min_replicas_acked(replicas, Duration::from_millis(500)),

@@ -45,9 +45,10 @@ local function quarantine_end(quarantine)
   if lost_without_restart() then
     return now + quarantine
   end
-  -- Whole seconds since a start truncated to a whole second: up at least one second less.
-  local uptime = string.match(redis.call('info', 'server'), 'uptime_in_seconds:(%d+)')
-  local up_ms = (tonumber(uptime) - 1) * 1000
+  -- Whole seconds of the server's clock since a start truncated to a whole second: up at
+  -- least one second less (none, when its clock stepped back past the start).
+  local uptime = string.match(redis.call('info', 'server'), 'uptime_in_seconds:(%-?%d+)')
+  local up_ms = math.max(0, (tonumber(uptime) or 0) - 1) * 1000
   if up_ms >= quarantine then
     return 0
   end
