@@ -2,7 +2,8 @@
 //! (`tools/programs/chaos_worker.rs --cluster`) take hot and cold keys spread over every
 //! slot while the cluster changes under them: planned failovers, masters SIGKILLed and
 //! replaced by their replicas (then restarted as replicas), slots of held keys migrated to
-//! another master, and client connections killed at the nodes. Then the checker reads every
+//! another master (at once, or left half migrated for seconds and then finished), and client
+//! connections killed at the nodes. Then the checker reads every
 //! process's log.
 //!
 //! The workers acquire with `min_replicas_acked(1)`: an acquisition that a killed master had
@@ -31,16 +32,21 @@ enum Fault {
     KillMaster,
     /// The slot of a hot key migrated to another master, keys and all.
     Reshard,
+    /// The slot of a hot key left half migrated for a while (IMPORTING and MIGRATING set,
+    /// some of its keys moved), as a resharding that died leaves it, then finished as
+    /// `redis-cli --cluster fix` finishes it.
+    StalledReshard,
     /// `CLIENT KILL TYPE pubsub` on every node.
     KillPubSubClients,
     /// `CLIENT KILL TYPE normal` on every node.
     KillNormalClients,
 }
 
-const FAULTS: [Fault; 5] = [
+const FAULTS: [Fault; 6] = [
     Fault::PlannedFailover,
     Fault::KillMaster,
     Fault::Reshard,
+    Fault::StalledReshard,
     Fault::KillPubSubClients,
     Fault::KillNormalClients,
 ];
@@ -87,13 +93,28 @@ async fn inject(kind: Fault, rng: &mut StdRng, cluster: &mut RedisCluster) -> bo
             sleep(Duration::from_millis(rng.random_range(200..1500))).await;
             cluster.restart(master);
         }
-        Fault::Reshard => {
+        Fault::Reshard | Fault::StalledReshard => {
             let key = format!("lock:{{hot-{}}}", rng.random_range(0..HOT_KEYS));
             let from = cluster.node_of(&key);
             let masters = cluster.masters();
             let others: Vec<u16> = masters.into_iter().filter(|port| *port != from).collect();
             let to = others[rng.random_range(0..others.len())];
-            cluster.migrate_slot(cluster.slot_of(&key), from, to);
+            let slot = cluster.slot_of(&key);
+            if kind == Fault::Reshard {
+                cluster.migrate_slot(slot, from, to);
+            } else {
+                // Some of the slot's keys (each with an even chance) move before the stall.
+                let keys: Vec<String> =
+                    cluster.cmd(from, &["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"]);
+                let moved: Vec<&str> = keys
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|_| rng.random_bool(0.5))
+                    .collect();
+                cluster.start_migration(slot, from, to, &moved);
+                sleep(Duration::from_millis(rng.random_range(1000..5000))).await;
+                cluster.finish_migration(slot, from, to);
+            }
         }
         Fault::KillPubSubClients | Fault::KillNormalClients => {
             let kind = if kind == Fault::KillPubSubClients {
