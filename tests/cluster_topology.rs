@@ -289,3 +289,56 @@ async fn a_master_that_lost_its_data_quarantines_and_tells_only_its_own_slots() 
     let again = other.lock(&elsewhere).unwrap().try_acquire().await.unwrap();
     assert!(again.is_some(), "a slot that lost nothing was quarantined");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_slots_first_lock_waits_only_as_long_as_its_master_has_been_up_less_than_the_limit() {
+    // No epoch is provisioned: each slot's first lock finds none.
+    let mut cluster = RedisCluster::start(3);
+    let limit = Duration::from_secs(4);
+    let locks = LockClient::builder_cluster(cluster.urls())
+        .lease_limit(limit)
+        .watchdog_lease(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("cluster client");
+    let masters = cluster.masters();
+    for port in &masters {
+        cluster.wait_until_up_for(*port, limit.as_secs() + 2);
+    }
+    // Up longer than the limit: the first lock of every slot is granted at once.
+    for n in 0..30 {
+        let name = format!("first-{n}");
+        let guard = locks.lock(&name).unwrap().try_acquire().await.unwrap();
+        assert!(guard.is_some(), "{name}'s slot was quarantined on a cluster up long enough");
+    }
+    assert_eq!(locks.restart_quarantine_left(), None);
+
+    // A master restarts empty, keeping its slots. A slot of it first used two seconds later
+    // waits what is left of the limit since the master's start, not the whole limit.
+    let restarted = masters[0];
+    cluster.kill(restarted);
+    cluster.restart(restarted);
+    assert!(
+        support::eventually(PROMPTLY, || cluster.answers(restarted)).await,
+        "the restarted master does not answer"
+    );
+    cluster.wait_until_up_for(restarted, 2);
+    let mut unused = (0..)
+        .map(|n| format!("later-{n}"))
+        .filter(|name| cluster.node_of(&format!("lock:{{{name}}}")) == restarted);
+    let soon = unused.next().unwrap();
+    assert!(
+        locks.lock(&soon).unwrap().try_acquire().await.unwrap().is_none(),
+        "a slot of the restarted master granted a lock before the limit passed"
+    );
+    let left = locks.restart_quarantine_left().expect("a quarantine runs");
+    assert!(
+        left <= limit - Duration::from_secs(1),
+        "counted from the master's start, not from the slot's first use: {left:?}"
+    );
+    // Once the master has been up the limit, a slot first used then grants at once.
+    cluster.wait_until_up_for(restarted, limit.as_secs() + 2);
+    let later = unused.next().unwrap();
+    let guard = locks.lock(&later).unwrap().try_acquire().await.unwrap();
+    assert!(guard.is_some(), "a slot first used after the limit was quarantined");
+}

@@ -162,6 +162,22 @@ impl RedisCluster {
         node.child = spawn_node(port, &node.dir, &node.env);
     }
 
+    /// Waits (polling `INFO server`) until the node on `port` has been up at least `seconds`.
+    pub fn wait_until_up_for(&self, port: u16, seconds: u64) {
+        loop {
+            let info: String = self.cmd(port, &["INFO", "server"]);
+            let up = info
+                .lines()
+                .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
+                .and_then(|seconds| seconds.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            if up >= seconds {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Kills the node on `port` at once (SIGKILL).
     pub fn kill(&mut self, port: u16) {
         if let Some(node) = self.nodes.iter_mut().find(|node| node.port == port) {
