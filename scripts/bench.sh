@@ -37,7 +37,8 @@ if [ "${1:-}" = "--cluster" ]; then
     for url in "${CLUSTER_URLS[@]}"; do
         seeds+=(--url "$url")
     done
-    # A new cluster: every slot's epoch without a restart quarantine, as an operator does.
+    # A cluster that just started: every slot's epoch without a restart quarantine, as an
+    # operator gives one known to be new (else it grants nothing until up the lease limit).
     target/debug/lockctl --cluster "${seeds[@]}" waive-quarantine >/dev/null
     status=0
     echo "== one redis-server" >&2

@@ -41,7 +41,8 @@ if $cluster; then
     for url in "${CLUSTER_URLS[@]}"; do
         redis_args+=(--redis "$url")
     done
-    # A new cluster: every slot's epoch without a restart quarantine, as an operator does.
+    # A cluster that just started: every slot's epoch without a restart quarantine, as an
+    # operator gives one known to be new (else it grants nothing until up the lease limit).
     target/debug/lockctl "${redis_args[@]/--redis/--url}" waive-quarantine >/dev/null
     where="a Redis Cluster of ${#CLUSTER_URLS[@]} masters"
 else

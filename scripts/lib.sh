@@ -32,8 +32,9 @@ start_redis() {
                 break # it exited: the port was taken, try another
             fi
             if redis-cli -p "$port" ping >/dev/null 2>&1; then
-                # A new server: its epoch marker without a restart quarantine, as an operator
-                # gives a server known to be new (`lockctl waive-quarantine`).
+                # A server that just started: its epoch without a restart quarantine (else it
+                # grants nothing until up the lease limit), as an operator gives a server
+                # known to be new (`lockctl waive-quarantine`).
                 redis-cli -p "$port" SET lock:epoch "$(date +%s%6N) 0 0" >/dev/null
                 started_pids+=("$pid")
                 REDIS_PORT=$port

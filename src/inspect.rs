@@ -345,7 +345,7 @@ fn wanted_permits(terms: &str) -> u32 {
         .unwrap_or(1)
 }
 
-/// A queued owner, from its terms (`<alive until ms> <claim lease ms> <token block>`, then
+/// A queued owner, from its terms (`<alive until ms> <lease ms of a grant> <token block>`, then
 /// `r` or `w` for a read-write lock's reader or writer; see `wire/lua/queue.lua`).
 fn waiter_of(owner: String, arrival_us: u64, terms: &str, now_ms: u64) -> LockWaiter {
     let mut parts = terms.split(' ');

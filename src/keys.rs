@@ -105,7 +105,7 @@ impl LockKeys {
         &self.queue
     }
 
-    /// The waiters' terms (a hash: owner id to liveness, claim lease and token block).
+    /// The waiters' terms (a hash: owner id to liveness, lease of a grant and token block).
     pub fn waiters(&self) -> &str {
         &self.waiters
     }

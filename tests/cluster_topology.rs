@@ -190,14 +190,19 @@ async fn locks_are_renewed_handed_over_and_taken_in_a_slot_left_half_migrated() 
     // The slot's epoch and token counter move; the lock and its queue stay, and a resharding
     // that died leaves the slot so: every script of the lock names keys that each node has
     // only some of.
-    let keys: Vec<String> =
-        cluster.cmd(from, &["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"]);
+    let keys: Vec<String> = cluster.cmd(
+        from,
+        &["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"],
+    );
     let moved: Vec<&str> = keys
         .iter()
         .map(String::as_str)
         .filter(|key| !key.starts_with(KEY))
         .collect();
-    assert!(!moved.is_empty(), "the slot's epoch is there to move: {keys:?}");
+    assert!(
+        !moved.is_empty(),
+        "the slot's epoch is there to move: {keys:?}"
+    );
     cluster.start_migration(slot, from, to, &moved);
 
     // The holder's lease is renewed on the importing node, where its keys went.
@@ -309,7 +314,10 @@ async fn each_slots_first_lock_waits_only_as_long_as_its_master_has_been_up_less
     for n in 0..30 {
         let name = format!("first-{n}");
         let guard = locks.lock(&name).unwrap().try_acquire().await.unwrap();
-        assert!(guard.is_some(), "{name}'s slot was quarantined on a cluster up long enough");
+        assert!(
+            guard.is_some(),
+            "{name}'s slot was quarantined on a cluster up long enough"
+        );
     }
     assert_eq!(locks.restart_quarantine_left(), None);
 
@@ -328,7 +336,13 @@ async fn each_slots_first_lock_waits_only_as_long_as_its_master_has_been_up_less
         .filter(|name| cluster.node_of(&format!("lock:{{{name}}}")) == restarted);
     let soon = unused.next().unwrap();
     assert!(
-        locks.lock(&soon).unwrap().try_acquire().await.unwrap().is_none(),
+        locks
+            .lock(&soon)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
         "a slot of the restarted master granted a lock before the limit passed"
     );
     let left = locks.restart_quarantine_left().expect("a quarantine runs");
@@ -340,5 +354,8 @@ async fn each_slots_first_lock_waits_only_as_long_as_its_master_has_been_up_less
     cluster.wait_until_up_for(restarted, limit.as_secs() + 2);
     let later = unused.next().unwrap();
     let guard = locks.lock(&later).unwrap().try_acquire().await.unwrap();
-    assert!(guard.is_some(), "a slot first used after the limit was quarantined");
+    assert!(
+        guard.is_some(),
+        "a slot first used after the limit was quarantined"
+    );
 }

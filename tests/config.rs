@@ -53,10 +53,7 @@ async fn every_setting_past_its_bound_fails_the_build_by_name() {
             builder().local_handoff_window(lease.mul_f64(0.9)),
             "hand-over window",
         ),
-        (
-            builder().lease_limit(Duration::MAX),
-            "lease limit",
-        ),
+        (builder().lease_limit(Duration::MAX), "lease limit"),
         (builder().connections(0), "connections"),
         (builder().connections(MAX_CONNECTIONS + 1), "connections"),
     ];

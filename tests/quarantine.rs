@@ -38,7 +38,7 @@ fn limited(url: &str, limit: Duration) -> LockClientBuilder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_holder_of_a_fixed_lease_is_told_before_a_server_restarted_empty_grants_its_lock()
- {
+{
     let mut server = RedisServer::start();
     let port = server.port();
     let proxy = FaultProxy::start(port).await;
@@ -84,14 +84,20 @@ async fn a_cut_off_holder_of_a_fixed_lease_is_told_before_a_server_restarted_emp
          granted after {:?}",
         taken_at - restarted_at
     );
-    assert!(taken.fencing_token() > held.fencing_token(), "tokens keep growing");
+    assert!(
+        taken.fencing_token() > held.fencing_token(),
+        "tokens keep growing"
+    );
     proxy.heal();
 }
 
 #[tokio::test]
 async fn a_fixed_lease_longer_than_the_lease_limit_is_refused_before_anything_is_written() {
     let server = RedisServer::start();
-    let locks = limited(&server.url(), Duration::from_secs(5)).build().await.unwrap();
+    let locks = limited(&server.url(), Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
     let err = locks
         .lock("long")
         .unwrap()
@@ -172,7 +178,9 @@ async fn a_restart_without_persistence_is_quarantined_from_the_servers_start_and
          {answered_in:?}"
     );
     assert!(
-        locks.restart_quarantine_left().is_some_and(|now| now <= left),
+        locks
+            .restart_quarantine_left()
+            .is_some_and(|now| now <= left),
         "the client knows it too"
     );
 
@@ -223,8 +231,7 @@ async fn a_flush_on_a_server_up_longer_than_the_limit_is_quarantined_from_when_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_running_replica_promoted_after_a_full_sync_from_an_emptied_master_is_quarantined()
- {
+async fn a_long_running_replica_promoted_after_a_full_sync_from_an_emptied_master_is_quarantined() {
     let limit = Duration::from_secs(2);
     let mut master = RedisServer::start();
     let master_port = master.port();
@@ -238,7 +245,9 @@ async fn a_long_running_replica_promoted_after_a_full_sync_from_an_emptied_maste
     let _master = RedisServer::start_on(master_port);
     assert!(
         eventually(Duration::from_secs(20), || {
-            replica.cmd::<Option<String>>(&["GET", "lock:epoch"]).is_none()
+            replica
+                .cmd::<Option<String>>(&["GET", "lock:epoch"])
+                .is_none()
                 && replica
                     .cmd::<String>(&["INFO", "replication"])
                     .contains("master_link_status:up")

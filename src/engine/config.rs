@@ -269,10 +269,7 @@ mod tests {
                 "hand-over window",
                 Box::new(|c| c.local_handoff_window = c.watchdog_lease.mul_f64(0.9)),
             ),
-            (
-                "lease limit",
-                Box::new(|c| c.lease_limit = Duration::MAX),
-            ),
+            ("lease limit", Box::new(|c| c.lease_limit = Duration::MAX)),
             (
                 "instance name",
                 Box::new(|c| c.instance_name = Some(String::new())),
@@ -306,10 +303,7 @@ mod tests {
         assert_eq!(config.terms(Lease::Watchdog, LockKind::Read).block, 1);
         assert_eq!(config.terms(Lease::Watchdog, LockKind::Fair).block, 1);
         let fixed = config.terms(Lease::Fixed(Duration::from_secs(60)), LockKind::Exclusive);
-        assert_eq!(
-            (fixed.lease_ms, fixed.block),
-            (60_000, 1)
-        );
+        assert_eq!((fixed.lease_ms, fixed.block), (60_000, 1));
         assert_eq!(
             millis(Duration::from_micros(10)),
             1,
@@ -320,7 +314,11 @@ mod tests {
     #[test]
     fn fixed_leases_outside_a_millisecond_to_the_lease_limit_are_refused() {
         let limit = Duration::from_secs(60);
-        assert!(Lease::Fixed(Duration::from_millis(1)).validate(limit).is_ok());
+        assert!(
+            Lease::Fixed(Duration::from_millis(1))
+                .validate(limit)
+                .is_ok()
+        );
         assert!(Lease::Fixed(limit).validate(limit).is_ok());
         assert!(Lease::Fixed(MAX_LEASE).validate(MAX_LEASE).is_ok());
         assert!(Lease::Watchdog.validate(limit).is_ok());

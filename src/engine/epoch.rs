@@ -188,7 +188,10 @@ mod tests {
 
     #[test]
     fn a_quarantine_covers_every_lease_the_client_knows_of() {
-        let epoch = Epoch::new(Arc::new(Placement::single("lock:")), Duration::from_secs(30));
+        let epoch = Epoch::new(
+            Arc::new(Placement::single("lock:")),
+            Duration::from_secs(30),
+        );
         let fresh = epoch.terms(0);
         assert_eq!((fresh.known, fresh.known_lease_ms), (0, 0));
         assert_eq!(&*fresh.marker, "lock:epoch:0:0");
@@ -215,7 +218,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_quarantine_is_known_until_it_ends_and_a_later_report_extends_it() {
-        let epoch = Epoch::new(Arc::new(Placement::single("lock:")), Duration::from_secs(30));
+        let epoch = Epoch::new(
+            Arc::new(Placement::single("lock:")),
+            Duration::from_secs(30),
+        );
         assert_eq!(epoch.quarantine_left(), None);
         epoch.note_quarantine(Duration::from_secs(3));
         assert_eq!(epoch.quarantine_left(), Some(Duration::from_secs(3)));

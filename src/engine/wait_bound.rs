@@ -13,7 +13,10 @@ tokio::task_local! {
 }
 
 /// Runs `acquisition` until `deadline`, which the acquire loop beneath it sees.
-pub(crate) async fn until<F: Future>(deadline: Instant, acquisition: F) -> Result<F::Output, Elapsed> {
+pub(crate) async fn until<F: Future>(
+    deadline: Instant,
+    acquisition: F,
+) -> Result<F::Output, Elapsed> {
     WAIT_UNTIL
         .scope(deadline, tokio::time::timeout_at(deadline, acquisition))
         .await
@@ -32,7 +35,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_bound_is_seen_inside_and_passes_as_a_timeout_would() {
-        assert!(!outlasted_by(Duration::MAX / 2), "no bound, nothing outlasts it");
+        assert!(
+            !outlasted_by(Duration::MAX / 2),
+            "no bound, nothing outlasts it"
+        );
         let deadline = Instant::now() + Duration::from_secs(2);
         let seen = until(deadline, async {
             (

@@ -38,7 +38,12 @@ static MIGRATING: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// Whether the slot of `cmd`'s first key was seen migrating lately.
 pub(crate) fn seen_migrating(cmd: &Cmd) -> bool {
-    first_key(cmd).is_some_and(|key| MIGRATING.lock().expect("migrating").contains(&slot_of(&key)))
+    first_key(cmd).is_some_and(|key| {
+        MIGRATING
+            .lock()
+            .expect("migrating")
+            .contains(&slot_of(&key))
+    })
 }
 
 /// Whether `err` is a node's refusal of a script because its slot migrates.
@@ -66,7 +71,10 @@ pub(crate) async fn run<T: FromRedisValue>(
         slot,
         SlotAddr::Master,
     )));
-    let nodes: String = parse(conn.route_command(redis::cmd("CLUSTER").arg("NODES").clone(), owner.clone()).await?)?;
+    let nodes: String = parse(
+        conn.route_command(redis::cmd("CLUSTER").arg("NODES").clone(), owner.clone())
+            .await?,
+    )?;
     let Some((host, port)) = importing_node(&nodes, slot) else {
         MIGRATING.lock().expect("migrating").remove(&slot);
         return Ok(None);
@@ -88,7 +96,11 @@ pub(crate) async fn run<T: FromRedisValue>(
     let _: String = parse(conn.route_command(migrate, owner).await?)?;
 
     let mut eval = redis::cmd("EVAL");
-    eval.arg(source).arg(1).arg(*first).arg(MOVED_KEYS_MARK).arg(keys.len() - 1);
+    eval.arg(source)
+        .arg(1)
+        .arg(*first)
+        .arg(MOVED_KEYS_MARK)
+        .arg(keys.len() - 1);
     for key in &keys[1..] {
         eval.arg(*key);
     }
@@ -146,7 +158,9 @@ fn importing_node(nodes: &str, slot: u16) -> Option<(String, u16)> {
     let target = myself
         .split(' ')
         .find_map(|field| field.strip_prefix(&marker)?.strip_suffix(']'))?;
-    let line = nodes.lines().find(|line| line.split(' ').next() == Some(target))?;
+    let line = nodes
+        .lines()
+        .find(|line| line.split(' ').next() == Some(target))?;
     // `host:port@cluster port[,hostname]`
     let address = line.split(' ').nth(1)?.split('@').next()?;
     let (host, port) = address.rsplit_once(':')?;
@@ -189,7 +203,12 @@ c0ff 127.0.0.1:32949@42949 master - 0 1795805378000 2 connected 5461-10922
     #[test]
     fn an_evalsha_is_split_into_its_keys_and_its_arguments() {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg("sha").arg(2).arg("lock:{a}").arg("lock:{a}:q").arg("prefix").arg(7);
+        cmd.arg("sha")
+            .arg(2)
+            .arg("lock:{a}")
+            .arg("lock:{a}:q")
+            .arg("prefix")
+            .arg(7);
         let args = plain_args(&cmd);
         let (keys, rest) = split_keys(&args);
         assert_eq!(keys, [b"lock:{a}".as_slice(), b"lock:{a}:q"]);
