@@ -16,18 +16,29 @@
 -- to build and send than a table.
 local owner, mode = ARGV[2], ARGV[4]
 local block = tonumber(ARGV[5])
--- How many of the lock and its queue exist (neither, for most acquisitions). One key per
--- EXISTS: a node importing a migrating slot refuses a command on several keys it lacks.
-local present = redis.call('exists', KEYS[1]) + redis.call('exists', KEYS[3])
--- The epoch the client knows is current (its marker exists, and the epoch key with it), no
--- quarantine runs, and this lease is no longer than the longest the epoch has granted:
--- nothing to read or write about the epoch. The client writes both leases as plain
--- decimals, which compare as numbers by length, then as strings, and cheaper than
--- `tonumber` (Lua's `strtod`) reads them.
+-- The lock, its queue, the epoch key and the marker in one call, counted 1, 1, 3 and 3 times:
+-- the count leaves 0, 1 or 2 of the first two (neither exists for most acquisitions), and
+-- 6 more when both of the others exist (3 when only one does). Keys moved for a migrating
+-- slot are counted one EXISTS each: the importing node refuses a command on several keys it
+-- lacks.
+local seen
+if keys_moved then
+  seen = 0
+  for _, key in ipairs({KEYS[1], KEYS[3], KEYS[6], KEYS[6], KEYS[6], KEYS[7], KEYS[7], KEYS[7]}) do
+    seen = seen + redis.call('exists', key)
+  end
+else
+  seen = redis.call('exists', KEYS[1], KEYS[3], KEYS[6], KEYS[6], KEYS[6],
+    KEYS[7], KEYS[7], KEYS[7])
+end
+local present = seen % 3
+-- The epoch the client knows is current, no quarantine runs, and this lease is no longer than
+-- the longest the epoch has granted: nothing to read or write about the epoch. The client
+-- writes both leases as plain decimals, which compare as numbers by length, then as strings,
+-- and cheaper than `tonumber` (Lua's `strtod`) reads them.
 local lease_text, longest_text = ARGV[3], ARGV[6]
-local epoch_current = (#lease_text < #longest_text
+local epoch_current = seen - present == 6 and (#lease_text < #longest_text
   or (#lease_text == #longest_text and lease_text <= longest_text))
-  and redis.call('exists', KEYS[7]) == 1 and redis.call('exists', KEYS[6]) == 1
 if present == 0 and mode ~= 'reenter' and epoch_current then
   return take_free(owner, ARGV[3], block)
 end

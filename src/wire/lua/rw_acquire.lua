@@ -18,9 +18,16 @@ if taking then
     return blocked
   end
 end
--- Neither the lock nor its queue exists for most acquisitions (one key per EXISTS: a node
--- importing a migrating slot refuses a command on several keys it lacks).
-if taking and redis.call('exists', KEYS[1]) + redis.call('exists', KEYS[3]) == 0 then
+-- The lock and its queue in one call: neither exists for most acquisitions. Keys moved for a
+-- migrating slot are looked at one EXISTS each: the importing node refuses a command on
+-- several keys it lacks.
+local function lock_or_queue_exists()
+  if keys_moved then
+    return redis.call('exists', KEYS[1]) + redis.call('exists', KEYS[3]) > 0
+  end
+  return redis.call('exists', KEYS[1], KEYS[3]) > 0
+end
+if taking and not lock_or_queue_exists() then
   if role == 'read' then
     return {1, rw_add_reader(owner, now_ms(), lease, block), lease}
   end
