@@ -3,9 +3,9 @@
 //! (it lost its data, or is new) is noticed by the first script that runs there: unless the
 //! server has been up longer than every lease (and shows no other loss), a quarantine then
 //! covers the lease limit every client keeps to and the longest lease the client knows of,
-//! and the holders of the lost locks are told before anyone else can take them. On a cluster each slot has an epoch of its own
-//! (see `slots.rs`), so a node that fails over to a replica without the data quarantines and
-//! loses only the locks of its own slots.
+//! and the holders of the lost locks are told before anyone else can take them. On a cluster
+//! each slot has an epoch of its own (see `slots.rs`), so a node that fails over to a replica
+//! without the data quarantines and loses only the locks of its own slots.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

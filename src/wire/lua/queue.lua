@@ -53,8 +53,8 @@ local function enqueue(owner, now, alive_ms, grant_lease_ms, block, rest, fresh)
 end
 
 -- A waiter's terms (false when it has none) while its liveness lasts at `now`: the lease of
--- a grant to it, token block, when its liveness runs out, and the rest (a kind's own field); nil
--- once it has run out.
+-- a grant to it, token block, when its liveness runs out, and the rest (a kind's own field);
+-- nil once it has run out.
 local function live_terms(terms, now)
   if not terms then
     return nil
@@ -66,9 +66,9 @@ local function live_terms(terms, now)
   return nil
 end
 
--- The first waiter whose liveness has not run out, with the lease of a grant to it, token block, when
--- its liveness runs out, and the rest of its terms (a kind's own field); dead ones are
--- dropped on the way.
+-- The first waiter whose liveness has not run out, with the lease of a grant to it, token
+-- block, when its liveness runs out, and the rest of its terms (a kind's own field); dead
+-- ones are dropped on the way.
 local function live_head(now)
   while true do
     local head = redis.call('zrange', KEYS[3], 0, 0)[1]
