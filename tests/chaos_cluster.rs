@@ -104,10 +104,7 @@ async fn inject(kind: Fault, rng: &mut StdRng, cluster: &mut RedisCluster) -> bo
                 cluster.migrate_slot(slot, from, to);
             } else {
                 // Some of the slot's keys (each with an even chance) move before the stall.
-                let keys: Vec<String> = cluster.cmd(
-                    from,
-                    &["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"],
-                );
+                let keys = cluster.keys_in_slot(from, slot);
                 let moved: Vec<&str> = keys
                     .iter()
                     .map(String::as_str)

@@ -93,11 +93,7 @@ async fn a_held_and_awaited_lock_follows_its_slot_to_another_master() {
     let (held, waiting) = held_and_awaited(&cluster, &holder, &waiter).await;
 
     let from = cluster.node_of(KEY);
-    let to = *cluster
-        .masters()
-        .iter()
-        .find(|port| **port != from)
-        .expect("another master");
+    let to = cluster.other_master(from);
     cluster.migrate_slot(cluster.slot_of(KEY), from, to);
     assert_eq!(cluster.node_of(KEY), to);
     // The epoch went with the slot: no loss, and the renewals go to the new master.
@@ -181,19 +177,12 @@ async fn locks_are_renewed_handed_over_and_taken_in_a_slot_left_half_migrated() 
     let lost = held.lost_signal();
 
     let from = cluster.node_of(KEY);
-    let to = *cluster
-        .masters()
-        .iter()
-        .find(|port| **port != from)
-        .expect("another master");
+    let to = cluster.other_master(from);
     let slot = cluster.slot_of(KEY);
     // The slot's epoch and token counter move; the lock and its queue stay, and a resharding
     // that died leaves the slot so: every script of the lock names keys that each node has
     // only some of.
-    let keys: Vec<String> = cluster.cmd(
-        from,
-        &["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"],
-    );
+    let keys = cluster.keys_in_slot(from, slot);
     let moved: Vec<&str> = keys
         .iter()
         .map(String::as_str)

@@ -210,13 +210,29 @@ impl RedisCluster {
         }
     }
 
+    /// The keys of `slot` on the node on `port` (at most 100).
+    pub fn keys_in_slot(&self, port: u16, slot: u16) -> Vec<String> {
+        self.cmd(
+            port,
+            &["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"],
+        )
+    }
+
+    /// A master other than the one on `port`.
+    pub fn other_master(&self, port: u16) -> u16 {
+        *self
+            .masters()
+            .iter()
+            .find(|master| **master != port)
+            .expect("another master")
+    }
+
     /// Finishes a migration [`Self::start_migration`] began: the rest of the keys, then the
     /// new owner told to every node.
     pub fn finish_migration(&self, slot: u16, from: u16, to: u16) {
-        let slot = slot.to_string();
         let to_id = self.node_id(to);
         loop {
-            let keys: Vec<String> = self.cmd(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+            let keys = self.keys_in_slot(from, slot);
             if keys.is_empty() {
                 break;
             }
@@ -226,7 +242,10 @@ impl RedisCluster {
             let _: String = self.cmd(from, &args);
         }
         for port in self.ports() {
-            let _ = self.try_cmd::<()>(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+            let _ = self.try_cmd::<()>(
+                port,
+                &["CLUSTER", "SETSLOT", &slot.to_string(), "NODE", &to_id],
+            );
         }
     }
 
