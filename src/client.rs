@@ -266,7 +266,10 @@ impl LockClient {
 
     /// Releases every lock this client holds (their lost signals fire with
     /// [`LostReason::ShutDown`](crate::LostReason::ShutDown)), wakes every waiter (they return
-    /// [`ErrorKind::ShutDown`]), and stops both actors and the pool.
+    /// [`ErrorKind::ShutDown`]), and stops both actors and the pool. It first lets what is
+    /// being given back in the background finish (a wait given up, which Redis may have
+    /// queued or granted), for up to twice the command timeout: a process that exits after
+    /// it leaves no place in a queue, to which a lock would be granted for a whole lease.
     ///
     /// # Cancel safety
     ///

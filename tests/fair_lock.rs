@@ -131,7 +131,7 @@ async fn a_release_wakes_the_head_waiter_only() {
 }
 
 #[tokio::test]
-async fn a_killed_fair_waiter_blocks_the_queue_no_longer_than_its_heartbeat_timeout() {
+async fn a_killed_fair_waiter_blocks_the_queue_no_longer_than_the_lease_it_asked_for() {
     let server = RedisServer::start();
     let locks = client(&server).await;
     let other = client(&server).await;
@@ -139,7 +139,7 @@ async fn a_killed_fair_waiter_blocks_the_queue_no_longer_than_its_heartbeat_time
     let mut dead = ChildGuard(
         Command::new(support::lockctl_path())
             .args(["--url", &server.url(), "hold", "killed", "--kind", "fair"])
-            .args(["--for", "10s", "--wait", "60s"])
+            .args(["--for", "10s", "--wait", "60s", "--lease", "3s"])
             .stdout(Stdio::null())
             .spawn()
             .expect("lockctl starts"),
@@ -165,10 +165,9 @@ async fn a_killed_fair_waiter_blocks_the_queue_no_longer_than_its_heartbeat_time
         .unwrap()
         .unwrap();
     let waited = killed_at.elapsed();
-    // Defaults: a place lives 3 s past its last heartbeat (3 x the 1 s re-poll interval), a
-    // grant to a dead waiter lasts no longer than that, and the live waiter looks again
-    // within 1 s. 2 s of slack for a shared machine; an unbounded claim would take the
-    // 30 s watchdog lease.
+    // A place lives 3 s past its last heartbeat (3 x the 1 s re-poll interval), a grant to a
+    // dead waiter lasts the 3 s lease it asked for (one lease, as for a holder that dies),
+    // and the live waiter looks again within 1 s. 2 s of slack for a shared machine.
     let bound = Duration::from_secs(3) + Duration::from_secs(1) + Duration::from_secs(2);
     eprintln!("the live waiter got the lock {waited:?} after the waiter ahead was killed");
     assert!(waited < bound, "the queue was blocked for {waited:?}");

@@ -86,7 +86,7 @@ async fn a_release_wakes_one_waiting_instance_in_arrival_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_waiting_instance_blocks_the_queue_for_a_claim_lease_not_a_full_lease() {
+async fn a_killed_waiting_instance_blocks_the_queue_no_longer_than_the_lease_it_asked_for() {
     let server = RedisServer::start();
     let holder = client(&server).await;
     let held = holder.lock("orphan").unwrap().acquire().await.unwrap();
@@ -94,6 +94,7 @@ async fn a_killed_waiting_instance_blocks_the_queue_for_a_claim_lease_not_a_full
     let mut doomed = ChildGuard(
         Command::new(support::lockctl_path())
             .args(["--url", &server.url(), "hold", "orphan", "--for", "1s"])
+            .args(["--lease", "3s"])
             .stdout(Stdio::null())
             .spawn()
             .expect("lockctl starts"),
@@ -109,13 +110,13 @@ async fn a_killed_waiting_instance_blocks_the_queue_for_a_claim_lease_not_a_full
     doomed.0.wait().unwrap();
 
     held.release().await.unwrap();
-    // The dead process was first: it gets the lock with a claim lease of three of its
-    // re-polls (3 s), or is skipped once its place expired. Either way the survivor has the
-    // lock long before the 30 s lease a holder gets.
+    // The dead process was first: it gets the lock with the 3 s lease it asked for (a waiter
+    // that dies costs one lease, as a holder that dies does), or is skipped once its place
+    // expired (three re-polls, 3 s). Either way the survivor has the lock within that lease.
     let bound = Duration::from_secs(3) + SLACK * 2;
     let guard = tokio::time::timeout(bound, waiting)
         .await
-        .expect("the survivor gets the lock within the claim lease")
+        .expect("the survivor gets the lock within the dead waiter's lease")
         .unwrap();
     assert!(guard.is_held());
 }

@@ -374,8 +374,10 @@ async fn waiters_of_one_client_queue_locally_and_only_the_head_talks_to_redis() 
     assert_eq!(order, vec![0, 1, 2, 3, 4]);
 }
 
-/// How long the stalled waiter's runtime is blocked: past its claim lease (3 s, three re-polls
-/// of the default 1 s) with room for another client to take the lock meanwhile.
+/// The stalled waiter's lease, which a grant from the queue holds.
+const STALLED_LEASE: Duration = Duration::from_secs(2);
+/// How long the stalled waiter's runtime is blocked: past the lease of its grant, with room
+/// for another client to take the lock meanwhile.
 const STALL: Duration = Duration::from_secs(6);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,7 +400,11 @@ async fn a_stalled_waiter_never_reports_a_lapsed_grant_as_held() {
             .build()
             .unwrap();
         runtime.block_on(async move {
-            let locks = LockClient::connect(&url).await.unwrap();
+            let locks = LockClient::builder(&url)
+                .watchdog_lease(STALLED_LEASE)
+                .build()
+                .await
+                .unwrap();
             tokio::spawn(async move {
                 let _ = stall_rx.await;
                 stalling_tx.send(()).unwrap();
@@ -421,7 +427,7 @@ async fn a_stalled_waiter_never_reports_a_lapsed_grant_as_held() {
     stall_tx.send(()).unwrap();
     stalling_rx.await.unwrap();
     let stall_started = Instant::now();
-    // Grants the lock to the stalled waiter, on a claim lease that runs out during the stall.
+    // Grants the lock to the stalled waiter, on a lease that runs out during the stall.
     first.release().await.unwrap();
     let taken = taker
         .lock("stalled")

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::engine::config::{Config, MAX_INSTANCE_NAME};
 use crate::engine::epoch::Epoch;
+use crate::engine::giveback::GiveBacks;
 use crate::engine::pubsub::{PubSub, WakeSource};
 use crate::engine::watchdog::Watchdog;
 use crate::error::{LockError, Result};
@@ -35,6 +36,8 @@ pub(crate) struct Shared {
     pub(crate) instance_id: String,
     next_holder: AtomicU64,
     shut_down: AtomicBool,
+    /// The give-backs under way, which shutdown lets finish.
+    pub(crate) give_backs: GiveBacks,
 }
 
 impl Shared {
@@ -82,6 +85,7 @@ impl Shared {
             instance_id,
             next_holder: AtomicU64::new(1),
             shut_down: AtomicBool::new(false),
+            give_backs: GiveBacks::default(),
             config,
         }
     }
@@ -102,6 +106,11 @@ impl Shared {
     /// the pool.
     pub(crate) async fn shutdown(&self) {
         self.shut_down.store(true, Ordering::SeqCst);
+        // A give-back makes one more try once shut down (it stops retrying): long enough for
+        // that try, on its connection and on a fresh one.
+        self.give_backs
+            .settled(self.config.command_timeout * 2)
+            .await;
         self.watchdog.shutdown().await;
         self.pubsub.shutdown().await;
         self.connections.close();

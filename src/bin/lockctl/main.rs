@@ -227,8 +227,12 @@ async fn run(
         for url in urls {
             clients.push(settings.apply(LockClient::builder(url)).build().await?);
         }
-        let lock = RedLock::new(clients, name)?.with_lease(lease_of(*lease));
-        return hold_redlock(lock, *hold_for, *wait).await;
+        let lock = RedLock::new(clients.clone(), name)?.with_lease(lease_of(*lease));
+        let outcome = hold_redlock(lock, *hold_for, *wait).await;
+        for locks in &clients {
+            locks.shutdown().await;
+        }
+        return outcome;
     }
     let builder = match topology {
         Topology::Servers => LockClient::builder(&urls[0]),
@@ -236,6 +240,15 @@ async fn run(
         Topology::Sentinel(master) => LockClient::builder_sentinel(urls, master),
     };
     let locks = settings.apply(builder).build().await?;
+    let outcome = run_on(&locks, command).await;
+    // Before the process exits: what a wait that gave up left queued is given back, so no
+    // lock is granted to this process once it is gone.
+    locks.shutdown().await;
+    outcome
+}
+
+/// Runs `command` (any but a quorum lock's hold) with `locks`.
+async fn run_on(locks: &LockClient, command: Command) -> Result<ExitCode, LockError> {
     match command {
         Command::Hold {
             name,
@@ -261,20 +274,20 @@ async fn run(
             name,
             semaphore,
             json,
-        } => operate::inspect(&locks, &name, semaphore, json).await,
+        } => operate::inspect(locks, &name, semaphore, json).await,
         Command::List {
             pattern,
             cursor,
             limit,
             json,
-        } => operate::list(&locks, pattern.as_deref(), cursor.as_deref(), limit, json).await,
-        Command::Watch(watch) => operate::watch(&locks, watch).await,
+        } => operate::list(locks, pattern.as_deref(), cursor.as_deref(), limit, json).await,
+        Command::Watch(watch) => operate::watch(locks, watch).await,
         Command::ForceUnlock {
             name,
             semaphore,
             yes,
             json,
-        } => operate::force_unlock(&locks, &name, semaphore, yes, json).await,
+        } => operate::force_unlock(locks, &name, semaphore, yes, json).await,
         Command::WaiveQuarantine => {
             let waived = locks.waive_restart_quarantine().await?;
             emit(json!({"event": "quarantine-waived", "waived": waived}));
