@@ -2,12 +2,11 @@
 //! (which Redis may have granted unseen), or a last release whose reply was lost.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::engine::giveback_tracker::Running;
 use crate::engine::shared::Shared;
 use crate::error::LockError;
 use crate::keys::{LockKeys, shown};
@@ -17,44 +16,6 @@ use crate::wire::scripts::{self, ReleaseScope};
 
 /// How long a give-back waits before trying again on a fresh connection.
 const RETRY: Duration = Duration::from_millis(200);
-
-/// The give-backs under way, which shutdown waits for: a process that exits right after a
-/// wait it gave up (a timeout) would otherwise leave its place in the queue, and a grant to
-/// it would keep the lock one lease.
-#[derive(Debug, Default)]
-pub(crate) struct GiveBacks {
-    running: AtomicUsize,
-    settled: Notify,
-}
-
-/// One give-back under way, counted until it is dropped.
-struct Running<'a>(&'a GiveBacks);
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.settled.notify_waiters();
-        }
-    }
-}
-
-impl GiveBacks {
-    /// Waits until no give-back is under way, for at most `bound`.
-    pub(crate) async fn settled(&self, bound: Duration) {
-        let _ = tokio::time::timeout(bound, async {
-            loop {
-                let notified = self.settled.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                if self.running.load(Ordering::SeqCst) == 0 {
-                    return;
-                }
-                notified.await;
-            }
-        })
-        .await;
-    }
-}
 
 /// Releases every hold of `owner` (and its place in the queue) in a background task.
 ///
@@ -70,9 +31,9 @@ pub(crate) fn give_back(
     conn: Option<Conn>,
     within: Duration,
 ) {
-    shared.give_backs.running.fetch_add(1, Ordering::SeqCst);
+    shared.give_backs.begin();
     shared.runtime.clone().spawn(async move {
-        let _running = Running(&shared.give_backs);
+        let _running = Running::ends(&shared.give_backs);
         let started = Instant::now();
         let mut conn = conn;
         loop {

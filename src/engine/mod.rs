@@ -12,6 +12,7 @@ pub(crate) mod config;
 pub(crate) mod deadlines;
 pub(crate) mod epoch;
 pub(crate) mod giveback;
+pub(crate) mod giveback_tracker;
 pub(crate) mod hold;
 pub(crate) mod lease;
 pub(crate) mod local;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::engine::config::{Config, MAX_INSTANCE_NAME};
 use crate::engine::epoch::Epoch;
-use crate::engine::giveback::GiveBacks;
+use crate::engine::giveback_tracker::GiveBackTracker;
 use crate::engine::pubsub::{PubSub, WakeSource};
 use crate::engine::watchdog::Watchdog;
 use crate::error::{LockError, Result};
@@ -37,7 +37,7 @@ pub(crate) struct Shared {
     next_holder: AtomicU64,
     shut_down: AtomicBool,
     /// The give-backs under way, which shutdown lets finish.
-    pub(crate) give_backs: GiveBacks,
+    pub(crate) give_backs: GiveBackTracker,
 }
 
 impl Shared {
@@ -85,7 +85,7 @@ impl Shared {
             instance_id,
             next_holder: AtomicU64::new(1),
             shut_down: AtomicBool::new(false),
-            give_backs: GiveBacks::default(),
+            give_backs: GiveBackTracker::default(),
             config,
         }
     }
