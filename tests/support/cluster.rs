@@ -166,12 +166,7 @@ impl RedisCluster {
     pub fn wait_until_up_for(&self, port: u16, seconds: u64) {
         loop {
             let info: String = self.cmd(port, &["INFO", "server"]);
-            let up = info
-                .lines()
-                .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
-                .and_then(|seconds| seconds.trim().parse::<u64>().ok())
-                .unwrap_or(0);
-            if up >= seconds {
+            if super::uptime_in_seconds(&info).unwrap_or(0) >= seconds {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));

@@ -264,10 +264,7 @@ impl RedisServer {
 
     /// How long the server says it has been up, in whole seconds (`INFO server`).
     pub fn uptime_seconds(&self) -> u64 {
-        let info: String = self.cmd(&["INFO", "server"]);
-        info.lines()
-            .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
-            .and_then(|seconds| seconds.trim().parse().ok())
+        uptime_in_seconds(&self.cmd::<String>(&["INFO", "server"]))
             .expect("INFO server tells the uptime")
     }
 
@@ -306,6 +303,14 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The uptime an `INFO server` reply tells, in whole seconds (`None` when negative: a clock
+/// stepped back past the start).
+pub fn uptime_in_seconds(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
+        .and_then(|seconds| seconds.trim().parse().ok())
 }
 
 /// The value of `--requirepass` among server arguments.
