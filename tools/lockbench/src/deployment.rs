@@ -10,7 +10,8 @@ use redis::cluster_async::ClusterConnection;
 use serde::{Deserialize, Serialize};
 use tower_redis_lock::LockClient;
 
-use crate::{Res, commandstats, connect};
+use crate::helpers::connect;
+use crate::{Res, commandstats};
 
 /// The Redis a run talks to: one server's URL, or the seed URLs of a cluster.
 #[derive(Clone, Debug, Serialize, Deserialize)]
