@@ -4,44 +4,30 @@
 //! that denies `SCRIPT LOAD`. A `NOSCRIPT` reply means the script did not run, so running it
 //! again is always safe.
 
-use std::sync::OnceLock;
-
 use redis::{Arg, Cmd, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind};
 
 use crate::wire::conn::Conn;
 use crate::wire::migration;
 
-/// A script's source, and its SHA once first used.
+/// A script's whole source, and its SHA.
 pub(crate) struct Lua {
-    code: &'static str,
-    script: OnceLock<Script>,
+    code: String,
+    script: Script,
 }
 
 impl Lua {
-    pub(crate) const fn new(code: &'static str) -> Self {
-        Self {
-            code,
-            script: OnceLock::new(),
-        }
+    pub(crate) fn new(code: String) -> Self {
+        let script = Script::new(&code);
+        Self { code, script }
     }
 
     /// The SHA1 that `EVALSHA` names the script by.
     pub(crate) fn sha(&self) -> &str {
-        self.script().get_hash()
+        self.script.get_hash()
     }
 
-    fn script(&self) -> &Script {
-        self.script.get_or_init(|| Script::new(self.code))
-    }
-
-    /// `EVALSHA` of this script with `key_count` keys; the caller adds the keys, then the
-    /// arguments.
-    pub(crate) fn evalsha(&self, key_count: usize) -> Cmd {
-        self.evalsha_in(Cmd::new(), key_count)
-    }
-
-    /// [`Self::evalsha`] written into `cmd`, an empty command the caller sized for all its
-    /// arguments.
+    /// `EVALSHA` of this script with `key_count` keys, written into `cmd`, an empty command
+    /// the caller sized for all its arguments; the caller adds the keys, then the arguments.
     pub(crate) fn evalsha_in(&self, mut cmd: Cmd, key_count: usize) -> Cmd {
         cmd.arg("EVALSHA").arg(self.sha()).arg(key_count);
         cmd
@@ -58,7 +44,7 @@ impl Lua {
     ) -> RedisResult<T> {
         if let Conn::Cluster(cluster) = conn
             && migration::seen_migrating(cmd)
-            && let Some(reply) = Box::pin(migration::run(cluster, cmd, self.code)).await?
+            && let Some(reply) = Box::pin(migration::run(cluster, cmd, &self.code)).await?
         {
             return Ok(reply);
         }
@@ -67,7 +53,7 @@ impl Lua {
             Err(err) if no_script(&err) => Box::pin(self.load_and_run(conn, cmd)).await,
             // Refused because its slot migrates: run where the slot's keys go.
             Err(err) if migration::refused_by_migration(&err) => match conn {
-                Conn::Cluster(cluster) => Box::pin(migration::run(cluster, cmd, self.code))
+                Conn::Cluster(cluster) => Box::pin(migration::run(cluster, cmd, &self.code))
                     .await?
                     .ok_or(err),
                 Conn::Server(_) => Err(err),
@@ -77,7 +63,7 @@ impl Lua {
     }
 
     async fn load_and_run<T: FromRedisValue>(&self, conn: &mut Conn, cmd: &Cmd) -> RedisResult<T> {
-        match self.script().load_async(conn).await {
+        match self.script.load_async(conn).await {
             Ok(_) => match conn.query(cmd).await {
                 Err(err) if no_script(&err) => {
                     tracing::debug!("the script was loaded but its node still lacks it: EVAL");
@@ -92,7 +78,7 @@ impl Lua {
     /// `cmd`, an `EVALSHA` of this script, as the `EVAL` of its source.
     fn eval(&self, cmd: &Cmd) -> Cmd {
         let mut eval = redis::cmd("EVAL");
-        eval.arg(self.code);
+        eval.arg(&self.code);
         // After EVALSHA and the SHA: the key count, the keys, the arguments.
         for arg in cmd.args_iter().skip(2) {
             match arg {
@@ -113,13 +99,12 @@ fn no_script(err: &RedisError) -> bool {
 mod tests {
     use super::*;
 
-    static ECHO: Lua = Lua::new("return {KEYS[1], ARGV[1]}");
-
     #[test]
     fn the_eval_of_an_evalsha_keeps_its_keys_and_arguments_after_the_source() {
-        let mut evalsha = ECHO.evalsha(1);
+        let echo = Lua::new("return {KEYS[1], ARGV[1]}".to_owned());
+        let mut evalsha = echo.evalsha_in(Cmd::new(), 1);
         evalsha.arg("lock:{a}").arg(b"\x00bytes".as_slice());
-        let eval = ECHO.eval(&evalsha);
+        let eval = echo.eval(&evalsha);
         let args: Vec<Vec<u8>> = eval
             .args_iter()
             .map(|arg| match arg {
@@ -131,7 +116,7 @@ mod tests {
             args,
             [
                 b"EVAL".as_slice(),
-                ECHO.code.as_bytes(),
+                echo.code.as_bytes(),
                 b"1",
                 b"lock:{a}",
                 b"\x00bytes",

@@ -3,15 +3,16 @@
 //! nothing of locks beyond their keys.
 
 pub(crate) mod access;
-mod args_room;
 pub(crate) mod conn;
 pub(crate) mod endpoint;
-mod joined_numbers;
-mod lock_command;
 mod lua;
 mod migration;
 mod redis_error;
+pub(crate) mod replica_ack;
 pub(crate) mod scan;
+mod script;
+#[cfg(test)]
+mod script_check;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;
 pub(crate) mod snapshot;

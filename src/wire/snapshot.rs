@@ -3,15 +3,24 @@
 
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
-use crate::wire::lua::Lua;
+use crate::wire::script::{Arg, ScriptSpec};
 
-static INSPECT: Lua = Lua::new(concat!(
-    include_str!("lua/clock.lua"),
-    include_str!("lua/inspect.lua")
-));
+static INSPECT: ScriptSpec<4, 1> = ScriptSpec::new(
+    "inspect.lua",
+    include_str!("lua/inspect.lua"),
+    ["LOCK", "LAST_GRANT", "QUEUE", "WAITER_TERMS"],
+    ["MAX_WAITERS"],
+    &[],
+);
+
+/// The script, for the check of its Lua against its description.
+#[cfg(test)]
+pub(crate) fn script() -> &'static dyn crate::wire::script::Described {
+    &INSPECT
+}
 
 /// The last token of a grant's block as the scripts keep it (`'<last token> <owner>'`, see
-/// `lua/tokens.lua`).
+/// `lua/lib/tokens.lua`).
 pub(crate) fn last_granted_token(block: &str) -> Option<u64> {
     block.split(' ').next()?.parse().ok()
 }
@@ -42,14 +51,12 @@ pub(crate) async fn read(
     max_waiters: usize,
 ) -> redis::RedisResult<RawLock> {
     type Reply = (u64, Vec<String>, i64, String, u64, Vec<String>);
-    let mut cmd = INSPECT.evalsha(4);
-    cmd.arg(keys.hash())
-        .arg(keys.fence())
-        .arg(keys.queue())
-        .arg(keys.waiters())
-        .arg(max_waiters.max(1));
+    let cmd = INSPECT.command(
+        [keys.hash(), keys.fence(), keys.queue(), keys.waiters()],
+        [Arg::Number(max_waiters.max(1) as u64)],
+    );
     let (server_ms, fields, pttl_ms, fence, queued, waiters): Reply =
-        INSPECT.run(conn, &cmd).await?;
+        INSPECT.lua().run(conn, &cmd).await?;
     let mut fields = fields.into_iter();
     let fields = std::iter::from_fn(|| Some((fields.next()?, fields.next()?))).collect();
     let mut waiters = waiters.into_iter();

@@ -1,28 +1,100 @@
--- Acquire, continued (after acquire_checked.lua and the queue's functions): the lock is held,
--- or others wait for it.
--- The lease left on the lock, and whether it is free (-2: no such key), in one call.
-local left = redis.call('pttl', KEYS[1])
+-- Acquire an exclusive (or fair) lock, wait in its queue, or re-enter it.
+-- MODE: 'wait' (join or keep a place in the queue when the lock is not free for this owner),
+-- 'join' (the same for an owner Redis has never seen: it can hold nothing yet), 'try' (never
+-- queue), 'reenter' (add a hold, never take). EPOCH_MARKER is the marker of the epoch and
+-- longest lease the client knows (see epoch.lua); LEASE_WITHIN_KNOWN is 'yes' when the lease
+-- asked for is no longer than that longest lease.
+-- Replies: {ACQUIRED, first token, lease left ms} when this owner holds the lock (token 0 on
+-- a re-entry); {WAITING, holder's lease left ms, server ms} when it does not; {NOT_OWNER}
+-- when a re-entry finds the lock no longer held by this owner; {EPOCH_CHANGED, epoch,
+-- longest lease ms} when the client must learn them first; {QUARANTINED, left ms, server
+-- ms} during a restart quarantine.
+-- A lock taken at once answers with its first token alone, which stands for {ACQUIRED,
+-- token, the lease asked for}: Redis builds and sends a table at about a tenth of an
+-- uncontended acquire and release.
+
+--#include clock
+--#include tokens
+
+-- 1. A free lock nobody waits for, in the epoch the client knows, is taken at once: most
+-- acquisitions end here. The lock and its queue are missing (0), or one of them or both
+-- exist (1, 2). The epoch is current when its key and the marker the client names both
+-- exist, and the lease asked for is within the longest the epoch has granted: nothing to
+-- read or write about the epoch then.
+-- One EXISTS reads all four: the lock and the queue are named once each and the epoch and
+-- its marker three times each, so the count is lock_and_queue + 3 * epoch_found (a second
+-- EXISTS would be a ninth command for an uncontended acquire and release). Keys moved for a
+-- migrating slot are looked at one EXISTS each: the importing node refuses a command on
+-- several keys it lacks.
+local lock_and_queue, epoch_found
+if KEYS_MOVED then
+  lock_and_queue = redis.call('exists', LOCK) + redis.call('exists', QUEUE)
+  epoch_found = redis.call('exists', EPOCH) + redis.call('exists', EPOCH_MARKER)
+else
+  local count = redis.call('exists', LOCK, QUEUE,
+    EPOCH, EPOCH, EPOCH, EPOCH_MARKER, EPOCH_MARKER, EPOCH_MARKER)
+  lock_and_queue = count % 3
+  epoch_found = (count - lock_and_queue) / 3
+end
+local epoch_current = epoch_found == 2 and LEASE_WITHIN_KNOWN == 'yes'
+if lock_and_queue == 0 and MODE ~= 'reenter' and epoch_current then
+  return take_free(OWNER, LEASE_MS, TOKEN_BLOCK)
+end
+
+-- The functions of the slower paths are created only when a script runs this far.
+--#include epoch
+--#include queue_expiry
+--#include queue
+
+local lease = tonumber(LEASE_MS)
+local block = tonumber(TOKEN_BLOCK)
+
+-- 2. The epoch is checked before a lock is taken or granted, and only then: a look that finds
+-- the lock held (or adds to a hold, which adds to a hold of this epoch if it is still there)
+-- grants nothing, whatever happened to Redis's data.
+local function may_grant()
+  if epoch_current then
+    return nil
+  end
+  return check_epoch(EPOCH, KNOWN_EPOCH, KNOWN_LONGEST_LEASE_MS, QUARANTINE_MS, LEASE_MS,
+    EPOCH_MARKER)
+end
+
+if lock_and_queue == 0 and MODE ~= 'reenter' then
+  local blocked = may_grant()
+  if blocked then
+    return blocked
+  end
+  return {ACQUIRED, take_free(OWNER, LEASE_MS, block), lease}
+end
+
+-- 3. The lock is held, or others wait for it. The lease left on the lock, and whether it is
+-- free (-2: no such key), in one call.
+local left = redis.call('pttl', LOCK)
 local free = left == -2
--- An owner Redis has never seen ('join') holds nothing: only one that looked before may have
--- been granted the lock meanwhile.
-if not free and mode ~= 'join' and redis.call('hexists', KEYS[1], owner) == 1 then
-  if mode == 'reenter' then
+
+-- 4. Held by this owner. An owner Redis has never seen ('join') holds nothing: only one that
+-- looked before may have been granted the lock meanwhile.
+if not free and MODE ~= 'join' and redis.call('hexists', LOCK, OWNER) == 1 then
+  if MODE == 'reenter' then
     -- A re-entry adds a hold and keeps the current lease.
-    redis.call('hincrby', KEYS[1], owner, '1')
-    return {1, 0, left}
+    redis.call('hincrby', LOCK, OWNER, '1')
+    return {ACQUIRED, 0, left}
   end
   -- Granted from the queue while this waiter was not listening (a wake message missed):
   -- the last block granted is the one reserved for it, when it names this owner (it expires
   -- with the grant's lease; should it be gone, a fresh block grows as well).
-  local top, granted_to = string.match(redis.call('get', KEYS[2]) or '', '^(%d+) (.+)$')
-  if granted_to ~= owner then
-    return {1, reserve_tokens(block, math.max(1, left), owner), left}
+  local top, granted_to = string.match(redis.call('get', LAST_GRANT) or '', '^(%d+) (.+)$')
+  if granted_to ~= OWNER then
+    return {ACQUIRED, reserve_tokens(block, math.max(1, left), OWNER), left}
   end
-  return {1, tonumber(top) - block + 1, left}
+  return {ACQUIRED, tonumber(top) - block + 1, left}
 end
-if mode == 'reenter' then
-  return {-1, 0, 0}
+if MODE == 'reenter' then
+  return {NOT_OWNER}
 end
+
+-- 5. Free, but others queued: the first live one gets it (this owner, if it is first).
 if free then
   local blocked = may_grant()
   if blocked then
@@ -31,20 +103,21 @@ if free then
 end
 local now = now_ms()
 if free then
-  -- Free, but others queued: the first live one gets it (this owner, if it is first).
   local head, grant_lease, head_block = pop_live_head(now)
-  if not head or head == owner then
-    return {1, take(owner, ARGV[3], block), lease}
+  if not head or head == OWNER then
+    return {ACQUIRED, take(OWNER, LEASE_MS, block), lease}
   end
   left = grant_to(head, now, grant_lease, head_block)
 end
-if mode == 'wait' or mode == 'join' then
+
+-- 6. Not this owner's: a waiting owner joins the queue, or keeps its place in it.
+if MODE == 'wait' or MODE == 'join' then
   -- A held lock that was the only key of the two found has nobody queued yet: its holder's
   -- release must now look at the queue. (A lock held while others wait says so already.)
-  local fresh = not free and present == 1
+  local fresh = not free and lock_and_queue == 1
   if fresh then
     mark_queued()
   end
-  enqueue(owner, now, tonumber(alive_ms), tonumber(grant_lease_ms), block, nil, fresh)
+  enqueue(OWNER, now, tonumber(ALIVE_MS), lease, block, nil, fresh)
 end
-return {0, left, now}
+return {WAITING, left, now}

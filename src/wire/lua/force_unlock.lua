@@ -1,9 +1,16 @@
--- Remove a lock whoever holds it (operators only); the first live waiter gets it next.
--- Returns 1 when a lock was removed, 0 when it was free. KEYS[6] is the readers' index of a
--- read-write lock of the same name (see rw.lua), which goes with its hash. One key per DEL:
--- a node importing a migrating slot refuses a command on several keys it lacks.
-if redis.call('del', KEYS[1]) + redis.call('del', KEYS[6]) > 0 then
+-- Remove an exclusive (or fair) lock whoever holds it (operators only); the first live
+-- waiter gets it next. READERS is the readers' index of a read-write lock of the same name
+-- (see rw.lua), which goes with its hash. One key per DEL: a node importing a migrating
+-- slot refuses a command on several keys it lacks.
+-- Replies: {REMOVED} when a lock was removed, {WAS_FREE} when it was free.
+
+--#include clock
+--#include tokens
+--#include queue_expiry
+--#include queue
+
+if redis.call('del', LOCK) + redis.call('del', READERS) > 0 then
   grant_head(nil)
-  return 1
+  return {REMOVED}
 end
-return 0
+return {WAS_FREE}

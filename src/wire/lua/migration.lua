@@ -2,10 +2,10 @@
 -- migrates, the client moves a script's keys to the importing node and runs the script there
 -- with its first key alone declared (see `wire/migration.rs`): the other keys then come first
 -- among the arguments, after a mark and their count, and are read back into KEYS here.
--- `keys_moved` says so; such a script writes no key it was not given (the epoch's marker).
+-- `KEYS_MOVED` says so; such a script writes no key it was not given (the epoch's marker).
 local KEYS, ARGV = KEYS, ARGV
-local keys_moved = ARGV[1] == '\0moved-keys'
-if keys_moved then
+local KEYS_MOVED = ARGV[1] == '\0moved-keys'
+if KEYS_MOVED then
   local count = tonumber(ARGV[2])
   local keys, args = {KEYS[1]}, {}
   for i = 1, count do
@@ -16,3 +16,4 @@ if keys_moved then
   end
   KEYS, ARGV = keys, args
 end
+

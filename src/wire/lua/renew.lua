@@ -1,36 +1,38 @@
 -- Renew the leases of many locks in one call (the watchdog's batch; with no locks, a check of
--- the epoch alone).
--- KEYS[1] the epoch key, then for the n-th lock KEYS[2n] its hash and KEYS[2n + 1] its
--- readers' index; ARGV[1] lease in ms, ARGV[2] the epoch this client knows, ARGV[3] the
--- quarantine ms to start on a missing epoch, ARGV[4] the longest lease of the epoch this
--- client knows, ARGV[n + 4] the owner id of the n-th lock.
+-- the epoch alone), on a lease of LEASE_MS, after checking the epoch (the one the client
+-- knows is KNOWN_EPOCH, with KNOWN_LONGEST_LEASE_MS; QUARANTINE_MS is the quarantine to
+-- start on a missing epoch). Per item: the lock's hash, its readers' index, and its owner.
 -- An owner's field holds its hold count; a reader of a read-write lock's holds
 -- '<holds> <lease deadline ms>' (see rw.lua), and a semaphore's holder
--- '<permits> <lease deadline ms> <token>' (see sem.lua): its own deadline moves, in the hash
--- and in the readers' index, and the keys' expiry only ever grows, as other holders may have
--- longer leases.
--- Returns {0, then per lock 1 when renewed and 0 when that owner no longer holds it}, or
--- {epoch, longest lease} when the client must learn them (a changed epoch: every lock of an
--- earlier epoch is gone).
-local changed = check_epoch(KEYS[1], ARGV[2], ARGV[4], ARGV[3], ARGV[1])
-if changed and changed[1] == -2 then
-  return {changed[2], changed[3]}
+-- '<permits> <lease deadline ms> <token>' (see semaphore.lua): its own deadline moves, in the
+-- hash and in the readers' index, and the keys' expiry only ever grows, as other holders may
+-- have longer leases.
+-- Replies: {RENEWED, then per lock HELD when renewed and GONE when that owner no longer
+-- holds it}, or {EPOCH_CHANGED, epoch, longest lease ms} when the client must learn them (a
+-- changed epoch: every lock of an earlier epoch is gone). A quarantine renews nothing less:
+-- the locks it finds are of this epoch.
+
+--#include clock
+--#include epoch
+
+local changed = check_epoch(EPOCH, KNOWN_EPOCH, KNOWN_LONGEST_LEASE_MS, QUARANTINE_MS,
+  LEASE_MS)
+if changed and changed[1] == EPOCH_CHANGED then
+  return changed
 end
-local lease = tonumber(ARGV[1])
-local renewed, now = {0}, nil
-for n = 1, (#KEYS - 1) / 2 do
-  local hash, readers, i = KEYS[2 * n], KEYS[2 * n + 1], n + 1
-  local owner = ARGV[n + 4]
+local lease = tonumber(LEASE_MS)
+local renewed, now = {RENEWED}, nil
+for n, hash, readers, owner in each_item() do
   local holds = redis.call('hget', hash, owner)
   local count, deadline, token
   if holds then
     count, deadline, token = string.match(holds, '^(%d+) (%d+)( ?%d*)$')
   end
   if not holds then
-    renewed[i] = 0
+    renewed[n + 1] = GONE
   elseif not deadline then
-    redis.call('pexpire', hash, ARGV[1])
-    renewed[i] = 1
+    redis.call('pexpire', hash, LEASE_MS)
+    renewed[n + 1] = HELD
   else
     now = now or now_ms()
     if tonumber(deadline) > now then
@@ -40,10 +42,10 @@ for n = 1, (#KEYS - 1) / 2 do
         redis.call('pexpire', hash, lease)
         redis.call('pexpire', readers, lease)
       end
-      renewed[i] = 1
+      renewed[n + 1] = HELD
     else
       -- Its lease ran out: the next script that looks at the lock drops it.
-      renewed[i] = 0
+      renewed[n + 1] = GONE
     end
   end
 end

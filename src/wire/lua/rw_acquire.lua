@@ -1,19 +1,29 @@
--- Acquire a read-write lock for reading or writing, wait in its queue, or re-enter it.
--- The arguments and replies of acquire_free.lua, and ARGV[8] the role: 'read' or 'write'.
--- ARGV[4] may also be 'within' (role 'read'): a read hold for the owner of the write lock,
--- never waiting; {1, token, lease left} when it holds the write lock, {-1, 0, 0} otherwise.
--- A reader's lease left is its own, not the longest reader's.
-local owner, mode, role = ARGV[2], ARGV[4], ARGV[8]
+-- Acquire a read-write lock for reading or writing (ROLE: 'read' or 'write'), wait in its
+-- queue, or re-enter it.
+-- MODE: as acquire.lua's, or 'within' (ROLE 'read'): a read hold for the owner of the write
+-- lock, never waiting; {ACQUIRED, token, lease left} when it holds the write lock,
+-- {NOT_OWNER} otherwise.
+-- Replies: as acquire.lua's. A reader's lease left is its own, not the longest reader's.
+
+--#include clock
+--#include tokens
+--#include epoch
+--#include queue_expiry
+--#include queue
+--#include rw
+
+local owner, mode, role = OWNER, MODE, ROLE
 -- An owner Redis has never seen waits like any other here.
 if mode == 'join' then
   mode = 'wait'
 end
-local lease, block = tonumber(ARGV[3]), tonumber(ARGV[5])
+local lease, block = tonumber(LEASE_MS), tonumber(TOKEN_BLOCK)
 local taking = mode == 'wait' or mode == 'try'
 -- A re-entry (or a read inside the write lock) adds to a hold of this epoch if it is still
 -- there; a lost one is simply gone.
 if taking then
-  local blocked = check_epoch(KEYS[6], known_epoch, ARGV[6], quarantine_ms, ARGV[3])
+  local blocked = check_epoch(EPOCH, KNOWN_EPOCH, KNOWN_LONGEST_LEASE_MS, QUARANTINE_MS,
+    LEASE_MS)
   if blocked then
     return blocked
   end
@@ -21,78 +31,78 @@ end
 -- The lock and its queue in one call: neither exists for most acquisitions. Keys moved for a
 -- migrating slot are looked at one EXISTS each: the importing node refuses a command on
 -- several keys it lacks.
-local function lock_or_queue_exists()
-  if keys_moved then
-    return redis.call('exists', KEYS[1]) + redis.call('exists', KEYS[3]) > 0
-  end
-  return redis.call('exists', KEYS[1], KEYS[3]) > 0
+local lock_and_queue
+if KEYS_MOVED then
+  lock_and_queue = redis.call('exists', LOCK) + redis.call('exists', QUEUE)
+else
+  lock_and_queue = redis.call('exists', LOCK, QUEUE)
 end
-if taking and not lock_or_queue_exists() then
+if taking and lock_and_queue == 0 then
   if role == 'read' then
-    return {1, rw_add_reader(owner, now_ms(), lease, block), lease}
+    return {ACQUIRED, rw_add_reader(owner, now_ms(), lease, block), lease}
   end
-  return {1, rw_take_write(owner, lease, block), lease}
+  return {ACQUIRED, rw_take_write(owner, lease, block), lease}
 end
 local now = now_ms()
 local state, first_left = rw_state(now)
-local held = state and redis.call('hget', KEYS[1], owner)
+local held = state and redis.call('hget', LOCK, owner)
 if held then
   local holds, deadline = string.match(held, '^(%d+) ?(%d*)$')
   local left
   if deadline ~= '' then
     left = tonumber(deadline) - now
   else
-    left = redis.call('pttl', KEYS[1])
+    left = redis.call('pttl', LOCK)
   end
   if mode == 'within' then
     if state == 'read' then
-      return {-1, 0, 0}
+      return {NOT_OWNER}
     end
     -- A plain lock's release handed this writer the lock: mark it write-held, so its read
     -- holds are told apart from its write holds.
-    redis.call('hset', KEYS[1], 'mode', 'write')
-    redis.call('hincrby', KEYS[1], owner .. ':r', 1)
-    return {1, reserve_tokens(block, lease, owner), left}
+    redis.call('hset', LOCK, 'mode', 'write')
+    redis.call('hincrby', LOCK, owner .. ':r', 1)
+    return {ACQUIRED, reserve_tokens(block, lease, owner), left}
   end
   if mode == 'reenter' then
     if role == 'read' and state == 'read' then
-      redis.call('hset', KEYS[1], owner, string.format('%d %s', tonumber(holds) + 1, deadline))
+      redis.call('hset', LOCK, owner, string.format('%d %s', tonumber(holds) + 1, deadline))
     elseif role == 'read' and state == 'write' then
-      redis.call('hincrby', KEYS[1], owner .. ':r', 1)
+      redis.call('hincrby', LOCK, owner .. ':r', 1)
     elseif state == 'read' then
       -- A write guard of an owner that downgraded: its write holds are gone.
-      return {-1, 0, 0}
+      return {NOT_OWNER}
     else
-      redis.call('hincrby', KEYS[1], owner, 1)
+      redis.call('hincrby', LOCK, owner, 1)
     end
-    return {1, 0, left}
+    return {ACQUIRED, 0, left}
   end
   -- Granted from the queue while this waiter was not listening: the last block granted ends
   -- at least at its token and below every later one (it expires with a lease; should it be
   -- gone, a fresh token grows as well).
-  local top = string.match(redis.call('get', KEYS[2]) or '', '^%d+')
+  local top = string.match(redis.call('get', LAST_GRANT) or '', '^%d+')
   if not top then
-    return {1, reserve_tokens(1, math.max(1, left), owner), left}
+    return {ACQUIRED, reserve_tokens(1, math.max(1, left), owner), left}
   end
-  return {1, tonumber(top), left}
+  return {ACQUIRED, tonumber(top), left}
 end
 if not taking then
-  return {-1, 0, 0}
+  return {NOT_OWNER}
 end
 if state == nil or state == 'read' then
   local token, granted, waiting
   token, granted, state, waiting = rw_grant(now, state, owner, lease)
   if token then
-    return {1, token, granted}
+    return {ACQUIRED, token, granted}
   end
   -- Nobody queued ahead: a free lock is taken, a read-held one joined by a reader. A reader
   -- never overtakes a queued writer.
   if not waiting then
     if state == nil and role == 'write' then
-      return {1, rw_take_write(owner, lease, block), lease}
+      return {ACQUIRED, rw_take_write(owner, lease, block), lease}
     end
     if state == nil or (state == 'read' and role == 'read') then
-      return {1, rw_add_reader(owner, now, lease, block), lease}
+      return {ACQUIRED, rw_add_reader(owner, now, lease, block), lease}
     end
   end
 end
@@ -105,11 +115,11 @@ if mode == 'wait' then
   if state == 'plain' then
     mark_queued()
   end
-  enqueue(owner, now, tonumber(alive_ms), tonumber(grant_lease_ms), block, queued_role)
+  enqueue(owner, now, tonumber(ALIVE_MS), lease, block, queued_role)
 end
-local left = redis.call('pttl', KEYS[1])
+local left = redis.call('pttl', LOCK)
 if first_left and first_left < left then
   -- Readers hold it: the first of their leases to run out may free the lock.
   left = first_left
 end
-return {0, left, now}
+return {WAITING, left, now}

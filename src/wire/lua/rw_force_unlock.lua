@@ -1,6 +1,16 @@
 -- Remove a read-write lock whoever holds it (operators only); the queue gets it next: one
 -- writer, or the run of readers at its head together.
--- Returns 1 when a lock was removed, 0 when it was free.
-local removed = math.min(1, redis.call('del', KEYS[1], READERS))
+-- Replies: {REMOVED} when a lock was removed, {WAS_FREE} when it was free.
+
+--#include clock
+--#include tokens
+--#include queue_expiry
+--#include queue
+--#include rw
+
+local removed = redis.call('del', LOCK, READERS) > 0
 rw_grant(now_ms(), nil)
-return removed
+if removed then
+  return {REMOVED}
+end
+return {WAS_FREE}

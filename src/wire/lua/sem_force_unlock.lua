@@ -1,11 +1,21 @@
 -- Remove every holder of a semaphore (operators only); the queue gets its permits next, in
 -- order, on the permit count the semaphore had.
--- Returns 1 when a holder was removed, 0 when nobody held it.
-local permits = tonumber(redis.call('hget', KEYS[1], 'permits'))
-local removed = math.min(1, redis.call('del', KEYS[1], HOLDERS))
+-- Replies: {REMOVED} when a holder was removed, {WAS_FREE} when nobody held it.
+
+--#include clock
+--#include tokens
+--#include queue_expiry
+--#include queue
+--#include semaphore
+
+local permits = tonumber(redis.call('hget', LOCK, 'permits'))
+local removed = redis.call('del', LOCK, HOLDERS) > 0
 if permits then
   local now = now_ms()
   local _, _, used = sem_grant(now, permits, 0)
   sem_settle(now, used)
 end
-return removed
+if removed then
+  return {REMOVED}
+end
+return {WAS_FREE}

@@ -182,12 +182,13 @@ return 0
 /// (`take_free`: `HSET`, `PEXPIRE`, `TIME` and the token counter's `SET … GET`) after one
 /// `EXISTS` over the lock, its queue, an epoch key and its marker, each counted as the
 /// library counts it. KEYS: the lock, its last granted block, its queue, the epoch key, the
-/// token counter (KEYS[5], where `tokens.lua` finds it), the epoch's marker; ARGV: the owner,
-/// the lease ms, the token block. Returns the first token, or 0 when the lock is taken or
-/// someone queues.
+/// token counter, the epoch's marker; ARGV: the owner, the lease ms, the token block. The
+/// keys `tokens.lua` reads are bound by the names the library's descriptions give them.
+/// Returns the first token, or 0 when the lock is taken or someone queues.
 const BARE_ACQUIRE: &str = concat!(
-    include_str!("../../../src/wire/lua/clock.lua"),
-    include_str!("../../../src/wire/lua/tokens.lua"),
+    "local LOCK, LAST_GRANT, TOKEN_COUNTER = KEYS[1], KEYS[2], KEYS[5]\n",
+    include_str!("../../../src/wire/lua/lib/clock.lua"),
+    include_str!("../../../src/wire/lua/lib/tokens.lua"),
     r"
 local seen = redis.call('exists', KEYS[1], KEYS[3], KEYS[4], KEYS[4], KEYS[4],
   KEYS[6], KEYS[6], KEYS[6])

@@ -1,4 +1,4 @@
--- The server's epoch (prepended to the scripts that take and renew locks).
+-- The server's epoch, checked by the scripts that take and renew locks; needs the clock.
 -- One key names the life of this Redis's data:
 --   '<epoch> <quarantine until ms, 0 for none> <longest lease ms granted in this epoch>'.
 -- Each client remembers the epoch and the longest lease it last saw. Finding the epoch missing
@@ -61,8 +61,9 @@ end
 -- the epoch's longest when longer (a caller need not learn a lease it set). `marker`, given
 -- by acquisitions only, is the marker the caller named: it is deleted when the epoch is
 -- missing, and the current epoch's marker is written when the caller may go on.
--- Returns nil when the caller may go on, {-2, epoch, longest lease ms} when it must learn
--- them first, and {-3, quarantine left ms, server ms} during a quarantine.
+-- Returns nil when the caller may go on, {EPOCH_CHANGED, epoch, longest lease ms} when it
+-- must learn them first, and {QUARANTINED, quarantine left ms, server ms} during a
+-- quarantine.
 local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms, marker)
   local lease = tonumber(lease_ms)
   local epoch, quarantine_until, longest
@@ -78,17 +79,17 @@ local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms, mar
     local new = now_us()
     local ends = quarantine_end(math.max(tonumber(quarantine_ms), lease))
     redis.call('set', key, string.format('%d %d %d', new, ends, lease))
-    return {-2, new, lease}
+    return {EPOCH_CHANGED, new, lease}
   end
   if epoch ~= known or tonumber(longest) > math.max(tonumber(known_lease), lease) then
-    return {-2, tonumber(epoch), tonumber(longest)}
+    return {EPOCH_CHANGED, tonumber(epoch), tonumber(longest)}
   end
   local rewrite = lease > tonumber(longest)
   if quarantine_until ~= '0' then
     local now = now_ms()
     local left = tonumber(quarantine_until) - now
     if left > 0 then
-      return {-3, left, now}
+      return {QUARANTINED, left, now}
     end
     quarantine_until, rewrite = '0', true
   end
@@ -97,7 +98,7 @@ local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms, mar
     longest = string.format('%d', math.max(lease, tonumber(longest)))
     redis.call('set', key, string.format('%s %s %s', epoch, quarantine_until, longest))
   end
-  if marker and not keys_moved then
+  if marker and not KEYS_MOVED then
     redis.call('set', epoch_marker(key, epoch, longest), '')
   end
   return nil

@@ -1,5 +1,5 @@
--- The read-write lock's state (prepended, after clock.lua and queue.lua, to its scripts).
--- KEYS[1], the lock hash, holds:
+-- The read-write lock's state, shared by its scripts; needs the clock, the tokens and the
+-- queue. LOCK, the lock hash, holds:
 --   'mode'          'read' or 'write'
 --   '<owner>'       a writer's hold count: '<holds>'; a reader's: '<holds> <lease deadline ms>'
 --                   (server time), so every reader's lease runs out on its own
@@ -7,17 +7,15 @@
 -- and expires with the last reader's lease (a writer's: its lease). A hash without 'mode' is
 -- held by a plain lock of the same name, or by a waiter a plain lock's release handed it to:
 -- one owner, as exclusive as a writer.
--- The last key of every read-write script, READERS, indexes the readers by lease deadline (a
+-- READERS, a key of every read-write script, indexes the readers by lease deadline (a
 -- sorted set: owner id -> deadline ms), so that no script visits every reader: expiring the
 -- dead ones, finding the first and the last deadline, adding, renewing or removing one cost
 -- O(log N). It exists only while the lock is read-held, and expires with the hash.
 -- Waiters queue with 'r' or 'w' after their terms; a plain lock's waiters with nothing.
 
-local READERS = KEYS[#KEYS]
-
 -- The readers' index lives exactly as long as the hash.
 local function rw_readers_follow_hash()
-  local left = redis.call('pttl', KEYS[1])
+  local left = redis.call('pttl', LOCK)
   if left > 0 then
     redis.call('pexpire', READERS, left)
   end
@@ -28,12 +26,12 @@ end
 -- is left (then: nil), sets its expiry to the last live reader's deadline, and returns how
 -- long the first one has left.
 local function rw_state(now)
-  local mode = redis.call('hget', KEYS[1], 'mode')
+  local mode = redis.call('hget', LOCK, 'mode')
   if mode == 'write' then
     return 'write'
   end
   if mode ~= 'read' then
-    if redis.call('exists', KEYS[1]) == 1 then
+    if redis.call('exists', LOCK) == 1 then
       return 'plain'
     end
     return nil
@@ -42,17 +40,17 @@ local function rw_state(now)
   if #expired > 0 then
     -- In slices: a call takes a bounded number of arguments.
     for i = 1, #expired, 1000 do
-      redis.call('hdel', KEYS[1], unpack(expired, i, math.min(i + 999, #expired)))
+      redis.call('hdel', LOCK, unpack(expired, i, math.min(i + 999, #expired)))
     end
     redis.call('zremrangebyscore', READERS, '-inf', now)
   end
   local first = redis.call('zrange', READERS, 0, 0, 'WITHSCORES')[2]
   if not first then
-    redis.call('del', KEYS[1], READERS)
+    redis.call('del', LOCK, READERS)
     return nil
   end
   local last = tonumber(redis.call('zrange', READERS, -1, -1, 'WITHSCORES')[2])
-  redis.call('pexpire', KEYS[1], last - now)
+  redis.call('pexpire', LOCK, last - now)
   redis.call('pexpire', READERS, last - now)
   return 'read', tonumber(first) - now
 end
@@ -60,10 +58,10 @@ end
 -- Adds `owner` as a reader with a lease of `lease_ms`; the hash lives at least that long.
 -- Returns its fencing token.
 local function rw_add_reader(owner, now, lease_ms, block)
-  redis.call('hset', KEYS[1], 'mode', 'read', owner, string.format('1 %d', now + lease_ms))
+  redis.call('hset', LOCK, 'mode', 'read', owner, string.format('1 %d', now + lease_ms))
   redis.call('zadd', READERS, now + lease_ms, owner)
-  if redis.call('pttl', KEYS[1]) < lease_ms then
-    redis.call('pexpire', KEYS[1], lease_ms)
+  if redis.call('pttl', LOCK) < lease_ms then
+    redis.call('pexpire', LOCK, lease_ms)
   end
   rw_readers_follow_hash()
   return reserve_tokens(block, lease_ms, owner)
@@ -71,8 +69,8 @@ end
 
 -- Makes `owner` the writer of a free lock. Returns its fencing token.
 local function rw_take_write(owner, lease_ms, block)
-  redis.call('hset', KEYS[1], 'mode', 'write', owner, 1)
-  redis.call('pexpire', KEYS[1], lease_ms)
+  redis.call('hset', LOCK, 'mode', 'write', owner, 1)
+  redis.call('pexpire', LOCK, lease_ms)
   return reserve_tokens(block, lease_ms, owner)
 end
 

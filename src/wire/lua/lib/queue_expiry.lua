@@ -1,5 +1,4 @@
--- How long a queue outlives its waiters (prepended to the queue's functions and to the
--- heartbeat).
+-- How long a queue outlives its waiters (for the queue's functions and the heartbeat).
 -- A queue (sorted set) and its waiters' terms (hash) expire together: members come and go
 -- from both in the same script, and every script that extends one extends the other to the
 -- same length, so the queue's expiry stands for both and only it is read.

@@ -1,9 +1,8 @@
--- Shared by the scripts that hand a lock over (prepended to each of them).
--- KEYS[1] the lock hash (owner id -> hold count), KEYS[2] the last token block granted,
--- KEYS[3] the queue of waiting instances (sorted set: owner id -> arrival number),
--- KEYS[4] the waiters' terms (hash: owner id -> '<alive until ms> <grant lease ms> <token block>',
--- and after a space whatever a kind of lock adds).
--- ARGV[1] the wake channel prefix: a waiter's instance listens on that prefix and its instance id.
+-- The queue of a lock, shared by the scripts that hand a lock over; needs the clock, the
+-- tokens and the queue's expiry. Uses LOCK (owner id -> hold count), QUEUE (the waiting
+-- owners: a sorted set, owner id -> arrival), WAITER_TERMS (a hash: owner id -> '<alive
+-- until ms> <grant lease ms> <token block>', and after a space whatever a kind of lock adds)
+-- and WAKE_PREFIX (a waiter's instance listens on that prefix and its instance id).
 
 -- A plain lock's hash says someone may wait for it with two fields, `queued` and `queued.2`
 -- (owner ids always hold a ':'). Whoever queues behind a plain holder, or grants a plain lock
@@ -19,21 +18,21 @@ local function take(owner, lease_ms, block)
   if type(lease_ms) == 'number' then
     lease_ms = string.format('%d', lease_ms)
   end
-  redis.call('hset', KEYS[1], owner, '1', 'queued', '1', 'queued.2', '1')
-  redis.call('pexpire', KEYS[1], lease_ms)
+  redis.call('hset', LOCK, owner, '1', 'queued', '1', 'queued.2', '1')
+  redis.call('pexpire', LOCK, lease_ms)
   return reserve_tokens(block, lease_ms, owner)
 end
 
 -- Tells a plain holder's release to look at the queue (see `take`): for a
 -- waiter that joins a queue nobody was in, behind a lock taken while nobody waited.
 local function mark_queued()
-  redis.call('hset', KEYS[1], 'queued', '1', 'queued.2', '1')
+  redis.call('hset', LOCK, 'queued', '1', 'queued.2', '1')
 end
 
 local function dequeue(owner)
   -- Terms are only ever written for a queued owner (enqueue, heartbeat).
-  if redis.call('zrem', KEYS[3], owner) == 1 then
-    redis.call('hdel', KEYS[4], owner)
+  if redis.call('zrem', QUEUE, owner) == 1 then
+    redis.call('hdel', WAITER_TERMS, owner)
   end
 end
 
@@ -43,13 +42,13 @@ end
 -- before it and leaves a queued owner where it is. `fresh`: the caller knows nobody was
 -- queued (the queue is created here).
 local function enqueue(owner, now, alive_ms, grant_lease_ms, block, rest, fresh)
-  redis.call('zadd', KEYS[3], 'NX', string.format('%d', now_us()), owner)
+  redis.call('zadd', QUEUE, 'NX', string.format('%d', now_us()), owner)
   local terms = string.format('%d %d %d', now + alive_ms, grant_lease_ms, block)
   if rest then
     terms = terms .. ' ' .. rest
   end
-  redis.call('hset', KEYS[4], owner, terms)
-  keep_queue(KEYS[3], KEYS[4], alive_ms, fresh)
+  redis.call('hset', WAITER_TERMS, owner, terms)
+  keep_queue(QUEUE, WAITER_TERMS, alive_ms, fresh)
 end
 
 -- A waiter's terms (false when it has none) while its liveness lasts at `now`: the lease of
@@ -71,11 +70,11 @@ end
 -- ones are dropped on the way.
 local function live_head(now)
   while true do
-    local head = redis.call('zrange', KEYS[3], 0, 0)[1]
+    local head = redis.call('zrange', QUEUE, 0, 0)[1]
     if not head then
       return nil
     end
-    local grant_lease, block, alive, rest = live_terms(redis.call('hget', KEYS[4], head), now)
+    local grant_lease, block, alive, rest = live_terms(redis.call('hget', WAITER_TERMS, head), now)
     if grant_lease then
       return head, grant_lease, block, alive, rest
     end
@@ -86,7 +85,7 @@ end
 -- Whether anyone waits in the queue (dead or alive); most locks have nobody, and then the
 -- scripts skip the clock and the queue entirely.
 local function anyone_queued()
-  return redis.call('exists', KEYS[3]) == 1
+  return redis.call('exists', QUEUE) == 1
 end
 
 -- Tells `owner`'s instance, and only it, that the lock is its owner's:
@@ -95,22 +94,22 @@ end
 -- which stays on the slot's node instead of crossing the whole cluster bus.
 local function announce_grant(owner, token, now, lease)
   local instance = string.match(owner, '^([^:]+)')
-  local publish = string.find(ARGV[1], '{', 1, true) and 'spublish' or 'publish'
-  redis.call(publish, ARGV[1] .. instance, string.format('%s %d %d %d', owner, token, now, lease))
+  local publish = string.find(WAKE_PREFIX, '{', 1, true) and 'spublish' or 'publish'
+  redis.call(publish, WAKE_PREFIX .. instance, string.format('%s %d %d %d', owner, token, now, lease))
 end
 
 -- Takes the first live waiter out of the queue with its terms (as `live_head` returns them);
 -- dead ones are dropped on the way. One ZPOPMIN where a look and a removal would take two.
 local function pop_live_head(now)
   while true do
-    local popped = redis.call('zpopmin', KEYS[3])
+    local popped = redis.call('zpopmin', QUEUE)
     local head = popped[1]
     if not head then
       return nil
     end
-    local terms = redis.call('hget', KEYS[4], head)
+    local terms = redis.call('hget', WAITER_TERMS, head)
     if terms then
-      redis.call('hdel', KEYS[4], head)
+      redis.call('hdel', WAITER_TERMS, head)
       local grant_lease, block, alive, rest = live_terms(terms, now)
       if grant_lease then
         return head, grant_lease, block, alive, rest

@@ -1,5 +1,5 @@
--- A semaphore's state (prepended, after clock.lua, tokens.lua and queue.lua, to its scripts).
--- KEYS[1], the semaphore's hash, holds:
+-- A semaphore's state, shared by its scripts; needs the clock, the tokens and the queue.
+-- LOCK, the semaphore's hash, holds:
 --   'permits'   how many permits the semaphore has: every client must ask with this count
 --   'used'      how many of them its holders hold
 --   '<owner>'   a holder: '<permits taken> <lease deadline ms> <fencing token>' (server
@@ -8,30 +8,28 @@
 --               finds its own token (the counter's top may be a later holder's by then)
 -- and expires with the longest lease among its holders: nothing is left of a semaphore
 -- nobody holds, and a dead holder's permits come back when its own lease runs out.
--- The last key of every semaphore script, HOLDERS, indexes the holders by lease deadline (a
+-- HOLDERS, a key of every semaphore script, indexes the holders by lease deadline (a
 -- sorted set: owner id -> deadline ms; the key a read-write lock keeps its readers in, which
 -- the watchdog's renewal already moves), so no script visits every holder.
 -- Waiters queue with the number of permits they ask for after their terms.
-
-local HOLDERS = KEYS[#KEYS]
 
 -- The semaphore's key and its index expire with the longest lease among its holders; with
 -- no permit held, both are gone.
 local function sem_settle(now, used)
   if used <= 0 then
-    redis.call('del', KEYS[1], HOLDERS)
+    redis.call('del', LOCK, HOLDERS)
     return
   end
   local last = tonumber(redis.call('zrange', HOLDERS, -1, -1, 'WITHSCORES')[2])
   local left = math.max(1, last - now)
-  redis.call('pexpire', KEYS[1], left)
+  redis.call('pexpire', LOCK, left)
   redis.call('pexpire', HOLDERS, left)
 end
 
 -- Reads the semaphore's state: its permit count (nil when nobody holds it) and how many are
 -- held, after dropping the holders whose lease ran out (only they are visited).
 local function sem_state(now)
-  local stored = redis.call('hmget', KEYS[1], 'permits', 'used')
+  local stored = redis.call('hmget', LOCK, 'permits', 'used')
   local permits, used = tonumber(stored[1]), tonumber(stored[2] or '0')
   if not permits then
     return nil, 0
@@ -39,17 +37,17 @@ local function sem_state(now)
   local expired = redis.call('zrangebyscore', HOLDERS, '-inf', now)
   if #expired > 0 then
     for i = 1, #expired do
-      local held = redis.call('hget', KEYS[1], expired[i])
+      local held = redis.call('hget', LOCK, expired[i])
       if held then
         used = used - tonumber(string.match(held, '^(%d+)'))
       end
     end
     -- In slices: a call takes a bounded number of arguments.
     for i = 1, #expired, 1000 do
-      redis.call('hdel', KEYS[1], unpack(expired, i, math.min(i + 999, #expired)))
+      redis.call('hdel', LOCK, unpack(expired, i, math.min(i + 999, #expired)))
     end
     redis.call('zremrangebyscore', HOLDERS, '-inf', now)
-    redis.call('hset', KEYS[1], 'used', math.max(0, used))
+    redis.call('hset', LOCK, 'used', math.max(0, used))
     sem_settle(now, used)
     if used <= 0 then
       return nil, 0
@@ -62,12 +60,12 @@ end
 -- at least that long. Returns its fencing token.
 local function sem_add(owner, now, lease_ms, block, take, permits)
   local token = reserve_tokens(block, lease_ms, owner)
-  redis.call('hset', KEYS[1], 'permits', permits, owner,
+  redis.call('hset', LOCK, 'permits', permits, owner,
     string.format('%d %d %d', take, now + lease_ms, token))
-  redis.call('hincrby', KEYS[1], 'used', take)
+  redis.call('hincrby', LOCK, 'used', take)
   redis.call('zadd', HOLDERS, now + lease_ms, owner)
-  if redis.call('pttl', KEYS[1]) < lease_ms then
-    redis.call('pexpire', KEYS[1], lease_ms)
+  if redis.call('pttl', LOCK) < lease_ms then
+    redis.call('pexpire', LOCK, lease_ms)
     redis.call('pexpire', HOLDERS, lease_ms)
   end
   return token

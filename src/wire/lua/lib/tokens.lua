@@ -1,8 +1,7 @@
--- Fencing tokens, and taking a lock found free (prepended to every script that takes one,
--- before the queue's functions: a lock found free is taken before those are even defined).
--- KEYS[1] the lock hash (owner id -> hold count, and the two fields of queue.lua), KEYS[2]
--- the last token block granted from the queue, KEYS[5] the token counter of the lock's
--- scope (the server, or the cluster slot).
+-- Fencing tokens, and taking a lock found free. Uses LOCK (owner id -> hold count, and the
+-- two fields of queue.lua), LAST_GRANT (the last token block granted from the queue) and
+-- TOKEN_COUNTER (the counter of the lock's scope: the server, or the cluster slot); needs
+-- the clock.
 
 -- Reserves `block` fencing tokens and returns the first: one for the acquisition, the rest
 -- for the local hand-overs its instance may make without coming back to Redis. Every token
@@ -21,30 +20,30 @@
 -- few microseconds) costs a second write.
 local function next_tokens(block)
   local first = now_us() + 1
-  local counter = redis.call('set', KEYS[5], string.format('%d', first + block - 1), 'get')
+  local counter = redis.call('set', TOKEN_COUNTER, string.format('%d', first + block - 1), 'get')
   counter = tonumber(counter or '0')
   if counter >= first then
     first = counter + 1
-    redis.call('set', KEYS[5], string.format('%d', first + block - 1))
+    redis.call('set', TOKEN_COUNTER, string.format('%d', first + block - 1))
   end
   return first
 end
 
--- Reserves a block for a grant to `owner` that its waiter may find by a look: KEYS[2] keeps
--- '<last token of the block> <owner>' for `ttl_ms`, the grant's lease (acquire.lua reads it
+-- Reserves a block for a grant to `owner` that its waiter may find by a look: LAST_GRANT keeps
+-- '<last token of the block> <owner>' for `ttl_ms`, the grant's lease (a look reads it
 -- back, and takes it only when it names the owner that looks). `ttl_ms` is best given as a
 -- string (see `take`).
 local function reserve_tokens(block, ttl_ms, owner)
   local first = next_tokens(block)
-  redis.call('set', KEYS[2], string.format('%d %s', first + block - 1, owner), 'px', ttl_ms)
+  redis.call('set', LAST_GRANT, string.format('%d %s', first + block - 1, owner), 'px', ttl_ms)
   return first
 end
 
 -- Makes `owner` the holder of a lock found free with nobody queued, and returns its first
--- token. Nothing else is written: the block of an earlier grant in KEYS[2] names its own
+-- token. Nothing else is written: the block of an earlier grant in LAST_GRANT names its own
 -- owner, so a look by this one never takes it.
 local function take_free(owner, lease_ms, block)
-  redis.call('hset', KEYS[1], owner, '1')
-  redis.call('pexpire', KEYS[1], lease_ms)
+  redis.call('hset', LOCK, owner, '1')
+  redis.call('pexpire', LOCK, lease_ms)
   return next_tokens(block)
 end

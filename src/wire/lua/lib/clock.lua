@@ -1,4 +1,4 @@
--- The server's clock (prepended to every script that reads it): Redis time, never a client's.
+-- The server's clock: Redis time, never a client's.
 
 -- Read once per script: a script runs at one instant, and a hand-over that dates a grant and
 -- then reserves its tokens asks Redis for the time once, not twice. Kept in microseconds,

@@ -1,0 +1,238 @@
+//! Every script's Lua checked against its description, without Redis: what only integration
+//! tests against a server would otherwise notice when Rust and Lua drift apart.
+
+use std::collections::BTreeSet;
+
+use crate::wire::script::{Described, INCLUDE, LIBRARIES, PRELUDE, library};
+use crate::wire::scripts;
+
+/// Lua's keywords, and the globals a Redis script may read.
+const LUA_NAMES: &[&str] = &[
+    "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in", "local",
+    "nil", "not", "or", "repeat", "return", "then", "true", "until", "while", "redis", "string",
+    "math", "table", "tonumber", "tostring", "unpack", "type", "ipairs", "pairs",
+];
+
+/// One identifier of Lua code, with whether a call follows it and whether it is defined as
+/// a `local function` there.
+#[derive(Debug)]
+struct Word<'a> {
+    name: &'a str,
+    defines_function: bool,
+}
+
+/// The identifiers of `code` in order, leaving out comments, strings and fields (`a.b`,
+/// `a:b`: only `a` counts).
+fn words(code: &str) -> Vec<Word<'_>> {
+    let bytes = code.as_bytes();
+    let mut words = Vec::new();
+    let mut at = 0;
+    let mut after_local_function = false;
+    while at < bytes.len() {
+        let byte = bytes[at];
+        if code[at..].starts_with("--") {
+            at += code[at..].find('\n').unwrap_or(code.len() - at);
+        } else if byte == b'\'' || byte == b'"' {
+            at += 1;
+            while at < bytes.len() && bytes[at] != byte {
+                at += if bytes[at] == b'\\' { 2 } else { 1 };
+            }
+            at += 1;
+        } else if byte.is_ascii_alphabetic() || byte == b'_' {
+            let start = at;
+            while at < bytes.len() && (bytes[at].is_ascii_alphanumeric() || bytes[at] == b'_') {
+                at += 1;
+            }
+            let name = &code[start..at];
+            let field = start > 0 && matches!(bytes[start - 1], b'.' | b':');
+            if !field {
+                words.push(Word {
+                    name,
+                    defines_function: after_local_function,
+                });
+            }
+            after_local_function =
+                words.len() >= 2 && name == "function" && words[words.len() - 2].name == "local";
+        } else {
+            at += 1;
+        }
+    }
+    words
+}
+
+/// The names `code` binds itself: locals, parameters and loop variables.
+fn bound_names(code: &str) -> BTreeSet<&str> {
+    let mut bound = BTreeSet::new();
+    for line in code.lines().map(str::trim) {
+        let line = line.split("--").next().unwrap_or("");
+        let declared: Vec<&str> = if let Some(rest) = line.strip_prefix("local function ") {
+            // The function's own name is defined where it stands (see `problems`).
+            rest.split(['(', ')', ',']).skip(1).collect()
+        } else if let Some(rest) = line.strip_prefix("local ") {
+            rest.split('=').next().unwrap_or("").split(',').collect()
+        } else if let Some(rest) = line.strip_prefix("for ") {
+            match rest.split_once(" in ") {
+                Some((names, _)) => names.split(',').collect(),
+                None => rest.split('=').next().into_iter().collect(),
+            }
+        } else {
+            Vec::new()
+        };
+        bound.extend(
+            declared
+                .into_iter()
+                .map(str::trim)
+                .filter(|name| !name.is_empty()),
+        );
+        if let Some(at) = line.find("function(") {
+            let params = line[at + "function(".len()..]
+                .split(')')
+                .next()
+                .unwrap_or("");
+            bound.extend(
+                params
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|name| !name.is_empty()),
+            );
+        }
+    }
+    bound
+}
+
+/// A script's parts in the order of its source: the prelude, its own code between includes,
+/// and each library where it is included.
+fn parts(script: &dyn Described) -> Vec<(String, &'static str)> {
+    let mut parts = vec![("migration.lua".to_owned(), PRELUDE)];
+    let code = script.code();
+    let mut segment_start = 0;
+    let mut at = 0;
+    for line in code.split_inclusive('\n') {
+        if let Some(name) = line.trim_end().strip_prefix(INCLUDE) {
+            parts.push((script.file().to_owned(), &code[segment_start..at]));
+            parts.push((format!("lib/{name}.lua"), library(name)));
+            segment_start = at + line.len();
+        }
+        at += line.len();
+    }
+    parts.push((script.file().to_owned(), &code[segment_start..]));
+    parts
+}
+
+/// What is wrong with `script`'s Lua against its description, one line each.
+fn problems(script: &dyn Described) -> Vec<String> {
+    let mut problems = Vec::new();
+    let file = script.file();
+    let declared: BTreeSet<&str> = script.names().into_iter().collect();
+    // The names bound from the description, and the prelude's own.
+    let mut known: BTreeSet<&str> = declared.clone();
+    known.extend(["KEYS", "ARGV", "KEYS_MOVED"]);
+    let mut defined_functions = BTreeSet::new();
+    let mut used = BTreeSet::new();
+    let mut included = BTreeSet::new();
+    if !script.each_names().is_empty() {
+        defined_functions.insert("each_item");
+    }
+    for (part, code) in parts(script) {
+        if part.starts_with("lib/") && !included.insert(part.clone()) {
+            problems.push(format!("{file}: {part} is included twice"));
+        }
+        if part != "migration.lua" && (code.contains("KEYS[") || code.contains("ARGV[")) {
+            problems.push(format!("{file}: {part} reads KEYS or ARGV by position"));
+        }
+        // The script's own code is one scope across its includes.
+        let bound = bound_names(if part == file { script.code() } else { code });
+        for word in words(code) {
+            let name = word.name;
+            used.insert(name);
+            if word.defines_function {
+                defined_functions.insert(name);
+                continue;
+            }
+            let is_constant =
+                name.len() > 1 && name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
+            if is_constant && !known.contains(name) {
+                problems.push(format!(
+                    "{file}: {part} reads {name}, which it is not given"
+                ));
+            } else if !is_constant
+                && !LUA_NAMES.contains(&name)
+                && !bound.contains(name)
+                && !defined_functions.contains(name)
+            {
+                problems.push(format!(
+                    "{file}: {part} reads '{name}', defined nowhere before it in the script"
+                ));
+            }
+        }
+    }
+    for name in declared.iter().filter(|name| !used.contains(*name)) {
+        if !script.status_names().contains(name) {
+            problems.push(format!("{file}: {name} is given but never read"));
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_scripts_lua_reads_only_what_its_description_gives_it_by_name() {
+    let problems: Vec<String> = scripts::all().into_iter().flat_map(problems).collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn every_library_is_included_by_some_script() {
+    let sources: Vec<String> = scripts::all()
+        .iter()
+        .map(|script| script.code().to_owned())
+        .collect();
+    for (name, _) in LIBRARIES {
+        let include = format!("{INCLUDE}{name}\n");
+        assert!(
+            sources.iter().any(|code| code.contains(&include)),
+            "{name} is included nowhere"
+        );
+    }
+}
+
+#[test]
+fn the_check_finds_a_position_a_name_not_given_an_unused_one_and_a_function_used_too_early() {
+    use crate::wire::script::ScriptSpec;
+    static BAD: ScriptSpec<1, 2> = ScriptSpec::new(
+        "bad.lua",
+        "local x = ARGV[3]\nlocal y = later(OWNR, x)\nlocal function later(a)\n  return a\nend\n",
+        ["LOCK"],
+        ["OWNER", "LEASE_MS"],
+        &[],
+    );
+    let found = problems(&BAD);
+    for expected in [
+        "bad.lua: bad.lua reads KEYS or ARGV by position",
+        "bad.lua: bad.lua reads OWNR, which it is not given",
+        "bad.lua: bad.lua reads 'later', defined nowhere before it in the script",
+        "bad.lua: LOCK is given but never read",
+    ] {
+        assert!(
+            found.iter().any(|problem| problem == expected),
+            "{expected} in {found:?}"
+        );
+    }
+}
+
+#[test]
+fn a_script_binds_its_keys_arguments_and_statuses_by_name_in_order() {
+    let bindings: Vec<String> = scripts::all()
+        .iter()
+        .map(|script| script.source())
+        .filter(|source| source.contains("local OWNER = ARGV[2]"))
+        .collect();
+    assert!(!bindings.is_empty());
+    for source in bindings {
+        assert!(source.contains("local LOCK = KEYS[1]\n"));
+        assert!(source.contains("local WAKE_PREFIX = ARGV[1]\n"));
+        assert!(
+            !source.contains(INCLUDE),
+            "every include is replaced by its library"
+        );
+    }
+}

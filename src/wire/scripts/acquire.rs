@@ -1,0 +1,333 @@
+//! The scripts that take a lock or wait for it: an exclusive (or fair) lock's, a read-write
+//! lock's and a semaphore's.
+
+use std::sync::Arc;
+
+use crate::keys::LockKeys;
+use crate::kind::LockKind;
+use crate::slots::Names;
+use crate::wire::conn::Conn;
+use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
+use crate::wire::scripts::reply::{ScriptReply, run};
+use crate::wire::scripts::{LOCK_KEYS, lock_keys, rw_role};
+
+reply_statuses! {
+    /// What an acquisition answers.
+    acquired {
+        /// This owner holds the lock: `{ACQUIRED, first token, lease left ms}`.
+        ACQUIRED = 1,
+        /// Another owner holds it: `{WAITING, holder's lease left ms, server ms}`.
+        WAITING = 0,
+        /// A re-entry found the lock no longer held by this owner.
+        NOT_OWNER = -1,
+        /// A semaphore held with another permit count: `{PERMITS_MISMATCH, stored}`.
+        PERMITS_MISMATCH = -4,
+    }
+}
+
+reply_statuses! {
+    /// What the epoch's check answers for a script that takes or renews a lock.
+    epoch_checked {
+        /// `{EPOCH_CHANGED, epoch, longest lease ms}`: the client must learn both first.
+        EPOCH_CHANGED = -2,
+        /// `{QUARANTINED, quarantine left ms, server ms}`.
+        QUARANTINED = -3,
+    }
+}
+
+/// The arguments every acquisition takes, in their order after the kind's keys.
+macro_rules! acquire_args {
+    ($($more:literal),*) => {
+        [
+            "WAKE_PREFIX",
+            "OWNER",
+            "LEASE_MS",
+            "MODE",
+            "TOKEN_BLOCK",
+            "KNOWN_LONGEST_LEASE_MS",
+            "ALIVE_MS",
+            "KNOWN_EPOCH",
+            "QUARANTINE_MS",
+            $($more),*
+        ]
+    };
+}
+
+const ACQUIRE_STATUSES: &[&[(&str, i64)]] = &[acquired::ALL, epoch_checked::ALL];
+
+static ACQUIRE: ScriptSpec<7, 10> = ScriptSpec::new(
+    "acquire.lua",
+    include_str!("../lua/acquire.lua"),
+    [
+        LOCK_KEYS[0],
+        LOCK_KEYS[1],
+        LOCK_KEYS[2],
+        LOCK_KEYS[3],
+        LOCK_KEYS[4],
+        "EPOCH",
+        "EPOCH_MARKER",
+    ],
+    acquire_args!("LEASE_WITHIN_KNOWN"),
+    ACQUIRE_STATUSES,
+)
+.with_short_reply(acquired::ACQUIRED);
+
+static RW_ACQUIRE: ScriptSpec<7, 10> = ScriptSpec::new(
+    "rw_acquire.lua",
+    include_str!("../lua/rw_acquire.lua"),
+    [
+        LOCK_KEYS[0],
+        LOCK_KEYS[1],
+        LOCK_KEYS[2],
+        LOCK_KEYS[3],
+        LOCK_KEYS[4],
+        "EPOCH",
+        "READERS",
+    ],
+    acquire_args!("ROLE"),
+    ACQUIRE_STATUSES,
+);
+
+static SEM_ACQUIRE: ScriptSpec<7, 11> = ScriptSpec::new(
+    "sem_acquire.lua",
+    include_str!("../lua/sem_acquire.lua"),
+    [
+        LOCK_KEYS[0],
+        LOCK_KEYS[1],
+        LOCK_KEYS[2],
+        LOCK_KEYS[3],
+        LOCK_KEYS[4],
+        "EPOCH",
+        "HOLDERS",
+    ],
+    acquire_args!("PERMITS", "TAKE"),
+    ACQUIRE_STATUSES,
+);
+
+#[cfg(test)]
+pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
+    vec![&ACQUIRE, &RW_ACQUIRE, &SEM_ACQUIRE]
+}
+
+/// What an owner asks of Redis when it takes a lock or waits for one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Terms {
+    /// Lease of a lock taken directly.
+    pub(crate) lease_ms: u64,
+    /// How long a place in the queue lives without a refresh.
+    pub(crate) alive_ms: u64,
+    /// Fencing tokens reserved per acquisition: one, plus the local hand-overs allowed.
+    pub(crate) block: u64,
+    /// Which scripts take the lock.
+    pub(crate) kind: LockKind,
+}
+
+/// How an acquire attempt may treat the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireMode {
+    /// Take it, or join (or keep a place in) the queue.
+    Wait,
+    /// [`AcquireMode::Wait`] for an owner no script has seen yet: it can hold nothing, so
+    /// the script does not look for a grant made to it.
+    Join,
+    /// Take it if free for this owner; never queue.
+    Try,
+    /// Add a hold for an owner that holds it; never take a free lock.
+    Reenter,
+    /// A read hold for the owner of a read-write lock's write lock; never waits.
+    ReadWithin,
+}
+
+impl AcquireMode {
+    /// The mode as the scripts name it.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Wait => "wait",
+            Self::Join => "join",
+            Self::Try => "try",
+            Self::Reenter => "reenter",
+            Self::ReadWithin => "within",
+        }
+    }
+}
+
+/// What the acquire script answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// This owner holds the lock: the first token of its block (0 on a re-entry) and the
+    /// lease left.
+    Acquired { token: u64, lease_left_ms: i64 },
+    /// Another owner holds it (lease left, negative when it has no expiry or is gone); the
+    /// server's clock when the script ran.
+    Waiting { lease_left_ms: i64, server_ms: u64 },
+    /// A re-entry found the lock no longer held by this owner.
+    NotOwner,
+    /// The server is in another epoch than the client knows, or granted a longer lease in it:
+    /// the client must learn both (and, when it knew an earlier epoch, tell its holders that
+    /// their locks are gone) first.
+    EpochChanged { epoch: u64, longest_lease_ms: u64 },
+    /// Redis lost its data and grants no lock until its restart quarantine ends (this much
+    /// later); the server's clock when the script ran. Nothing was queued.
+    Quarantined { left_ms: u64, server_ms: u64 },
+    /// The semaphore is held with another permit count than this client's (the one Redis
+    /// holds); nothing was taken or queued.
+    PermitsMismatch { stored: u64 },
+}
+
+/// What the server's epoch is to a client: the one it knows and the longest lease it knows
+/// was granted in it, their marker (see `lua/lib/epoch.lua`), and the quarantine it starts
+/// when it finds the epoch missing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EpochTerms<'a> {
+    pub(crate) key: &'a str,
+    /// 0 when the client has not seen one yet.
+    pub(crate) known: u64,
+    pub(crate) known_lease_ms: u64,
+    pub(crate) marker: Arc<str>,
+    pub(crate) quarantine_ms: u64,
+}
+
+pub(crate) async fn acquire(
+    conn: &mut Conn,
+    keys: &LockKeys,
+    names: &Names,
+    owner: &str,
+    terms: &Terms,
+    mode: AcquireMode,
+    epoch: &EpochTerms<'_>,
+) -> redis::RedisResult<AcquireReply> {
+    let [lock, last_grant, queue, waiter_terms, token_counter] = lock_keys(keys, names);
+    let [
+        wake_prefix,
+        owner,
+        lease,
+        mode,
+        block,
+        known_lease,
+        alive,
+        known_epoch,
+        quarantine,
+    ] = [
+        Arg::Text(&names.wake_prefix),
+        Arg::Text(owner),
+        Arg::Number(terms.lease_ms),
+        Arg::Text(mode.as_str()),
+        Arg::Number(terms.block),
+        Arg::Number(epoch.known_lease_ms),
+        Arg::Number(terms.alive_ms),
+        Arg::Number(epoch.known),
+        Arg::Number(epoch.quarantine_ms),
+    ];
+    let reply = match terms.kind {
+        LockKind::Exclusive | LockKind::Fair => {
+            let keys = [
+                lock,
+                last_grant,
+                queue,
+                waiter_terms,
+                token_counter,
+                epoch.key,
+                &epoch.marker,
+            ];
+            let args = [
+                wake_prefix,
+                owner,
+                lease,
+                mode,
+                block,
+                known_lease,
+                alive,
+                known_epoch,
+                quarantine,
+                Arg::Text(if epoch.known_lease_ms >= terms.lease_ms {
+                    "yes"
+                } else {
+                    "no"
+                }),
+            ];
+            run(&ACQUIRE, conn, &ACQUIRE.command(keys, args)).await?
+        }
+        LockKind::Read | LockKind::Write => {
+            let readers = keys.readers();
+            let keys = [
+                lock,
+                last_grant,
+                queue,
+                waiter_terms,
+                token_counter,
+                epoch.key,
+                readers,
+            ];
+            let role = Arg::Text(rw_role(terms.kind));
+            let args = [
+                wake_prefix,
+                owner,
+                lease,
+                mode,
+                block,
+                known_lease,
+                alive,
+                known_epoch,
+                quarantine,
+                role,
+            ];
+            run(&RW_ACQUIRE, conn, &RW_ACQUIRE.command(keys, args)).await?
+        }
+        LockKind::Semaphore { permits, take } => {
+            let holders = keys.readers();
+            let keys = [
+                lock,
+                last_grant,
+                queue,
+                waiter_terms,
+                token_counter,
+                epoch.key,
+                holders,
+            ];
+            let (permits, take) = (Arg::Number(permits.into()), Arg::Number(take.into()));
+            let args = [
+                wake_prefix,
+                owner,
+                lease,
+                mode,
+                block,
+                known_lease,
+                alive,
+                known_epoch,
+                quarantine,
+                permits,
+                take,
+            ];
+            run(&SEM_ACQUIRE, conn, &SEM_ACQUIRE.command(keys, args)).await?
+        }
+    };
+    let lease_ms = i64::try_from(terms.lease_ms).unwrap_or(i64::MAX);
+    acquire_reply(&reply, lease_ms)
+}
+
+/// `lease_ms`, the lease asked for, is what a lock taken at once has left.
+fn acquire_reply(reply: &ScriptReply, lease_ms: i64) -> redis::RedisResult<AcquireReply> {
+    Ok(match reply.status() {
+        acquired::ACQUIRED => AcquireReply::Acquired {
+            token: reply.count(0),
+            lease_left_ms: reply.figure_or(1, lease_ms),
+        },
+        acquired::WAITING => AcquireReply::Waiting {
+            lease_left_ms: reply.figure(0),
+            server_ms: reply.count(1),
+        },
+        acquired::NOT_OWNER => AcquireReply::NotOwner,
+        acquired::PERMITS_MISMATCH => AcquireReply::PermitsMismatch {
+            stored: reply.count(0),
+        },
+        epoch_checked::EPOCH_CHANGED => AcquireReply::EpochChanged {
+            epoch: reply.count(0),
+            longest_lease_ms: reply.count(1),
+        },
+        epoch_checked::QUARANTINED => AcquireReply::Quarantined {
+            left_ms: reply.count(0),
+            server_ms: reply.count(1),
+        },
+        _ => return Err(reply.unknown()),
+    })
+}

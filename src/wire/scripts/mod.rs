@@ -1,0 +1,61 @@
+//! The Lua scripts about locks, each described once in Rust (see `script.rs`): what it takes,
+//! in what order, and what it answers. Each script's own file under `lua/` reads top to
+//! bottom: what it does, in what order, and where it creates the shared functions of
+//! `lua/lib/` it needs. The scripts run with EVALSHA (`lua.rs` reloads them on NOSCRIPT).
+
+mod acquire;
+mod release;
+mod reply;
+mod upkeep;
+
+pub(crate) use acquire::{AcquireMode, AcquireReply, EpochTerms, Terms, acquire};
+pub(crate) use release::{HandoffReply, ReleaseScope, force_unlock, handoff, release};
+pub(crate) use upkeep::{RenewReply, heartbeat, renew, waive_quarantine};
+
+use crate::keys::LockKeys;
+use crate::kind::LockKind;
+use crate::slots::Names;
+
+/// The five keys of a lock that its scripts take first, in their order: the lock hash, the
+/// last token block granted from its queue, the queue, the waiters' terms, and the token
+/// counter of the lock's scope.
+const LOCK_KEYS: [&str; 5] = [
+    "LOCK",
+    "LAST_GRANT",
+    "QUEUE",
+    "WAITER_TERMS",
+    "TOKEN_COUNTER",
+];
+
+/// The values of [`LOCK_KEYS`] for the lock with `keys` in the scope of `names`.
+fn lock_keys<'a>(keys: &'a LockKeys, names: &'a Names) -> [&'a str; 5] {
+    [
+        keys.hash(),
+        keys.fence(),
+        keys.queue(),
+        keys.waiters(),
+        names.tokens_key.as_str(),
+    ]
+}
+
+/// The role a read-write lock's scripts are told.
+fn rw_role(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Read => "read",
+        LockKind::Write => "write",
+        LockKind::Exclusive | LockKind::Fair | LockKind::Semaphore { .. } => {
+            unreachable!("only a read-write lock has roles")
+        }
+    }
+}
+
+/// Every script, for the check of each one's Lua against its description.
+#[cfg(test)]
+pub(crate) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
+    let mut all = acquire::all();
+    all.extend(release::all());
+    all.extend(upkeep::all());
+    all.push(crate::wire::snapshot::script());
+    all
+}
+pub(crate) use crate::wire::replica_ack::write_and_wait_for_replicas;
