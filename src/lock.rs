@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::LockClient;
-use crate::engine::acquire::Target;
+use crate::engine::acquire::{Patience, Target};
 use crate::engine::release::OwnedHold;
 use crate::engine::wait_bound;
 use crate::meter::{counted, counted_try, kind_label};
@@ -131,18 +131,18 @@ impl Lock {
     /// [`Lock::acquire`] as one part of an acquisition that counts itself (a multi-lock's, a
     /// quorum's, the layer's).
     pub(crate) async fn acquire_part(&self) -> Result<LockGuard> {
-        self.acquire_inner(true)
+        self.acquire_inner(Patience::Wait)
             .await
             .map(|guard| guard.expect("a waiting acquire returns a guard"))
     }
 
     /// [`Lock::try_acquire`] as one part of an acquisition that counts itself.
     pub(crate) async fn try_acquire_part(&self) -> Result<Option<LockGuard>> {
-        self.acquire_inner(false).await
+        self.acquire_inner(Patience::Try).await
     }
 
-    async fn acquire_inner(&self, wait: bool) -> Result<Option<LockGuard>> {
-        let acquired = self.target.acquire(&self.client.engine, wait).await?;
+    async fn acquire_inner(&self, patience: Patience) -> Result<Option<LockGuard>> {
+        let acquired = self.target.acquire(&self.client.engine, patience).await?;
         Ok(acquired.map(|holder| LockGuard::new(OwnedHold::new(Arc::new(holder)))))
     }
 

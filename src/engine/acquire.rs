@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::engine::Engine;
 use crate::engine::deadlines::{Registration, lost_deadline};
-use crate::engine::hold::{Acquisition, Baton, Budget, Holder};
+use crate::engine::hold::{Acquisition, Baton, Budget, Holder, OwnerHolds};
 use crate::engine::lease::LeaseState;
 use crate::engine::local::LocalTurn;
 use crate::engine::replicas;
@@ -34,27 +34,51 @@ pub(crate) struct Target {
     pub(crate) kind: LockKind,
 }
 
+/// Whether an acquisition waits for a lock that is held, or only tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Patience {
+    /// Waits its turn: locally, then in the Redis queue.
+    Wait,
+    /// Takes the lock only if it is free now; never queues.
+    Try,
+}
+
+impl Patience {
+    /// How the acquire script is asked.
+    fn mode(self) -> AcquireMode {
+        match self {
+            Patience::Wait => AcquireMode::Wait,
+            Patience::Try => AcquireMode::Try,
+        }
+    }
+}
+
 impl Target {
-    /// Acquires this target, waiting (`wait`) or not: the holder of the acquisition, or
-    /// `None` when it is held and `wait` is false.
-    pub(crate) async fn acquire(&self, engine: &Engine, wait: bool) -> Result<Option<Holder>> {
+    /// Acquires this target, as `patience` says: the holder of the acquisition, or `None`
+    /// when it is held and this task only tries.
+    pub(crate) async fn acquire(
+        &self,
+        engine: &Engine,
+        patience: Patience,
+    ) -> Result<Option<Holder>> {
         engine.shared.ensure_running()?;
         self.lease.validate(engine.shared.config.lease_limit)?;
         let started = Instant::now();
         // Only an exclusive lock's tasks queue locally; the others each wait in Redis.
         let turn = if !self.kind.queues_locally() {
             None
-        } else if wait {
-            Some(engine.local.turn(self.keys.shared_hash()).await)
         } else {
-            match engine.local.try_turn(self.keys.shared_hash()) {
-                Some(turn) => Some(turn),
-                None => return Ok(None),
+            match patience {
+                Patience::Wait => Some(engine.local.turn(self.keys.shared_hash()).await),
+                Patience::Try => match engine.local.try_turn(self.keys.shared_hash()) {
+                    Some(turn) => Some(turn),
+                    None => return Ok(None),
+                },
             }
         };
         // Boxed: most waiting tasks are parked above, in the local queue, and should not
         // carry the state of talking to Redis, which only the head of each queue needs.
-        Box::pin(self.acquire_with_turn(&engine.shared, turn, wait, started)).await
+        Box::pin(self.acquire_with_turn(&engine.shared, turn, patience, started)).await
     }
 
     /// The rest of an acquisition, once this task has the key's local turn (when its kind
@@ -63,11 +87,11 @@ impl Target {
         &self,
         shared: &Arc<Shared>,
         mut turn: Option<LocalTurn<Baton>>,
-        wait: bool,
+        patience: Patience,
         started: Instant,
     ) -> Result<Option<Holder>> {
         shared.ensure_running()?;
-        let queued = match self.pick_up(&mut turn, wait) {
+        let queued = match self.pick_up(&mut turn, patience) {
             Left::Lock(holder) => return Ok(Some(holder)),
             Left::NotOurs => return Ok(None),
             Left::Place(queued) => queued,
@@ -81,17 +105,17 @@ impl Target {
             waiter,
             started,
         };
-        asking.run(wait).await
+        asking.run(patience).await
     }
 
     /// Takes what the task before this one left in the key's turn.
-    fn pick_up(&self, turn: &mut Option<LocalTurn<Baton>>, wait: bool) -> Left {
+    fn pick_up(&self, turn: &mut Option<LocalTurn<Baton>>, patience: Patience) -> Left {
         let watchdog = self.lease == Lease::Watchdog;
         let baton = turn
             .as_mut()
             .map_or(Baton::Free, |turn| std::mem::take(turn.baton()));
-        match baton {
-            Baton::Held(carried) => match carried.pick_up(watchdog) {
+        match (baton, patience) {
+            (Baton::Held(carried), _) => match carried.pick_up(watchdog) {
                 Some((acquisition, token, budget)) => {
                     if let Some(turn) = turn.take() {
                         acquisition.lease.put_turn(turn);
@@ -110,15 +134,15 @@ impl Target {
             },
             // A place queued on the terms of a watchdog lease, which a fixed lease does not
             // share: such a task leaves it (dropping it gives it back) and queues anew.
-            Baton::Queued(queued) if wait => Left::Place(watchdog.then_some(queued)),
-            Baton::Queued(queued) => {
+            (Baton::Queued(queued), Patience::Wait) => Left::Place(watchdog.then_some(queued)),
+            (Baton::Queued(queued), Patience::Try) => {
                 // Not ours to wait in: left to the next task, or given back with the entry.
                 if let Some(turn) = turn.as_mut() {
                     *turn.baton() = Baton::Queued(queued);
                 }
                 Left::NotOurs
             }
-            Baton::Free => Left::Place(None),
+            (Baton::Free, _) => Left::Place(None),
         }
     }
 
@@ -130,17 +154,17 @@ impl Target {
         granted: Granted,
         handed_over: Option<HandOverPath>,
     ) -> Holder {
-        self.grant_of(shared, turn, granted, true, handed_over)
+        self.grant_of(shared, turn, granted, OwnerHolds::Every, handed_over)
     }
 
     /// [`Target::grant`], for an owner that may hold other guards' holds too
-    /// (`owns_every_hold` false: a read within its write lock).
+    /// ([`OwnerHolds::OnlyItsOwn`]: a read within its write lock).
     pub(crate) fn grant_of(
         &self,
         shared: &Arc<Shared>,
         turn: Option<LocalTurn<Baton>>,
         granted: Granted,
-        owns_every_hold: bool,
+        holds: OwnerHolds,
         handed_over: Option<HandOverPath>,
     ) -> Holder {
         let Granted {
@@ -170,7 +194,7 @@ impl Target {
             lease,
             watchdog_id,
             lease_mode: self.lease,
-            owns_every_hold,
+            holds,
         };
         Holder::new(Arc::new(acquisition), token, budget, handed_over)
     }
@@ -197,14 +221,32 @@ struct Asking<'a> {
     started: Instant,
 }
 
+/// How a grant reached a waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HowGranted {
+    /// Its look took the lock, before it had a place in the queue.
+    Taken,
+    /// A queued waiter's look found the lock granted to it from the queue, not the grant's
+    /// message: a hand-over through Redis all the same.
+    FoundByLook,
+    /// The grant's message told it (a releaser granted it from the queue).
+    Told,
+}
+
+impl HowGranted {
+    /// The hand-over a grant was: through Redis, when it came from the queue.
+    fn handed_over(self) -> Option<HandOverPath> {
+        match self {
+            HowGranted::Taken => None,
+            HowGranted::FoundByLook | HowGranted::Told => Some(HandOverPath::Redis),
+        }
+    }
+}
+
 impl Asking<'_> {
-    async fn run(mut self, wait: bool) -> Result<Option<Holder>> {
+    async fn run(mut self, patience: Patience) -> Result<Option<Holder>> {
         let shared = self.shared;
-        let mode = if wait {
-            AcquireMode::Wait
-        } else {
-            AcquireMode::Try
-        };
+        let mode = patience.mode();
         let repoll = shared.config.repoll_interval;
         let mut nap = repoll;
         let mut look = !self.waiter.is_queued();
@@ -221,7 +263,8 @@ impl Asking<'_> {
                     // or its runtime stalled) is never handed out: the lock is looked at again.
                     if let Some(expires_at) = self.waiter.grant_deadline(grant) {
                         let granted = Duration::from_millis(grant.lease_ms);
-                        let handed = self.hand_out(grant.token, expires_at, granted, true);
+                        let handed =
+                            self.hand_out(grant.token, expires_at, granted, HowGranted::Told);
                         if let Some(holder) = handed.await? {
                             return Ok(Some(holder));
                         }
@@ -231,7 +274,12 @@ impl Asking<'_> {
             }
             look = false;
             let sent_at = Instant::now();
-            let was_queued = self.waiter.is_queued();
+            // Only a waiter queued before this look can find a grant from the queue.
+            let how = if self.waiter.is_queued() {
+                HowGranted::FoundByLook
+            } else {
+                HowGranted::Taken
+            };
             // Boxed: the script's future is large, and a waiter should only carry it while it
             // talks to Redis, not while it waits for a grant.
             match Box::pin(self.waiter.attempt(&self.terms, mode)).await? {
@@ -239,7 +287,7 @@ impl Asking<'_> {
                     token,
                     lease_left_ms,
                 } => {
-                    if was_queued {
+                    if how == HowGranted::FoundByLook {
                         // Granted from the queue, but found by a look, not by the grant's
                         // message: the wake channel may be deaf (on a cluster, a subscription
                         // lost with a node), so it is subscribed again.
@@ -250,9 +298,7 @@ impl Asking<'_> {
                     let expires_at = lost_deadline(sent_at, granted);
                     // A reply read back past its deadline (a stall) is not handed out either.
                     if Instant::now() < expires_at {
-                        // A queued waiter's look found the lock granted to it from the
-                        // queue: a hand-over through Redis all the same.
-                        let handed = self.hand_out(token, expires_at, granted, was_queued);
+                        let handed = self.hand_out(token, expires_at, granted, how);
                         if let Some(holder) = handed.await? {
                             return Ok(Some(holder));
                         }
@@ -261,11 +307,11 @@ impl Asking<'_> {
                 }
                 // Woken by the grant; the nap bounds what a missed message or a dead
                 // holder's lease running out can cost.
-                AcquireReply::Waiting { lease_left_ms, .. } if wait => {
+                AcquireReply::Waiting { lease_left_ms, .. } if patience == Patience::Wait => {
                     nap = u64::try_from(lease_left_ms)
                         .map_or(repoll, |ms| Duration::from_millis(ms.max(1)).min(repoll));
                 }
-                AcquireReply::Quarantined { left_ms, .. } if wait => {
+                AcquireReply::Quarantined { left_ms, .. } if patience == Patience::Wait => {
                     let left = Duration::from_millis(left_ms);
                     if wait_bound::outlasted_by(left) {
                         return Err(LockError::restart_quarantine(
@@ -307,15 +353,14 @@ impl Asking<'_> {
     /// The holder of what Redis granted this waiter (`token`, `granted` of lease left, to be
     /// told it is lost at `expires_at`), once a fixed lease found with less left than asked
     /// (by a look, a while after its grant) is extended to its full length, as nothing renews
-    /// it later. `from_queue` when Redis granted it from the queue (told by a releaser's
-    /// message or found by a look). `None` when the grant turned out to be no longer this
-    /// owner's: look again.
+    /// it later. `how` it was granted says whether it was a hand-over through Redis. `None`
+    /// when the grant turned out to be no longer this owner's: look again.
     async fn hand_out(
         &mut self,
         token: u64,
         expires_at: Instant,
         granted: Duration,
-        from_queue: bool,
+        how: HowGranted,
     ) -> Result<Option<Holder>> {
         let terms = self.terms;
         let asked = Duration::from_millis(terms.lease_ms);
@@ -336,7 +381,7 @@ impl Asking<'_> {
             expires_at,
             terms,
         };
-        let handed_over = from_queue.then_some(HandOverPath::Redis);
+        let handed_over = how.handed_over();
         let holder = self
             .target
             .grant(self.shared, self.turn.take(), granted, handed_over);

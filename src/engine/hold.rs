@@ -151,10 +151,30 @@ pub(crate) struct Acquisition {
     pub(crate) watchdog_id: u64,
     /// How the lease lasts: only a lease the watchdog renews is handed over locally.
     pub(crate) lease_mode: Lease,
-    /// Every hold of the owner belongs to this acquisition, so its last release releases
-    /// them all (a hold Redis counted whose reply was lost included). Not so for a read
-    /// within a write lock, whose owner's other read holds are other guards'.
-    pub(crate) owns_every_hold: bool,
+    /// Which of the owner's holds belong to this acquisition, and so which its last release
+    /// releases.
+    pub(crate) holds: OwnerHolds,
+}
+
+/// Which of its owner's holds in Redis an acquisition answers for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OwnerHolds {
+    /// Every one, so its last release releases them all (a hold Redis counted whose reply
+    /// was lost included).
+    Every,
+    /// Only its own: a read within a write lock, whose owner's other read holds are other
+    /// guards'.
+    OnlyItsOwn,
+}
+
+impl OwnerHolds {
+    /// What the last release of an acquisition releases in Redis.
+    pub(crate) fn last_release(self) -> ReleaseScope {
+        match self {
+            OwnerHolds::Every => ReleaseScope::All,
+            OwnerHolds::OnlyItsOwn => ReleaseScope::One,
+        }
+    }
 }
 
 impl Acquisition {

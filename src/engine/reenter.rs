@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::engine::acquire::{Granted, Target};
 use crate::engine::deadlines::lost_deadline;
-use crate::engine::hold::Holder;
+use crate::engine::hold::{Holder, OwnerHolds};
 use crate::engine::release::OwnedHold;
 use crate::engine::replicas;
 use crate::error::{ErrorKind, LockError, Result};
@@ -108,8 +108,9 @@ pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
         };
         // The owner's read holds may be other read guards': each releases only its own.
         let shared = &acquisition.shared;
+        let holds = OwnerHolds::OnlyItsOwn;
         let read = OwnedHold::new(Arc::new(
-            target.grant_of(shared, None, granted, false, None),
+            target.grant_of(shared, None, granted, holds, None),
         ));
         // Not acknowledged: dropping the hold releases it.
         replicas::acknowledged(shared, &acquisition.keys).await?;

@@ -223,11 +223,7 @@ async fn release_last(holder: &Holder) -> Result<()> {
         .shared
         .watchdog
         .unregister(acquisition.watchdog_id);
-    let scope = if acquisition.owns_every_hold {
-        ReleaseScope::All
-    } else {
-        ReleaseScope::One
-    };
+    let scope = acquisition.holds.last_release();
     match acquisition.release_in_redis(scope).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(not_owner()),
