@@ -4,6 +4,7 @@
 //! wake-up or the re-poll bound. A grant is handed out only while its lease can be vouched
 //! for.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -221,6 +222,23 @@ struct Asking<'a> {
     started: Instant,
 }
 
+/// The steps of [`Asking::run`]: look, and while queued, listen and sleep, until a look or a
+/// grant ends it.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// Run the acquire script: take the lock, or join (or keep) a place in the queue.
+    Look,
+    /// Queued: make sure the wake channel is subscribed before sleeping `nap`.
+    Listen { nap: Duration },
+    /// Queued and listening: sleep until a grant, a wake-up or `nap`.
+    Sleep { nap: Duration },
+}
+
+/// What a step leads to: the next step, or the end of the acquisition (the holder, or `None`
+/// when the lock is held and this task only tries). Kept apart from [`Step`], which the
+/// acquire loop carries across every await, so that its future has no room for a holder.
+type Next = ControlFlow<Option<Holder>, Step>;
+
 /// How a grant reached a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum HowGranted {
@@ -244,110 +262,162 @@ impl HowGranted {
 }
 
 impl Asking<'_> {
+    /// Steps from look to listen to sleep and back, until a look or a grant ends the
+    /// acquisition.
     async fn run(mut self, patience: Patience) -> Result<Option<Holder>> {
-        let shared = self.shared;
-        let mode = patience.mode();
-        let repoll = shared.config.repoll_interval;
-        let mut nap = repoll;
-        let mut look = !self.waiter.is_queued();
+        self.shared.ensure_running()?;
+        let mut step = if self.waiter.is_queued() {
+            Step::Listen {
+                nap: self.shared.config.repoll_interval,
+            }
+        } else {
+            Step::Look
+        };
         loop {
-            shared.ensure_running()?;
-            // Subscribed just now (on a cluster, the first wait in a slot): a grant may have
-            // come before, so the lock is looked at again first.
-            if !look && self.waiter.start_listening().await {
-                look = true;
-            }
-            if !look {
-                if let Some(grant) = self.waiter.wait(nap).await {
-                    // A grant that cannot be vouched for any more (it lapsed while this task
-                    // or its runtime stalled) is never handed out: the lock is looked at again.
-                    if let Some(expires_at) = self.waiter.grant_deadline(grant) {
-                        let granted = Duration::from_millis(grant.lease_ms);
-                        let handed =
-                            self.hand_out(grant.token, expires_at, granted, HowGranted::Told);
-                        if let Some(holder) = handed.await? {
-                            return Ok(Some(holder));
-                        }
-                    }
-                }
-                shared.ensure_running()?;
-            }
-            look = false;
-            let sent_at = Instant::now();
-            // Only a waiter queued before this look can find a grant from the queue.
-            let how = if self.waiter.is_queued() {
-                HowGranted::FoundByLook
-            } else {
-                HowGranted::Taken
+            let next = match step {
+                Step::Look => self.look(patience).await?,
+                Step::Listen { nap } => ControlFlow::Continue(self.listen(nap).await),
+                Step::Sleep { nap } => self.sleep(nap).await?,
             };
-            // Boxed: the script's future is large, and a waiter should only carry it while it
-            // talks to Redis, not while it waits for a grant.
-            match Box::pin(self.waiter.attempt(&self.terms, mode)).await? {
-                AcquireReply::Acquired {
-                    token,
-                    lease_left_ms,
-                } => {
-                    if how == HowGranted::FoundByLook {
-                        // Granted from the queue, but found by a look, not by the grant's
-                        // message: the wake channel may be deaf (on a cluster, a subscription
-                        // lost with a node), so it is subscribed again.
-                        self.waiter.heard_nothing();
-                    }
-                    let left = u64::try_from(lease_left_ms).unwrap_or(self.terms.lease_ms);
-                    let granted = Duration::from_millis(left);
-                    let expires_at = lost_deadline(sent_at, granted);
-                    // A reply read back past its deadline (a stall) is not handed out either.
-                    if Instant::now() < expires_at {
-                        let handed = self.hand_out(token, expires_at, granted, how);
-                        if let Some(holder) = handed.await? {
-                            return Ok(Some(holder));
-                        }
-                    }
-                    look = true;
-                }
-                // Woken by the grant; the nap bounds what a missed message or a dead
-                // holder's lease running out can cost.
-                AcquireReply::Waiting { lease_left_ms, .. } if patience == Patience::Wait => {
-                    nap = u64::try_from(lease_left_ms)
-                        .map_or(repoll, |ms| Duration::from_millis(ms.max(1)).min(repoll));
-                }
-                AcquireReply::Quarantined { left_ms, .. } if patience == Patience::Wait => {
-                    let left = Duration::from_millis(left_ms);
-                    if wait_bound::outlasted_by(left) {
-                        return Err(LockError::restart_quarantine(
-                            &format!(
-                                "lock '{}' cannot be acquired before its wait bound",
-                                shown(&self.target.name)
-                            ),
-                            left,
-                        ));
-                    }
-                    nap = left.max(Duration::from_millis(1)).min(repoll);
-                }
-                AcquireReply::Waiting { .. } | AcquireReply::Quarantined { .. } => {
-                    return Ok(None);
-                }
-                AcquireReply::PermitsMismatch { stored } => {
-                    let LockKind::Semaphore { permits, .. } = self.target.kind else {
-                        unreachable!("only a semaphore's script counts permits")
-                    };
-                    return Err(LockError::new(
-                        ErrorKind::PermitsMismatch,
-                        format!(
-                            "semaphore '{}' is held with {stored} permits in Redis, and this \
-                             client asked with {permits}",
-                            shown(&self.target.name)
-                        ),
-                    ));
-                }
-                AcquireReply::NotOwner | AcquireReply::EpochChanged { .. } => {
-                    return Err(LockError::new(
-                        ErrorKind::Redis,
-                        "the acquire script refused a first acquisition",
-                    ));
+            match next {
+                ControlFlow::Continue(next) => step = next,
+                ControlFlow::Break(holder) => return Ok(holder),
+            }
+        }
+    }
+
+    /// Goes on to `step` after a look or a sleep, unless the client shut down meanwhile.
+    fn go_on(&self, step: Step) -> Result<Next> {
+        self.shared.ensure_running()?;
+        Ok(ControlFlow::Continue(step))
+    }
+
+    /// Makes sure this waiter hears its grant before it sleeps.
+    async fn listen(&mut self, nap: Duration) -> Step {
+        // Subscribed just now (on a cluster, the first wait in a slot): a grant may have
+        // come before, so the lock is looked at again first.
+        if self.waiter.start_listening().await {
+            Step::Look
+        } else {
+            Step::Sleep { nap }
+        }
+    }
+
+    /// Sleeps in the queue until a grant, a wake-up or `nap`; the grant is handed out, or
+    /// the lock looked at again.
+    async fn sleep(&mut self, nap: Duration) -> Result<Next> {
+        if let Some(grant) = self.waiter.wait(nap).await {
+            // A grant that cannot be vouched for any more (it lapsed while this task or its
+            // runtime stalled) is never handed out: the lock is looked at again.
+            if let Some(expires_at) = self.waiter.grant_deadline(grant) {
+                let granted = Duration::from_millis(grant.lease_ms);
+                let handed = self.hand_out(grant.token, expires_at, granted, HowGranted::Told);
+                if let Some(holder) = handed.await? {
+                    return Ok(ControlFlow::Break(Some(holder)));
                 }
             }
         }
+        self.go_on(Step::Look)
+    }
+
+    /// Runs the acquire script once, and reads what its reply means for this task.
+    async fn look(&mut self, patience: Patience) -> Result<Next> {
+        let sent_at = Instant::now();
+        // Only a waiter queued before this look can find a grant from the queue.
+        let how = if self.waiter.is_queued() {
+            HowGranted::FoundByLook
+        } else {
+            HowGranted::Taken
+        };
+        // Boxed: the script's future is large, and a waiter should only carry it while it
+        // talks to Redis, not while it waits for a grant.
+        let reply = Box::pin(self.waiter.attempt(&self.terms, patience.mode())).await?;
+        match reply {
+            AcquireReply::Acquired {
+                token,
+                lease_left_ms,
+            } => self.found(token, lease_left_ms, sent_at, how).await,
+            // Woken by the grant; the nap bounds what a missed message or a dead holder's
+            // lease running out can cost.
+            AcquireReply::Waiting { lease_left_ms, .. } if patience == Patience::Wait => {
+                let repoll = self.shared.config.repoll_interval;
+                let nap = u64::try_from(lease_left_ms)
+                    .map_or(repoll, |ms| Duration::from_millis(ms.max(1)).min(repoll));
+                self.go_on(Step::Listen { nap })
+            }
+            AcquireReply::Quarantined { left_ms, .. } if patience == Patience::Wait => {
+                let nap = self.quarantined(Duration::from_millis(left_ms))?;
+                self.go_on(Step::Listen { nap })
+            }
+            AcquireReply::Waiting { .. } | AcquireReply::Quarantined { .. } => {
+                Ok(ControlFlow::Break(None))
+            }
+            AcquireReply::PermitsMismatch { stored } => Err(self.permits_mismatch(stored)),
+            AcquireReply::NotOwner | AcquireReply::EpochChanged { .. } => Err(LockError::new(
+                ErrorKind::Redis,
+                "the acquire script refused a first acquisition",
+            )),
+        }
+    }
+
+    /// A look found the lock this waiter's (`token`, `lease_left_ms` left as the script ran,
+    /// sent at `sent_at`): handed out, or looked at again.
+    async fn found(
+        &mut self,
+        token: u64,
+        lease_left_ms: i64,
+        sent_at: Instant,
+        how: HowGranted,
+    ) -> Result<Next> {
+        if how == HowGranted::FoundByLook {
+            // Granted from the queue, but found by a look, not by the grant's message: the
+            // wake channel may be deaf (on a cluster, a subscription lost with a node), so
+            // it is subscribed again.
+            self.waiter.heard_nothing();
+        }
+        let left = u64::try_from(lease_left_ms).unwrap_or(self.terms.lease_ms);
+        let granted = Duration::from_millis(left);
+        let expires_at = lost_deadline(sent_at, granted);
+        // A reply read back past its deadline (a stall) is not handed out either.
+        if Instant::now() < expires_at {
+            let handed = self.hand_out(token, expires_at, granted, how);
+            if let Some(holder) = handed.await? {
+                return Ok(ControlFlow::Break(Some(holder)));
+            }
+        }
+        self.go_on(Step::Look)
+    }
+
+    /// The nap of a waiter Redis keeps out while it recovers from a loss of its data
+    /// (`left` of the quarantine), or the error when the wait cannot outlast it.
+    fn quarantined(&self, left: Duration) -> Result<Duration> {
+        if wait_bound::outlasted_by(left) {
+            return Err(LockError::restart_quarantine(
+                &format!(
+                    "lock '{}' cannot be acquired before its wait bound",
+                    shown(&self.target.name)
+                ),
+                left,
+            ));
+        }
+        let repoll = self.shared.config.repoll_interval;
+        Ok(left.max(Duration::from_millis(1)).min(repoll))
+    }
+
+    /// The error of a semaphore held in Redis with `stored` permits, other than this
+    /// client's.
+    fn permits_mismatch(&self, stored: u64) -> LockError {
+        let LockKind::Semaphore { permits, .. } = self.target.kind else {
+            unreachable!("only a semaphore's script counts permits")
+        };
+        LockError::new(
+            ErrorKind::PermitsMismatch,
+            format!(
+                "semaphore '{}' is held with {stored} permits in Redis, and this client asked \
+                 with {permits}",
+                shown(&self.target.name)
+            ),
+        )
     }
 
     /// The holder of what Redis granted this waiter (`token`, `granted` of lease left, to be
