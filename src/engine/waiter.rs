@@ -71,6 +71,41 @@ impl RideOut {
     }
 }
 
+/// What Redis may keep of a waiting owner, for its waiter to give back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    /// Nothing: no script has seen the owner yet, the last reply left nothing of it, or it
+    /// holds the lock now (its holder answers for it). A wait joins the queue as a newcomer.
+    Nothing,
+    /// Maybe a place in the queue, or a grant nobody saw: the undo gives them back.
+    PlaceOrGrant,
+}
+
+/// How one attempt reaches Redis: its connection, and how it gets a fresh one when a send
+/// fails.
+struct Route {
+    conn: Conn,
+    ride_out: RideOut,
+    reconnect: Reconnect,
+}
+
+/// Whether an attempt may still send again at once on a fresh connection, after one broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reconnect {
+    Available,
+    /// Used once: a connection that breaks again is an outage, ridden out or given back.
+    Used,
+}
+
+/// What Redis answered one send of the acquire script.
+struct Answer {
+    sent_at: Instant,
+    reply: AcquireReply,
+    /// The epoch the script ran in, when it asked for a lease longer than the client knew
+    /// of in it: a grant raises what the client knows.
+    asked_in: Option<u64>,
+}
+
 /// One owner's wait. Dropping it before the lock is held (cancelled, failed, shut down)
 /// leaves the queue, and releases the lock if Redis granted it unseen.
 #[derive(Debug)]
@@ -85,8 +120,8 @@ pub(crate) struct Waiter {
     last_look: Option<(Instant, u64)>,
     /// The connection of the last attempt: the undo goes out after it on the same one.
     conn: Option<Conn>,
-    /// Redis may know this owner (queued, or granted).
-    armed: bool,
+    /// What Redis may keep of this owner, which dropping the waiter gives back.
+    kept: Kept,
     /// How long the undo keeps trying: a grant nobody saw runs out after its lease anyway.
     undo_within: Duration,
     /// The watchdog's heartbeat for this owner's place in the queue, once it has one.
@@ -108,7 +143,7 @@ impl Waiter {
             slot,
             last_look: None,
             conn: None,
-            armed: false,
+            kept: Kept::Nothing,
             undo_within: Duration::ZERO,
             place: None,
             listening: None,
@@ -134,7 +169,7 @@ impl Waiter {
             slot,
             last_look: Some((sent_at, server_ms)),
             conn: None,
-            armed: true,
+            kept: Kept::PlaceOrGrant,
             undo_within: Duration::from_millis(lease_ms),
             place: None,
             listening: None,
@@ -193,66 +228,54 @@ impl Waiter {
         terms: &Terms,
         mode: AcquireMode,
     ) -> Result<AcquireReply> {
-        let shared = Arc::clone(&self.shared);
         self.slot.mark_seen();
         // An owner already queued rides out an outage as this client's holders do; a first
         // look (or a try) fails fast.
         let mut ride_out = RideOut::new(if mode == AcquireMode::Wait && self.is_queued() {
-            shared.config.watchdog_lease
+            self.shared.config.watchdog_lease
         } else {
             Duration::ZERO
         });
-        let mut conn = self.connection(&mut ride_out).await?;
-        // Until its first script is sent, Redis cannot know this owner.
-        let mut unseen = !self.armed;
-        self.armed = true;
+        let conn = self.connection(&mut ride_out).await?;
+        let route = Route {
+            conn,
+            ride_out,
+            reconnect: Reconnect::Available,
+        };
         self.undo_within = Duration::from_millis(terms.lease_ms);
+        let answer = self.answer(terms, mode, route).await?;
+        self.record(terms, mode, &answer);
+        Ok(answer.reply)
+    }
+
+    /// Sends the acquire script in `mode` until Redis answers more than a new epoch to
+    /// learn, on a fresh connection of `route` after a failed send.
+    async fn answer(
+        &mut self,
+        terms: &Terms,
+        mode: AcquireMode,
+        mut route: Route,
+    ) -> Result<Answer> {
+        let shared = Arc::clone(&self.shared);
+        // Until its first script is sent, Redis cannot know this owner: a wait joins the
+        // queue as a newcomer. Once sent, Redis may keep a place or a grant of it.
+        let mut send_mode = match (mode, self.kept) {
+            (AcquireMode::Wait, Kept::Nothing) => AcquireMode::Join,
+            (mode, _) => mode,
+        };
+        self.kept = Kept::PlaceOrGrant;
         let mut epochs_learned = 0;
-        let mut reconnected = false;
-        let (sent_at, reply, asked_in) = loop {
-            let sent_at = Instant::now();
-            let epoch = shared.watchdog.epoch().terms_for(&self.keys);
-            // A grant of a lease longer than the client knew of is recorded after the loop.
-            let asked_in = (terms.lease_ms > epoch.known_lease_ms).then_some(epoch.known);
-            let reply = shared
-                .connections
-                .bounded(
-                    self.keys.hash(),
-                    scripts::acquire(
-                        &mut conn,
-                        &self.keys,
-                        shared.names(&self.keys),
-                        &self.owner,
-                        terms,
-                        match mode {
-                            AcquireMode::Wait if unseen => AcquireMode::Join,
-                            mode => mode,
-                        },
-                        &epoch,
-                    ),
-                )
-                .await;
-            unseen = false;
-            let reply = match reply {
-                // A connection that broke since the last command (a cut, a killed client):
-                // once more on a fresh one. The script is safe to repeat for one owner, and
-                // a Redis that is really gone fails the second time too.
-                Err(err) if err.is_connection_broken() && !reconnected => {
-                    reconnected = true;
-                    conn = self.connection(&mut ride_out).await?;
-                    continue;
-                }
-                // Redis unavailable for a while (a failover, a slot moving): a queued owner
-                // looks again on a fresh connection until the outage outlasts its bound.
+        loop {
+            let sent = self.send(&mut route.conn, terms, send_mode).await;
+            send_mode = mode;
+            let answer = match sent {
+                Ok(answer) => answer,
                 Err(err) => {
-                    ride_out.pause_after(err).await?;
-                    shared.ensure_running()?;
-                    conn = self.connection(&mut ride_out).await?;
+                    self.recover(&mut route, err).await?;
                     continue;
                 }
-                Ok(reply) => reply,
             };
-            match reply {
+            match answer.reply {
                 // Nothing was done: learn the epoch (telling this client's holders when
                 // Redis lost their locks) and look again.
                 AcquireReply::EpochChanged {
@@ -271,21 +294,73 @@ impl Waiter {
                         .watchdog
                         .epoch()
                         .note_quarantine(Duration::from_millis(left_ms));
-                    break (sent_at, reply, asked_in);
+                    return Ok(answer);
                 }
                 AcquireReply::EpochChanged { .. } => {
-                    self.armed = false;
+                    self.kept = Kept::Nothing;
                     return Err(LockError::new(
                         ErrorKind::RedisUnavailable,
                         "the server's epoch keeps changing: Redis keeps losing its data",
                     ));
                 }
-                reply => break (sent_at, reply, asked_in),
+                _ => return Ok(answer),
             }
-        };
-        match reply {
+        }
+    }
+
+    /// Sends the acquire script once, in `mode`, on `conn`.
+    async fn send(&self, conn: &mut Conn, terms: &Terms, mode: AcquireMode) -> Result<Answer> {
+        let shared = &self.shared;
+        let sent_at = Instant::now();
+        let epoch = shared.watchdog.epoch().terms_for(&self.keys);
+        // A grant of a lease longer than the client knew of is recorded with the reply.
+        let asked_in = (terms.lease_ms > epoch.known_lease_ms).then_some(epoch.known);
+        let reply = shared
+            .connections
+            .bounded(
+                self.keys.hash(),
+                scripts::acquire(
+                    conn,
+                    &self.keys,
+                    shared.names(&self.keys),
+                    &self.owner,
+                    terms,
+                    mode,
+                    &epoch,
+                ),
+            )
+            .await?;
+        Ok(Answer {
+            sent_at,
+            reply,
+            asked_in,
+        })
+    }
+
+    /// After a send failed with `err`: a fresh connection on `route` to send again on, or
+    /// `err` back when it is not worth another send.
+    async fn recover(&mut self, route: &mut Route, err: LockError) -> Result<()> {
+        if err.is_connection_broken() && route.reconnect == Reconnect::Available {
+            // A connection that broke since the last command (a cut, a killed client):
+            // once more on a fresh one. The script is safe to repeat for one owner, and
+            // a Redis that is really gone fails the second time too.
+            route.reconnect = Reconnect::Used;
+        } else {
+            // Redis unavailable for a while (a failover, a slot moving): a queued owner
+            // looks again on a fresh connection until the outage outlasts its bound.
+            route.ride_out.pause_after(err).await?;
+            self.shared.ensure_running()?;
+        }
+        route.conn = self.connection(&mut route.ride_out).await?;
+        Ok(())
+    }
+
+    /// Keeps what the `answer` to an attempt in `mode` says Redis keeps of this owner.
+    fn record(&mut self, terms: &Terms, mode: AcquireMode, answer: &Answer) {
+        let shared = &self.shared;
+        match answer.reply {
             AcquireReply::Waiting { server_ms, .. } if mode == AcquireMode::Wait => {
-                self.last_look = Some((sent_at, server_ms));
+                self.last_look = Some((answer.sent_at, server_ms));
                 self.keep_place();
             }
             // Held elsewhere and not queued, or refused (a semaphore's refusal drops a place an
@@ -294,9 +369,9 @@ impl Waiter {
             AcquireReply::Waiting { .. }
             | AcquireReply::NotOwner
             | AcquireReply::PermitsMismatch { .. }
-            | AcquireReply::Quarantined { .. } => self.armed = false,
+            | AcquireReply::Quarantined { .. } => self.kept = Kept::Nothing,
             AcquireReply::Acquired { .. } => {
-                if let Some(epoch) = asked_in {
+                if let Some(epoch) = answer.asked_in {
                     shared.watchdog.epoch().granted(
                         shared.placement.scope_of(&self.keys),
                         epoch,
@@ -306,7 +381,6 @@ impl Waiter {
             }
             AcquireReply::EpochChanged { .. } => {}
         }
-        Ok(reply)
     }
 
     /// The connection of this owner's key (kept for the undo), checked out again for as long
@@ -381,7 +455,7 @@ impl Waiter {
 
     /// The lock is held by this owner: nothing to undo. Returns the owner id.
     pub(crate) fn settle(&mut self) -> Arc<str> {
-        self.armed = false;
+        self.kept = Kept::Nothing;
         self.owner.clone()
     }
 }
@@ -391,7 +465,7 @@ impl Drop for Waiter {
         if let Some(place) = self.place.take() {
             self.shared.watchdog.forget_place(place);
         }
-        if self.armed {
+        if self.kept == Kept::PlaceOrGrant {
             give_back(
                 self.shared.clone(),
                 self.keys.clone(),
