@@ -53,8 +53,18 @@ impl Config {
     /// lease too late to keep it, or hand a lock over locally past its lease. Each error
     /// names the setting and its bound.
     pub(crate) fn validate(&self) -> Result<()> {
+        let mut checks = self.lease_checks().into_iter().chain(self.other_checks());
+        match checks.find(|(holds, _)| !holds) {
+            Some((_, bound)) => Err(LockError::new(ErrorKind::InvalidConfig, bound)),
+            None => Ok(()),
+        }
+    }
+
+    /// The watchdog lease, and the intervals and timeouts measured against it: whether each
+    /// keeps to its bound, and the bound.
+    fn lease_checks(&self) -> [(bool, &'static str); 8] {
         let lease = self.watchdog_lease;
-        let checks: [(bool, &str); 13] = [
+        [
             (
                 lease >= Duration::from_millis(3) && lease <= MAX_LEASE,
                 "the watchdog lease must be from 3 ms to MAX_LEASE (a year)",
@@ -90,6 +100,14 @@ impl Config {
                 "the local hand-over window must be shorter than nine tenths of the watchdog \
                  lease",
             ),
+        ]
+    }
+
+    /// The other settings, after those of `lease_checks`: whether each keeps to its
+    /// bound, and the bound.
+    fn other_checks(&self) -> [(bool, &'static str); 5] {
+        let lease = self.watchdog_lease;
+        [
             (
                 self.local_handoff_limit <= MAX_LOCAL_HANDOFF_LIMIT,
                 "the local hand-over limit must be at most MAX_LOCAL_HANDOFF_LIMIT (1,000): each \
@@ -117,11 +135,7 @@ impl Config {
                 (1..=MAX_CONNECTIONS).contains(&self.connections),
                 "the connections must be from 1 to MAX_CONNECTIONS (64)",
             ),
-        ];
-        match checks.iter().find(|(holds, _)| !holds) {
-            Some((_, bound)) => Err(LockError::new(ErrorKind::InvalidConfig, *bound)),
-            None => Ok(()),
-        }
+        ]
     }
 
     /// How long a waiter's place in a Redis queue lives without a refresh: three re-polls,
