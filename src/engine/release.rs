@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::deadlines::{Registration, lost_deadline};
-use crate::engine::hold::{Baton, Budget, CarriedHold, Holder};
+use crate::engine::hold::{Acquisition, Baton, Budget, CarriedHold, Holder};
 use crate::engine::waiter::Waiter;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::shown;
@@ -146,24 +146,7 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
     // Registered before the script runs, so the grant to it cannot arrive unheard.
     let slot = shared.pubsub.register(next_owner.clone());
     let sent_at = Instant::now();
-    let reply = shared
-        .connections
-        .run(acquisition.keys.hash(), |mut conn| {
-            let next_owner = next_owner.clone();
-            async move {
-                scripts::handoff(
-                    &mut conn,
-                    &acquisition.keys,
-                    shared.names(&acquisition.keys),
-                    &acquisition.owner,
-                    &next_owner,
-                    &acquisition.terms,
-                )
-                .await
-            }
-        })
-        .await;
-    let reply = match reply {
+    let reply = match handoff_in_redis(acquisition, &next_owner).await {
         Ok(reply) => reply,
         Err(err) => {
             if err.kind() == ErrorKind::RedisUnavailable {
@@ -200,6 +183,32 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
         }
         HandoffReply::NotOwner => Err(not_owner()),
     }
+}
+
+/// The hand-over script of `acquisition`'s lock: passed to the first waiting instance with
+/// `next_owner` queued behind it, or kept.
+async fn handoff_in_redis(
+    acquisition: &Acquisition,
+    next_owner: &Arc<str>,
+) -> Result<HandoffReply> {
+    let shared = &acquisition.shared;
+    shared
+        .connections
+        .run(acquisition.keys.hash(), |mut conn| {
+            let next_owner = next_owner.clone();
+            async move {
+                scripts::handoff(
+                    &mut conn,
+                    &acquisition.keys,
+                    shared.names(&acquisition.keys),
+                    &acquisition.owner,
+                    &next_owner,
+                    &acquisition.terms,
+                )
+                .await
+            }
+        })
+        .await
 }
 
 /// A release before the last: one hold less.
