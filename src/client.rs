@@ -10,7 +10,7 @@ use redis::cluster::ClusterClientBuilder;
 use crate::engine::Engine;
 use crate::engine::config::{Config, ReplicaAck};
 use crate::engine::pubsub::WakeSource;
-use crate::engine::shared::Shared;
+use crate::engine::shared::ClientState;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{DEFAULT_PREFIX, validate_prefix};
 use crate::lease::MAX_LEASE;
@@ -252,7 +252,7 @@ impl LockClient {
     /// The error of a wait bound that passed: [`ErrorKind::RestartQuarantine`] while a
     /// quarantine keeps every lock of this Redis from being granted, [`ErrorKind::Timeout`]
     /// otherwise. `what` says what was not acquired in time.
-    pub(crate) fn wait_bound_passed(&self, what: &str) -> LockError {
+    pub(crate) fn wait_bound_error(&self, what: &str) -> LockError {
         match self.restart_quarantine_left() {
             Some(left) => LockError::restart_quarantine(what, left),
             None => LockError::timeout(what),
@@ -503,7 +503,7 @@ impl LockClientBuilder {
             let wake_source =
                 WakeSource::Cluster(Box::new(cluster_builder(seeds, config.command_timeout)));
             let server = format!("cluster {}", seeds.join(","));
-            let shared = Shared::start(config, connections, wake_source, server);
+            let shared = ClientState::start(config, connections, wake_source, server);
             return Ok(LockClient {
                 engine: Arc::new(Engine::new(shared)),
             });
@@ -523,7 +523,7 @@ impl LockClientBuilder {
             ));
             let wake_source = WakeSource::Server(dialer);
             let server = format!("sentinel {master_name}");
-            let shared = Shared::start(config, connections, wake_source, server);
+            let shared = ClientState::start(config, connections, wake_source, server);
             return Ok(LockClient {
                 engine: Arc::new(Engine::new(shared)),
             });
@@ -542,7 +542,7 @@ impl LockClientBuilder {
             config.command_timeout,
         ));
         let wake_source = WakeSource::Server(Dialer::Direct(Box::new(redis_client)));
-        let shared = Shared::start(config, connections, wake_source, server);
+        let shared = ClientState::start(config, connections, wake_source, server);
         Ok(LockClient {
             engine: Arc::new(Engine::new(shared)),
         })

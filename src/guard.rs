@@ -3,7 +3,7 @@
 use tokio::sync::watch;
 
 use crate::engine::reenter;
-use crate::engine::release::OwnedHold;
+use crate::engine::release::GuardHold;
 use crate::error::Result;
 use crate::lease::LostReason;
 use crate::meter::HandOverPath;
@@ -67,11 +67,11 @@ impl LostSignal {
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    hold: OwnedHold,
+    hold: GuardHold,
 }
 
 impl LockGuard {
-    pub(crate) fn new(hold: OwnedHold) -> Self {
+    pub(crate) fn new(hold: GuardHold) -> Self {
         Self { hold }
     }
 

@@ -13,8 +13,8 @@ use crate::client::LockClient;
 use crate::error::ErrorKind;
 use crate::error::Result;
 use crate::keys::HashOf;
-use crate::kind::LockKind;
 use crate::lock::hash_holders;
+use crate::lock_kind::LockKind;
 use crate::wire::snapshot::{self, RawLock};
 
 mod list;
@@ -263,7 +263,7 @@ impl LockSnapshot {
     }
 }
 
-/// How a lock is held and by whom, from its hash's fields (see `wire/lua/rw.lua`): a plain
+/// How a lock is held and by whom, from its hash's fields (see `wire/lua/lib/rw.lua`): a plain
 /// lock's owner with its hold count; a read-write lock's `mode`, each reader with
 /// `<holds> <lease deadline ms>`, a writer's reads within its lock as `<owner>:r`. A reader
 /// whose deadline passed holds nothing (the next script drops it).
@@ -299,7 +299,7 @@ fn holders_of(
     (held_as, holders)
 }
 
-/// A semaphore's permits and holders, from its hash's fields (see `wire/lua/sem.lua`): its
+/// A semaphore's permits and holders, from its hash's fields (see `wire/lua/lib/semaphore.lua`): its
 /// `permits` count, and each holder with `<permits taken> <lease deadline ms>`. A holder
 /// whose deadline passed holds nothing (the next script drops it and frees its permits), so
 /// the permits used are counted from the live holders, not from the hash's `used`.
@@ -346,7 +346,7 @@ fn wanted_permits(terms: &str) -> u32 {
 }
 
 /// A queued owner, from its terms (`<alive until ms> <lease ms of a grant> <token block>`, then
-/// `r` or `w` for a read-write lock's reader or writer; see `wire/lua/queue.lua`).
+/// `r` or `w` for a read-write lock's reader or writer; see `wire/lua/lib/queue.lua`).
 fn waiter_of(owner: String, arrival_us: u64, terms: &str, now_ms: u64) -> LockWaiter {
     let mut parts = terms.split(' ');
     let alive_until = parts.next().and_then(|until| until.parse::<u64>().ok());
@@ -445,7 +445,7 @@ mod tests {
             },
             "the expired holder's permit is free"
         );
-        let shown: Vec<(&str, u64, Option<u32>, Option<Duration>)> = holders
+        let display_name: Vec<(&str, u64, Option<u32>, Option<Duration>)> = holders
             .iter()
             .map(|holder| {
                 (
@@ -457,7 +457,7 @@ mod tests {
             })
             .collect();
         assert_eq!(
-            shown,
+            display_name,
             [
                 (
                     "orders-7f9c",

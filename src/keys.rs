@@ -124,15 +124,15 @@ const SHOWN_NAME_LEN: usize = 64;
 
 /// A lock name as logs, spans and error messages show it: whole up to 64 bytes, else its
 /// first 64 bytes (to a character boundary) and how many more there were.
-pub(crate) fn shown(name: &str) -> Shown<'_> {
-    Shown(name)
+pub(crate) fn display_name(name: &str) -> DisplayName<'_> {
+    DisplayName(name)
 }
 
-/// See [`shown`].
+/// See [`display_name`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Shown<'a>(&'a str);
+pub(crate) struct DisplayName<'a>(&'a str);
 
-impl std::fmt::Display for Shown<'_> {
+impl std::fmt::Display for DisplayName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = self.0;
         if name.len() <= SHOWN_NAME_LEN {
@@ -146,26 +146,26 @@ impl std::fmt::Display for Shown<'_> {
     }
 }
 
-/// Several lock names as logs show them: each [`shown`], at most four, then how many more.
-pub(crate) fn shown_all(names: &[String]) -> ShownAll<'_> {
-    ShownAll(names)
+/// Several lock names as logs show them: each [`display_name`], at most four, then how many more.
+pub(crate) fn display_names(names: &[String]) -> DisplayNames<'_> {
+    DisplayNames(names)
 }
 
-/// See [`shown_all`].
+/// See [`display_names`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ShownAll<'a>(&'a [String]);
+pub(crate) struct DisplayNames<'a>(&'a [String]);
 
 /// How many names of a list logs show.
 const SHOWN_NAMES: usize = 4;
 
-impl std::fmt::Display for ShownAll<'_> {
+impl std::fmt::Display for DisplayNames<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("[")?;
         for (index, name) in self.0.iter().take(SHOWN_NAMES).enumerate() {
             if index > 0 {
                 f.write_str(", ")?;
             }
-            write!(f, "{}", shown(name))?;
+            write!(f, "{}", display_name(name))?;
         }
         if self.0.len() > SHOWN_NAMES {
             write!(f, ", …(+{} more)", self.0.len() - SHOWN_NAMES)?;
@@ -312,24 +312,24 @@ mod tests {
 
     #[test]
     fn long_names_are_shown_cut() {
-        assert_eq!(shown("acme").to_string(), "acme");
+        assert_eq!(display_name("acme").to_string(), "acme");
         let long = "t".repeat(10_000);
         assert_eq!(
-            shown(&long).to_string(),
+            display_name(&long).to_string(),
             format!("{}…(+9936 bytes)", "t".repeat(64))
         );
         // Cut on a character boundary: 63 ASCII bytes, then a 2-byte 'é' across byte 64.
         let accented = format!("{}é{}", "a".repeat(63), "b".repeat(10));
         assert_eq!(
-            shown(&accented).to_string(),
+            display_name(&accented).to_string(),
             format!("{}…(+12 bytes)", "a".repeat(63))
         );
         let names: Vec<String> = (0..6).map(|i| format!("k{i}")).collect();
         assert_eq!(
-            shown_all(&names).to_string(),
+            display_names(&names).to_string(),
             "[k0, k1, k2, k3, …(+2 more)]"
         );
-        assert_eq!(shown_all(&names[..1]).to_string(), "[k0]");
+        assert_eq!(display_names(&names[..1]).to_string(), "[k0]");
     }
 
     #[test]

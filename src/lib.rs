@@ -39,13 +39,13 @@ mod error;
 mod guard;
 pub mod inspect;
 pub mod keys;
-mod kind;
 pub mod kinds;
 pub mod layer;
 mod lease;
 mod lock;
+mod lock_kind;
 mod meter;
-mod slots;
+mod scopes;
 mod wire;
 
 pub use client::{
@@ -58,7 +58,6 @@ pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostSignal};
 pub use inspect::{LockPage, LockSnapshot};
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
-pub use kind::LockKind;
 pub use kinds::{
     MultiGuard, MultiLock, PermitGuard, ReadWriteLock, RedLock, RedLockGuard, SegmentGuard,
     SegmentedLock, Semaphore,
@@ -66,4 +65,5 @@ pub use kinds::{
 pub use layer::{HeaderKey, KeyExtractor, LockContext, LockLayer, LockService};
 pub use lease::{Lease, LostReason, MAX_LEASE};
 pub use lock::{Lock, LockState};
+pub use lock_kind::LockKind;
 pub use meter::describe_metrics;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::LockClient;
-use crate::engine::acquire::{Patience, Target};
-use crate::engine::release::OwnedHold;
+use crate::engine::acquire::{LockRequest, Patience};
+use crate::engine::release::GuardHold;
 use crate::engine::wait_bound;
 use crate::meter::{counted, counted_try, kind_label};
 // The docs name the error kinds.
@@ -16,9 +16,9 @@ use crate::meter::{counted, counted_try, kind_label};
 use crate::error::ErrorKind;
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::keys::{LockKeys, shown, shown_all};
-use crate::kind::LockKind;
+use crate::keys::{LockKeys, display_name, display_names};
 use crate::lease::Lease;
+use crate::lock_kind::LockKind;
 use crate::wire::scripts;
 use crate::wire::snapshot::last_granted_token;
 
@@ -41,12 +41,12 @@ pub struct LockState {
 #[derive(Debug, Clone)]
 pub struct Lock {
     client: LockClient,
-    target: Target,
+    target: LockRequest,
 }
 
 impl Lock {
     fn new(client: LockClient, name: &str, keys: LockKeys, kind: LockKind) -> Self {
-        let target = Target {
+        let target = LockRequest {
             name: name.into(),
             keys: Arc::new(keys),
             lease: Lease::Watchdog,
@@ -143,7 +143,7 @@ impl Lock {
 
     async fn acquire_inner(&self, patience: Patience) -> Result<Option<LockGuard>> {
         let acquired = self.target.acquire(&self.client.engine, patience).await?;
-        Ok(acquired.map(|holder| LockGuard::new(OwnedHold::new(Arc::new(holder)))))
+        Ok(acquired.map(|holder| LockGuard::new(GuardHold::new(Arc::new(holder)))))
     }
 
     /// Waits at most `wait` for the lock.
@@ -161,9 +161,9 @@ impl Lock {
         let bounded = async {
             match wait_bound::until(Instant::now() + wait, self.acquire_part()).await {
                 Ok(acquired) => acquired,
-                Err(_) => Err(self.client.wait_bound_passed(&format!(
+                Err(_) => Err(self.client.wait_bound_error(&format!(
                     "lock '{}' not acquired within {wait:?}",
-                    shown(&self.target.name)
+                    display_name(&self.target.name)
                 ))),
             }
         };
@@ -392,9 +392,9 @@ impl LockClient {
                 Ok(acquired) => acquired,
                 Err(_) => {
                     let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
-                    Err(self.wait_bound_passed(&format!(
+                    Err(self.wait_bound_error(&format!(
                         "locks {} not acquired within {wait:?}",
-                        shown_all(&names)
+                        display_names(&names)
                     )))
                 }
             }
@@ -440,9 +440,9 @@ pub(crate) struct HashHolder {
 /// A lock hash's mode (a read-write lock's `read` or `write`) and its owners with their hold
 /// counts. A read-write lock's hash holds its mode, a reader's lease deadline after its
 /// count, and the read holds its writer took (`<owner>:r`, counted with the owner's); see
-/// `wire/lua/rw.lua`. A semaphore's hash holds its `permits` and `used` counts, which are
+/// `wire/lua/lib/rw.lua`. A semaphore's hash holds its `permits` and `used` counts, which are
 /// nobody's, and each holder's permits where a lock has a hold count, then its own lease
-/// deadline; see `wire/lua/sem.lua`.
+/// deadline; see `wire/lua/lib/semaphore.lua`.
 pub(crate) fn hash_holders(fields: Vec<(String, String)>) -> (Option<String>, Vec<HashHolder>) {
     let mut mode = None;
     let mut holders: Vec<HashHolder> = Vec::with_capacity(fields.len());
@@ -453,7 +453,7 @@ pub(crate) fn hash_holders(fields: Vec<(String, String)>) -> (Option<String>, Ve
                 continue;
             }
             // Owner ids always hold a ':': these fields can only be a semaphore's counts, or
-            // a plain lock's sign that someone may wait (`wire/lua/tokens.lua`).
+            // a plain lock's sign that someone may wait (`wire/lua/lib/tokens.lua`).
             "permits" | "used" | "queued" | "queued.2" => continue,
             _ => {}
         }

@@ -9,8 +9,8 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 use crate::error::ErrorKind;
-use crate::kind::LockKind;
 use crate::lease::LostReason;
+use crate::lock_kind::LockKind;
 
 /// Every metric's name, kind and meaning, as [`describe_metrics`] registers them.
 const METRICS: [(&str, Shape, &str); 10] = [

@@ -12,23 +12,23 @@ use tokio::time::Instant;
 
 use crate::engine::Engine;
 use crate::engine::deadlines::{Registration, lost_deadline};
-use crate::engine::hold::{Acquisition, Baton, Budget, Holder, OwnerHolds};
-use crate::engine::lease::LeaseState;
+use crate::engine::hold::{Budget, OwnerHolds, PassedOn, RedisHold, TaskHold};
+use crate::engine::lease_state::LeaseState;
 use crate::engine::local::LocalTurn;
 use crate::engine::replicas;
-use crate::engine::shared::Shared;
+use crate::engine::shared::ClientState;
 use crate::engine::wait_bound;
 use crate::engine::waiter::Waiter;
 use crate::error::{ErrorKind, LockError, Result};
-use crate::keys::{LockKeys, shown};
-use crate::kind::LockKind;
+use crate::keys::{LockKeys, display_name};
 use crate::lease::Lease;
+use crate::lock_kind::LockKind;
 use crate::meter::{HandOverPath, kind_label};
-use crate::wire::scripts::{AcquireMode, AcquireReply, Terms};
+use crate::wire::scripts::{AcquireMode, AcquireReply, AcquireTerms};
 
 /// What is acquired: one named lock of a kind, on a lease.
 #[derive(Debug, Clone)]
-pub(crate) struct Target {
+pub(crate) struct LockRequest {
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) lease: Lease,
@@ -54,14 +54,14 @@ impl Patience {
     }
 }
 
-impl Target {
+impl LockRequest {
     /// Acquires this target, as `patience` says: the holder of the acquisition, or `None`
     /// when it is held and this task only tries.
     pub(crate) async fn acquire(
         &self,
         engine: &Engine,
         patience: Patience,
-    ) -> Result<Option<Holder>> {
+    ) -> Result<Option<TaskHold>> {
         engine.shared.ensure_running()?;
         self.lease.validate(engine.shared.config.lease_limit)?;
         let started = Instant::now();
@@ -86,19 +86,19 @@ impl Target {
     /// queues locally): what the task before it left, then Redis.
     async fn acquire_with_turn(
         &self,
-        shared: &Arc<Shared>,
-        mut turn: Option<LocalTurn<Baton>>,
+        shared: &Arc<ClientState>,
+        mut turn: Option<LocalTurn<PassedOn>>,
         patience: Patience,
         started: Instant,
-    ) -> Result<Option<Holder>> {
+    ) -> Result<Option<TaskHold>> {
         shared.ensure_running()?;
         let queued = match self.pick_up(&mut turn, patience) {
-            Left::Lock(holder) => return Ok(Some(holder)),
-            Left::NotOurs => return Ok(None),
-            Left::Place(queued) => queued,
+            PickedUp::Lock(holder) => return Ok(Some(holder)),
+            PickedUp::NotForThisTask => return Ok(None),
+            PickedUp::Place(queued) => queued,
         };
         let waiter = queued.unwrap_or_else(|| Waiter::new(shared, self.keys.clone(), self.kind));
-        let asking = Asking {
+        let asking = AcquireLoop {
             target: self,
             shared,
             terms: shared.config.terms(self.lease, self.kind),
@@ -110,64 +110,66 @@ impl Target {
     }
 
     /// Takes what the task before this one left in the key's turn.
-    fn pick_up(&self, turn: &mut Option<LocalTurn<Baton>>, patience: Patience) -> Left {
+    fn pick_up(&self, turn: &mut Option<LocalTurn<PassedOn>>, patience: Patience) -> PickedUp {
         let watchdog = self.lease == Lease::Watchdog;
         let baton = turn
             .as_mut()
-            .map_or(Baton::Free, |turn| std::mem::take(turn.baton()));
+            .map_or(PassedOn::Free, |turn| std::mem::take(turn.baton()));
         match (baton, patience) {
-            (Baton::Held(carried), _) => match carried.pick_up(watchdog) {
+            (PassedOn::Held(carried), _) => match carried.pick_up(watchdog) {
                 Some((acquisition, token, budget)) => {
                     if let Some(turn) = turn.take() {
                         acquisition.lease.put_turn(turn);
                     }
                     tracing::debug!(
-                        lock = %shown(&self.name),
+                        lock = %display_name(&self.name),
                         token,
                         handover = HandOverPath::Local.as_str(),
                         "lock handed over locally"
                     );
                     let local = Some(HandOverPath::Local);
-                    Left::Lock(Holder::new(acquisition, token, budget, local))
+                    PickedUp::Lock(TaskHold::new(acquisition, token, budget, local))
                 }
                 // Lost, or not for this lease mode: released in the background.
-                None => Left::Place(None),
+                None => PickedUp::Place(None),
             },
             // A place queued on the terms of a watchdog lease, which a fixed lease does not
             // share: such a task leaves it (dropping it gives it back) and queues anew.
-            (Baton::Queued(queued), Patience::Wait) => Left::Place(watchdog.then_some(queued)),
-            (Baton::Queued(queued), Patience::Try) => {
+            (PassedOn::Queued(queued), Patience::Wait) => {
+                PickedUp::Place(watchdog.then_some(queued))
+            }
+            (PassedOn::Queued(queued), Patience::Try) => {
                 // Not ours to wait in: left to the next task, or given back with the entry.
                 if let Some(turn) = turn.as_mut() {
-                    *turn.baton() = Baton::Queued(queued);
+                    *turn.baton() = PassedOn::Queued(queued);
                 }
-                Left::NotOurs
+                PickedUp::NotForThisTask
             }
-            (Baton::Free, _) => Left::Place(None),
+            (PassedOn::Free, _) => PickedUp::Place(None),
         }
     }
 
     /// Builds the holder of an acquisition Redis granted and hands its lease to the watchdog.
     fn grant(
         &self,
-        shared: &Arc<Shared>,
-        turn: Option<LocalTurn<Baton>>,
+        shared: &Arc<ClientState>,
+        turn: Option<LocalTurn<PassedOn>>,
         granted: Granted,
         handed_over: Option<HandOverPath>,
-    ) -> Holder {
+    ) -> TaskHold {
         self.grant_of(shared, turn, granted, OwnerHolds::Every, handed_over)
     }
 
-    /// [`Target::grant`], for an owner that may hold other guards' holds too
+    /// [`LockRequest::grant`], for an owner that may hold other guards' holds too
     /// ([`OwnerHolds::OnlyItsOwn`]: a read within its write lock).
     pub(crate) fn grant_of(
         &self,
-        shared: &Arc<Shared>,
-        turn: Option<LocalTurn<Baton>>,
+        shared: &Arc<ClientState>,
+        turn: Option<LocalTurn<PassedOn>>,
         granted: Granted,
         holds: OwnerHolds,
         handed_over: Option<HandOverPath>,
-    ) -> Holder {
+    ) -> TaskHold {
         let Granted {
             owner,
             token,
@@ -186,7 +188,7 @@ impl Target {
             expires_at,
         });
         let budget = Budget::new(token, terms.block, shared.config.local_handoff_window);
-        let acquisition = Acquisition {
+        let acquisition = RedisHold {
             shared: shared.clone(),
             name: self.name.clone(),
             keys: self.keys.clone(),
@@ -197,32 +199,32 @@ impl Target {
             lease_mode: self.lease,
             holds,
         };
-        Holder::new(Arc::new(acquisition), token, budget, handed_over)
+        TaskHold::new(Arc::new(acquisition), token, budget, handed_over)
     }
 }
 
 /// What the task before this one left in the key's turn, for this one.
-enum Left {
+enum PickedUp {
     /// The lock itself, handed over without Redis.
-    Lock(Holder),
+    Lock(TaskHold),
     /// A place in the Redis queue (or nothing): this task asks Redis.
     Place(Option<Waiter>),
     /// A place this task cannot use (it does not wait): left for the next task.
-    NotOurs,
+    NotForThisTask,
 }
 
 /// One task asking Redis for a lock: it looks, and sleeps in the queue until a grant, a
 /// wake-up or the re-poll bound, as long as it waits.
-struct Asking<'a> {
-    target: &'a Target,
-    shared: &'a Arc<Shared>,
-    terms: Terms,
-    turn: Option<LocalTurn<Baton>>,
+struct AcquireLoop<'a> {
+    target: &'a LockRequest,
+    shared: &'a Arc<ClientState>,
+    terms: AcquireTerms,
+    turn: Option<LocalTurn<PassedOn>>,
     waiter: Waiter,
     started: Instant,
 }
 
-/// The steps of [`Asking::run`]: look, and while queued, listen and sleep, until a look or a
+/// The steps of [`AcquireLoop::run`]: look, and while queued, listen and sleep, until a look or a
 /// grant ends it.
 #[derive(Debug, Clone, Copy)]
 enum Step {
@@ -237,7 +239,7 @@ enum Step {
 /// What a step leads to: the next step, or the end of the acquisition (the holder, or `None`
 /// when the lock is held and this task only tries). Kept apart from [`Step`], which the
 /// acquire loop carries across every await, so that its future has no room for a holder.
-type Next = ControlFlow<Option<Holder>, Step>;
+type Next = ControlFlow<Option<TaskHold>, Step>;
 
 /// How a grant reached a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,10 +263,10 @@ impl HowGranted {
     }
 }
 
-impl Asking<'_> {
+impl AcquireLoop<'_> {
     /// Steps from look to listen to sleep and back, until a look or a grant ends the
     /// acquisition.
-    async fn run(mut self, patience: Patience) -> Result<Option<Holder>> {
+    async fn run(mut self, patience: Patience) -> Result<Option<TaskHold>> {
         self.shared.ensure_running()?;
         let mut step = if self.waiter.is_queued() {
             Step::Listen {
@@ -373,7 +375,7 @@ impl Asking<'_> {
             // Granted from the queue, but found by a look, not by the grant's message: the
             // wake channel may be deaf (on a cluster, a subscription lost with a node), so
             // it is subscribed again.
-            self.waiter.heard_nothing();
+            self.waiter.resubscribe();
         }
         let left = u64::try_from(lease_left_ms).unwrap_or(self.terms.lease_ms);
         let granted = Duration::from_millis(left);
@@ -395,7 +397,7 @@ impl Asking<'_> {
             return Err(LockError::restart_quarantine(
                 &format!(
                     "lock '{}' cannot be acquired before its wait bound",
-                    shown(&self.target.name)
+                    display_name(&self.target.name)
                 ),
                 left,
             ));
@@ -415,7 +417,7 @@ impl Asking<'_> {
             format!(
                 "semaphore '{}' is held with {stored} permits in Redis, and this client asked \
                  with {permits}",
-                shown(&self.target.name)
+                display_name(&self.target.name)
             ),
         )
     }
@@ -431,7 +433,7 @@ impl Asking<'_> {
         expires_at: Instant,
         granted: Duration,
         how: HowGranted,
-    ) -> Result<Option<Holder>> {
+    ) -> Result<Option<TaskHold>> {
         let terms = self.terms;
         let asked = Duration::from_millis(terms.lease_ms);
         let extension_needed = self.target.lease != Lease::Watchdog && granted < asked;
@@ -446,7 +448,7 @@ impl Asking<'_> {
             expires_at
         };
         let granted = Granted {
-            owner: self.waiter.settle(),
+            owner: self.waiter.take_owner(),
             token,
             expires_at,
             terms,
@@ -456,7 +458,7 @@ impl Asking<'_> {
             .target
             .grant(self.shared, self.turn.take(), granted, handed_over);
         tracing::debug!(
-            lock = %shown(&self.target.name),
+            lock = %display_name(&self.target.name),
             kind = kind_label(self.target.kind),
             token,
             waited_ms = self.started.elapsed().as_millis() as u64,
@@ -498,5 +500,5 @@ pub(crate) struct Granted {
     pub(crate) owner: Arc<str>,
     pub(crate) token: u64,
     pub(crate) expires_at: Instant,
-    pub(crate) terms: Terms,
+    pub(crate) terms: AcquireTerms,
 }

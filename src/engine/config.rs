@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use crate::error::{ErrorKind, LockError, Result};
-use crate::kind::LockKind;
 use crate::lease::{Lease, MAX_LEASE};
-use crate::wire::scripts::Terms;
+use crate::lock_kind::LockKind;
+use crate::wire::scripts::AcquireTerms;
 
 /// The client's settings; every field has a documented default.
 #[derive(Debug, Clone)]
@@ -146,12 +146,12 @@ impl Config {
 
     /// What a lock of `kind` held on `lease` asks of Redis: its lease, how long a queued place
     /// lives without a refresh, the lease of a hand-over from the queue, and the token block.
-    pub(crate) fn terms(&self, lease: Lease, kind: LockKind) -> Terms {
+    pub(crate) fn terms(&self, lease: Lease, kind: LockKind) -> AcquireTerms {
         let alive_ms = millis(self.waiter_alive());
         match lease {
             Lease::Watchdog => {
                 let lease_ms = millis(self.watchdog_lease);
-                Terms {
+                AcquireTerms {
                     lease_ms,
                     alive_ms,
                     // Tokens for the local hand-overs, which only an exclusive lock makes.
@@ -163,7 +163,7 @@ impl Config {
                     kind,
                 }
             }
-            Lease::Fixed(lease) => Terms {
+            Lease::Fixed(lease) => AcquireTerms {
                 lease_ms: millis(lease),
                 alive_ms,
                 block: 1,

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::keys::LockKeys;
-use crate::kind::LockKind;
 use crate::lease::{Lease, LostReason};
+use crate::lock_kind::LockKind;
 
 /// What the watchdog sees of a lease: it moves the deadline on at each renewal and tells the
 /// holders when it can no longer vouch for the lease.

@@ -1,10 +1,10 @@
-//! What this client knows of the server's epoch (see `wire/lua/epoch.lua`): the life of the
+//! What this client knows of the server's epoch (see `wire/lua/lib/epoch.lua`): the life of the
 //! Redis data it has seen, and the longest lease granted in it. A Redis without its epoch
 //! (it lost its data, or is new) is noticed by the first script that runs there: unless the
 //! server has been up longer than every lease (and shows no other loss), a quarantine then
 //! covers the lease limit every client keeps to and the longest lease the client knows of,
 //! and the holders of the lost locks are told before anyone else can take them. On a cluster
-//! each slot has an epoch of its own (see `slots.rs`), so a node that fails over to a replica
+//! each slot has an epoch of its own (see `scopes.rs`), so a node that fails over to a replica
 //! without the data quarantines and loses only the locks of its own slots.
 
 use std::sync::{Arc, Mutex};
@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 
 use crate::keys::LockKeys;
-use crate::slots::Placement;
-use crate::wire::scripts::EpochTerms;
+use crate::scopes::Placement;
+use crate::wire::scripts::KnownEpoch;
 
 #[derive(Debug)]
 pub(crate) struct Epoch {
@@ -32,7 +32,7 @@ pub(crate) struct Epoch {
 }
 
 /// The epoch a client knows (0 until a script told one), the longest lease granted in it as
-/// far as the client knows, and the name of their marker (see `wire/lua/epoch.lua`), made
+/// far as the client knows, and the name of their marker (see `wire/lua/lib/epoch.lua`), made
 /// once per change.
 #[derive(Debug, Default, Clone)]
 struct Known {
@@ -68,17 +68,17 @@ impl Epoch {
     }
 
     /// [`Self::terms`] for the lock with `keys`.
-    pub(crate) fn terms_for(&self, keys: &LockKeys) -> EpochTerms<'_> {
+    pub(crate) fn terms_for(&self, keys: &LockKeys) -> KnownEpoch<'_> {
         self.terms(self.scope_of(keys))
     }
 
     /// What a script needs: the key, the epoch known now, its longest lease and their marker,
     /// and the quarantine to start on a missing epoch, long enough for every lease it knows of
     /// to run out.
-    pub(crate) fn terms(&self, scope: u16) -> EpochTerms<'_> {
+    pub(crate) fn terms(&self, scope: u16) -> KnownEpoch<'_> {
         let key = &self.placement.names(scope).epoch_key;
         let known = self.known.lock().expect("epoch")[usize::from(scope)].clone();
-        EpochTerms {
+        KnownEpoch {
             key,
             known: known.epoch,
             known_lease_ms: known.longest_lease_ms,

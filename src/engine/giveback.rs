@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::giveback_tracker::Running;
-use crate::engine::shared::Shared;
+use crate::engine::shared::ClientState;
 use crate::error::LockError;
-use crate::keys::{LockKeys, shown};
-use crate::kind::LockKind;
+use crate::keys::{LockKeys, display_name};
+use crate::lock_kind::LockKind;
 use crate::wire::conn::Conn;
 use crate::wire::scripts::{self, ReleaseScope};
 
@@ -23,8 +23,8 @@ const RETRY: Duration = Duration::from_millis(200);
 /// on its way is undone after it runs. When that connection is broken, the command ran or
 /// never will, and a fresh connection does; the task keeps trying for `within`, while what
 /// Redis may hold for this owner could still keep the lock from others.
-pub(crate) fn give_back(
-    shared: Arc<Shared>,
+pub(crate) fn spawn_give_back(
+    shared: Arc<ClientState>,
     keys: Arc<LockKeys>,
     kind: LockKind,
     owner: Arc<str>,
@@ -59,7 +59,7 @@ pub(crate) fn give_back(
             .unwrap_or_else(|_| Err(LockError::command_timeout()));
             match outcome {
                 Ok(released) => {
-                    tracing::debug!(lock = %shown(keys.hash()), ?released, "gave a lock back");
+                    tracing::debug!(lock = %display_name(keys.hash()), ?released, "gave a lock back");
                     return;
                 }
                 Err(err) if started.elapsed() < within && shared.ensure_running().is_ok() => {
@@ -67,7 +67,7 @@ pub(crate) fn give_back(
                     tokio::time::sleep(RETRY).await;
                 }
                 Err(err) => {
-                    tracing::warn!(lock = %shown(keys.hash()), error = %err, "could not give a lock back");
+                    tracing::warn!(lock = %display_name(keys.hash()), error = %err, "could not give a lock back");
                     return;
                 }
             }

@@ -20,27 +20,27 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::giveback::give_back;
-use crate::engine::lease::LeaseState;
-use crate::engine::shared::Shared;
+use crate::engine::giveback::spawn_give_back;
+use crate::engine::lease_state::LeaseState;
+use crate::engine::shared::ClientState;
 use crate::engine::waiter::Waiter;
 use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::lease::Lease;
 use crate::meter::{self, HandOverPath, HoldMeter};
-use crate::wire::scripts::{self, AcquireMode, AcquireReply, ReleaseScope, Terms};
+use crate::wire::scripts::{self, AcquireMode, AcquireReply, AcquireTerms, ReleaseScope};
 
 /// What one task of a client leaves for the next task waiting on the same key.
 #[derive(Debug, Default)]
 // Not boxed: a place passed on in the queue is the hand-over path between instances, and a
 // box would allocate on it; the baton lives once per key in the local table.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Baton {
+pub(crate) enum PassedOn {
     /// Nothing: the next task goes to Redis.
     #[default]
     Free,
     /// The lock, still held in Redis.
-    Held(CarriedHold),
+    Held(PassingHold),
     /// A place in the Redis queue, taken by the release that passed the lock on.
     Queued(Waiter),
 }
@@ -91,13 +91,13 @@ impl Budget {
 /// A hold on its way to the next local task. If nobody picks it up (every waiter left), it
 /// is released in Redis when dropped.
 #[derive(Debug)]
-pub(crate) struct CarriedHold {
-    acquisition: Option<Arc<Acquisition>>,
+pub(crate) struct PassingHold {
+    acquisition: Option<Arc<RedisHold>>,
     budget: Budget,
 }
 
-impl CarriedHold {
-    pub(crate) fn new(acquisition: Arc<Acquisition>, budget: Budget) -> Self {
+impl PassingHold {
+    pub(crate) fn new(acquisition: Arc<RedisHold>, budget: Budget) -> Self {
         Self {
             acquisition: Some(acquisition),
             budget,
@@ -107,10 +107,7 @@ impl CarriedHold {
     /// The hold and the successor's token, if the successor wants a watchdog lease, the
     /// lease is intact and within its deadline, and a token is left; otherwise the hold is
     /// released in the background.
-    pub(crate) fn pick_up(
-        mut self,
-        wants_watchdog: bool,
-    ) -> Option<(Arc<Acquisition>, u64, Budget)> {
+    pub(crate) fn pick_up(mut self, wants_watchdog: bool) -> Option<(Arc<RedisHold>, u64, Budget)> {
         let usable = self
             .acquisition
             .as_ref()
@@ -124,7 +121,7 @@ impl CarriedHold {
     }
 }
 
-impl Drop for CarriedHold {
+impl Drop for PassingHold {
     fn drop(&mut self) {
         let Some(acquisition) = self.acquisition.take() else {
             return;
@@ -135,19 +132,19 @@ impl Drop for CarriedHold {
             .unregister(acquisition.watchdog_id);
         // Released in the background, retried on fresh connections while the hold could
         // still keep the lock, as any release nobody waits for.
-        acquisition.give_back(acquisition.owner.clone());
+        acquisition.give_back_later(acquisition.owner.clone());
     }
 }
 
 /// One acquisition of a lock in Redis, handed from local holder to local holder.
 #[derive(Debug)]
-pub(crate) struct Acquisition {
-    pub(crate) shared: Arc<Shared>,
+pub(crate) struct RedisHold {
+    pub(crate) shared: Arc<ClientState>,
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
-    pub(crate) terms: Terms,
+    pub(crate) terms: AcquireTerms,
     pub(crate) owner: Arc<str>,
-    pub(crate) lease: Arc<LeaseState<Baton>>,
+    pub(crate) lease: Arc<LeaseState<PassedOn>>,
     pub(crate) watchdog_id: u64,
     /// How the lease lasts: only a lease the watchdog renews is handed over locally.
     pub(crate) lease_mode: Lease,
@@ -177,7 +174,7 @@ impl OwnerHolds {
     }
 }
 
-impl Acquisition {
+impl RedisHold {
     /// Whether the watchdog renews this acquisition's lease.
     pub(crate) fn renewed(&self) -> bool {
         self.lease_mode == Lease::Watchdog
@@ -185,8 +182,8 @@ impl Acquisition {
 
     /// Releases every hold of `owner` (this acquisition's, or the next task's queued place)
     /// in the background, retried while it could keep the lock from others.
-    pub(crate) fn give_back(&self, owner: Arc<str>) {
-        give_back(
+    pub(crate) fn give_back_later(&self, owner: Arc<str>) {
+        spawn_give_back(
             self.shared.clone(),
             self.keys.clone(),
             self.terms.kind,
@@ -200,7 +197,7 @@ impl Acquisition {
     /// within its write lock.
     pub(crate) async fn acquire_in_redis(
         &self,
-        terms: &Terms,
+        terms: &AcquireTerms,
         mode: AcquireMode,
     ) -> Result<AcquireReply> {
         self.shared
@@ -223,7 +220,7 @@ impl Acquisition {
 
     /// Runs the release script for this acquisition's owner: one hold, or all of them. Returns the
     /// holds left, or `None` when the owner held nothing.
-    pub(crate) async fn release_in_redis(&self, scope: ReleaseScope) -> Result<Option<u64>> {
+    pub(crate) async fn run_release_script(&self, scope: ReleaseScope) -> Result<Option<u64>> {
         self.shared
             .connections
             .run(self.keys.hash(), |mut conn| async move {
@@ -243,8 +240,8 @@ impl Acquisition {
 
 /// One local holder of an acquisition: its guard and the guard's re-entries.
 #[derive(Debug)]
-pub(crate) struct Holder {
-    pub(crate) acquisition: Arc<Acquisition>,
+pub(crate) struct TaskHold {
+    pub(crate) acquisition: Arc<RedisHold>,
     pub(crate) token: u64,
     pub(crate) budget: Budget,
     /// Guards of this holder not yet released.
@@ -252,18 +249,18 @@ pub(crate) struct Holder {
     /// Re-entries on their way to Redis; the lock is not handed over meanwhile.
     pub(crate) reentering: AtomicUsize,
     /// The acquisition went on to the next local task with its watchdog registration.
-    pub(crate) passed: AtomicBool,
+    pub(crate) passed_on: AtomicBool,
     /// How this holder got the lock from the holder before it, if it was handed over.
     pub(crate) handed_over: Option<HandOverPath>,
     /// Counts this hold as held until it ends.
     _meter: HoldMeter,
 }
 
-impl Holder {
+impl TaskHold {
     /// A holder of `acquisition` with its first `token`; `handed_over` says how it got the
     /// lock when a holder before it gave it (`None`: taken from Redis as it found it).
     pub(crate) fn new(
-        acquisition: Arc<Acquisition>,
+        acquisition: Arc<RedisHold>,
         token: u64,
         budget: Budget,
         handed_over: Option<HandOverPath>,
@@ -276,7 +273,7 @@ impl Holder {
             budget,
             holds: AtomicUsize::new(1),
             reentering: AtomicUsize::new(0),
-            passed: AtomicBool::new(false),
+            passed_on: AtomicBool::new(false),
             handed_over,
             _meter: HoldMeter::start(acquisition.terms.kind),
             acquisition,
@@ -284,9 +281,9 @@ impl Holder {
     }
 }
 
-impl Drop for Holder {
+impl Drop for TaskHold {
     fn drop(&mut self) {
-        if self.passed.load(Ordering::SeqCst) {
+        if self.passed_on.load(Ordering::SeqCst) {
             return;
         }
         let acquisition = &self.acquisition;

@@ -3,9 +3,9 @@
 //! returns.
 //!
 //! From the top: [`acquire`] (the acquire loop) and [`release`] (the release decision) work on
-//! a [`hold::Holder`]; [`reenter`] adds holds to one. Beneath them the waiter, the give-back,
+//! a [`hold::TaskHold`]; [`reenter`] adds holds to one. Beneath them the waiter, the give-back,
 //! the lease state, the watchdog and pub/sub actors, the local key table and the epoch; at the
-//! bottom [`shared::Shared`], the state they all reach.
+//! bottom [`shared::ClientState`], the state they all reach.
 
 pub(crate) mod acquire;
 pub(crate) mod config;
@@ -14,7 +14,7 @@ pub(crate) mod epoch;
 pub(crate) mod giveback;
 pub(crate) mod giveback_tracker;
 pub(crate) mod hold;
-pub(crate) mod lease;
+pub(crate) mod lease_state;
 pub(crate) mod local;
 pub(crate) mod pubsub;
 pub(crate) mod reenter;
@@ -29,22 +29,22 @@ pub(crate) mod watchdog;
 
 use std::sync::Arc;
 
-use crate::engine::hold::Baton;
+use crate::engine::hold::PassedOn;
 use crate::engine::local::LocalTable;
-use crate::engine::shared::Shared;
+use crate::engine::shared::ClientState;
 
 /// What a client's handles hold: the shared state, and the local key table in which this
 /// client's tasks take turns on each key (and leave each other the lock, or a place in the
 /// Redis queue).
 #[derive(Debug)]
 pub(crate) struct Engine {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) local: LocalTable<Baton>,
+    pub(crate) shared: Arc<ClientState>,
+    pub(crate) local: LocalTable<PassedOn>,
 }
 
 impl Engine {
     /// The engine of a client whose shared state is `shared`.
-    pub(crate) fn new(shared: Shared) -> Self {
+    pub(crate) fn new(shared: ClientState) -> Self {
         Self {
             shared: Arc::new(shared),
             local: LocalTable::default(),

@@ -18,7 +18,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::engine::sharded::Sharded;
 use crate::engine::wake::{Listening, WakeSlot, WakeTable};
-use crate::slots::Placement;
+use crate::scopes::Placement;
 use crate::wire::sentinel::Dialer;
 
 /// First reconnect delay after the connection is lost; doubles on each failure.
@@ -60,7 +60,7 @@ impl PubSub {
         let sharded = match source {
             WakeSource::Server(dialer) => {
                 let prefix = &placement.names(0).wake_prefix;
-                let actor = Actor {
+                let actor = PubSubActor {
                     dialer,
                     channel: format!("{prefix}{instance_id}"),
                     command_timeout,
@@ -122,7 +122,7 @@ impl PubSub {
     }
 }
 
-struct Actor {
+struct PubSubActor {
     dialer: Dialer,
     channel: String,
     command_timeout: Duration,
@@ -140,7 +140,7 @@ enum Event {
     Ping,
 }
 
-impl Actor {
+impl PubSubActor {
     async fn run(mut self) {
         let mut ping = tokio::time::interval_at(Instant::now() + PING_INTERVAL, PING_INTERVAL);
         loop {

@@ -9,19 +9,19 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::engine::acquire::{Granted, Target};
+use crate::engine::acquire::{Granted, LockRequest};
 use crate::engine::deadlines::lost_deadline;
-use crate::engine::hold::{Holder, OwnerHolds};
-use crate::engine::release::OwnedHold;
+use crate::engine::hold::{OwnerHolds, TaskHold};
+use crate::engine::release::GuardHold;
 use crate::engine::replicas;
 use crate::error::{ErrorKind, LockError, Result};
-use crate::kind::LockKind;
 use crate::lease::Lease;
-use crate::wire::scripts::{AcquireMode, AcquireReply, Terms};
+use crate::lock_kind::LockKind;
+use crate::wire::scripts::{AcquireMode, AcquireReply, AcquireTerms};
 
 /// Adds a hold to `holder`'s acquisition in Redis: the new hold, once Redis counted it and a
 /// guard of the acquisition still lives.
-pub(crate) async fn reenter(holder: Arc<Holder>) -> Result<OwnedHold> {
+pub(crate) async fn reenter(holder: Arc<TaskHold>) -> Result<GuardHold> {
     holder.acquisition.shared.ensure_running()?;
     // Counted before the script leaves, so no local hand-over starts meanwhile.
     holder.reentering.fetch_add(1, Ordering::SeqCst);
@@ -43,7 +43,7 @@ pub(crate) async fn reenter(holder: Arc<Holder>) -> Result<OwnedHold> {
         holder.reentering.fetch_sub(1, Ordering::SeqCst);
         match reply {
             Ok(_) if counted => {
-                let hold = OwnedHold::new(holder.clone());
+                let hold = GuardHold::new(holder.clone());
                 // Not acknowledged: dropping the hold releases it.
                 replicas::acknowledged(&acquisition.shared, &acquisition.keys).await?;
                 Ok(hold)
@@ -60,7 +60,7 @@ pub(crate) async fn reenter(holder: Arc<Holder>) -> Result<OwnedHold> {
 
 /// Takes a read hold within the write lock `holder` holds: the holder of that read hold,
 /// with its own fencing token and lease (renewed if the write lock's is).
-pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
+pub(crate) async fn read_within(holder: Arc<TaskHold>) -> Result<GuardHold> {
     let acquisition = holder.acquisition.clone();
     if acquisition.terms.kind != LockKind::Write {
         return Err(LockError::new(
@@ -70,7 +70,7 @@ pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
     }
     acquisition.shared.ensure_running()?;
     run_detached(holder, async move {
-        let terms = Terms {
+        let terms = AcquireTerms {
             kind: LockKind::Read,
             ..acquisition.terms
         };
@@ -93,7 +93,7 @@ pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
         } else {
             Lease::Fixed(Duration::from_millis(terms.lease_ms))
         };
-        let target = Target {
+        let target = LockRequest {
             name: acquisition.name.clone(),
             keys: acquisition.keys.clone(),
             lease,
@@ -109,7 +109,7 @@ pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
         // The owner's read holds may be other read guards': each releases only its own.
         let shared = &acquisition.shared;
         let holds = OwnerHolds::OnlyItsOwn;
-        let read = OwnedHold::new(Arc::new(
+        let read = GuardHold::new(Arc::new(
             target.grant_of(shared, None, granted, holds, None),
         ));
         // Not acknowledged: dropping the hold releases it.
@@ -123,7 +123,7 @@ pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<OwnedHold> {
 /// hold it yields after the caller left is dropped there, which releases it. The caller
 /// checks first that the client runs.
 async fn run_detached<T: Send + 'static>(
-    holder: Arc<Holder>,
+    holder: Arc<TaskHold>,
     work: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
     let (deliver, delivered) = oneshot::channel();

@@ -9,7 +9,7 @@
 //!    other instance waits.
 //! 3. **Release** ([`release_last`]): nobody of this client waits: the release script frees
 //!    the lock (every hold of its owner) and grants it to the first waiting instance.
-//! 4. **Give back in the background** (`Acquisition::give_back`): a release Redis did not
+//! 4. **Give back in the background** (`RedisHold::give_back_later`): a release Redis did not
 //!    confirm is retried on fresh connections while what it left could still keep the lock.
 //!
 //! A release on purpose takes the lease out of the watchdog first, so it is not reported
@@ -22,23 +22,23 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::deadlines::{Registration, lost_deadline};
-use crate::engine::hold::{Acquisition, Baton, Budget, CarriedHold, Holder};
+use crate::engine::hold::{Budget, PassedOn, PassingHold, RedisHold, TaskHold};
 use crate::engine::waiter::Waiter;
 use crate::error::{ErrorKind, LockError, Result};
-use crate::keys::shown;
+use crate::keys::display_name;
 use crate::wire::scripts::{self, HandoffReply, ReleaseScope};
 
 /// One hold of an acquisition, as one guard owns it. Dropping it releases the hold in the
 /// background and never blocks.
 #[derive(Debug)]
-pub(crate) struct OwnedHold {
-    holder: Arc<Holder>,
+pub(crate) struct GuardHold {
+    holder: Arc<TaskHold>,
     released: bool,
 }
 
-impl OwnedHold {
+impl GuardHold {
     /// The hold a new guard of `holder` owns (its holds count it already).
-    pub(crate) fn new(holder: Arc<Holder>) -> Self {
+    pub(crate) fn new(holder: Arc<TaskHold>) -> Self {
         Self {
             holder,
             released: false,
@@ -46,7 +46,7 @@ impl OwnedHold {
     }
 
     /// The local holder this hold belongs to.
-    pub(crate) fn holder(&self) -> &Arc<Holder> {
+    pub(crate) fn holder(&self) -> &Arc<TaskHold> {
         &self.holder
     }
 
@@ -57,12 +57,12 @@ impl OwnedHold {
             None => Ok(()),
             // Boxed, so a task that awaits a release does not carry the script's large future
             // in its own state while it waits for a lock.
-            Some(last) => Box::pin(release_in_redis(self.holder.clone(), last)).await,
+            Some(last) => Box::pin(finish_release(self.holder.clone(), last)).await,
         }
     }
 }
 
-impl Drop for OwnedHold {
+impl Drop for GuardHold {
     fn drop(&mut self) {
         if self.released {
             return;
@@ -75,8 +75,8 @@ impl Drop for OwnedHold {
         let runtime = holder.acquisition.shared.runtime.clone();
         runtime.spawn(async move {
             let name = holder.acquisition.name.clone();
-            if let Err(err) = release_in_redis(holder, last).await {
-                tracing::debug!(lock = %shown(&name), error = %err, "background release failed");
+            if let Err(err) = finish_release(holder, last).await {
+                tracing::debug!(lock = %display_name(&name), error = %err, "background release failed");
             }
         });
     }
@@ -84,8 +84,8 @@ impl Drop for OwnedHold {
 
 /// Takes one guard's hold off `holder`; the last hands the lock to the next local task when
 /// it can, right here. Returns what is left to do in Redis: `None` (nothing), or whether
-/// the hold released was the last (see [`release_in_redis`]).
-fn release_hold(holder: &Holder) -> Option<bool> {
+/// the hold released was the last (see [`finish_release`]).
+fn release_hold(holder: &TaskHold) -> Option<bool> {
     let last = holder.holds.fetch_sub(1, Ordering::SeqCst) == 1;
     if last && try_carry(holder) {
         return None;
@@ -94,7 +94,7 @@ fn release_hold(holder: &Holder) -> Option<bool> {
 }
 
 /// The Redis part of a release: one hold less, or the last one (outcomes 2 to 4).
-async fn release_in_redis(holder: Arc<Holder>, last: bool) -> Result<()> {
+async fn finish_release(holder: Arc<TaskHold>, last: bool) -> Result<()> {
     if !last {
         return release_one(&holder).await;
     }
@@ -106,7 +106,7 @@ async fn release_in_redis(holder: Arc<Holder>, last: bool) -> Result<()> {
 
 /// Outcome 1: hands the lock to the next local task if one waits and the budget allows, with
 /// no round trip. Returns whether it did; if not, the lock must be released through Redis.
-fn try_carry(holder: &Holder) -> bool {
+fn try_carry(holder: &TaskHold) -> bool {
     let acquisition = &holder.acquisition;
     if !carriable(holder) || !holder.budget.allows_handoff() {
         return false;
@@ -114,13 +114,13 @@ fn try_carry(holder: &Holder) -> bool {
     let Some(mut turn) = acquisition.lease.take_turn_if(|turn| turn.others_waiting()) else {
         return false;
     };
-    holder.passed.store(true, Ordering::SeqCst);
-    *turn.baton() = Baton::Held(CarriedHold::new(acquisition.clone(), holder.budget));
+    holder.passed_on.store(true, Ordering::SeqCst);
+    *turn.baton() = PassedOn::Held(PassingHold::new(acquisition.clone(), holder.budget));
     true
 }
 
 /// Whether this holding's lock may stay with this client for its next task.
-fn carriable(holder: &Holder) -> bool {
+fn carriable(holder: &TaskHold) -> bool {
     let acquisition = &holder.acquisition;
     acquisition.renewed()
         && acquisition.lease.is_live()
@@ -129,14 +129,14 @@ fn carriable(holder: &Holder) -> bool {
 
 /// Whether the last release should hand over through Redis (keeping a place in the queue for
 /// this client's next task) rather than just release.
-fn wants_handoff(holder: &Holder) -> bool {
+fn wants_handoff(holder: &TaskHold) -> bool {
     carriable(holder) && holder.acquisition.lease.turn_has_others_waiting()
 }
 
 /// Outcome 2, the last release while more tasks of this client wait and the budget is spent:
 /// one script passes the lock to the first waiting instance and queues this client's next task
 /// behind it, or, when no other instance waits, keeps the lock with a fresh budget.
-async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
+async fn hand_over_through_redis(holder: &TaskHold) -> Result<()> {
     let acquisition = &holder.acquisition;
     let shared = &acquisition.shared;
     // Released on purpose: out of the watchdog first, so it is not reported lost; a lock
@@ -154,8 +154,8 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
                 // stays, renewed by nobody) or ran unseen (the next owner is queued, kept alive
                 // by nobody). Both are given back in the background rather than left to their
                 // leases; this client's next task then asks Redis anew.
-                acquisition.give_back(acquisition.owner.clone());
-                acquisition.give_back(next_owner);
+                acquisition.give_back_later(acquisition.owner.clone());
+                acquisition.give_back_later(next_owner);
             }
             return Err(err);
         }
@@ -176,7 +176,7 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
                 acquisition.terms.lease_ms,
             );
             match acquisition.lease.take_turn_if(|_| true) {
-                Some(mut turn) => *turn.baton() = Baton::Queued(queued),
+                Some(mut turn) => *turn.baton() = PassedOn::Queued(queued),
                 None => drop(queued),
             }
             Ok(())
@@ -187,10 +187,7 @@ async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
 
 /// The hand-over script of `acquisition`'s lock: passed to the first waiting instance with
 /// `next_owner` queued behind it, or kept.
-async fn handoff_in_redis(
-    acquisition: &Acquisition,
-    next_owner: &Arc<str>,
-) -> Result<HandoffReply> {
+async fn handoff_in_redis(acquisition: &RedisHold, next_owner: &Arc<str>) -> Result<HandoffReply> {
     let shared = &acquisition.shared;
     shared
         .connections
@@ -212,10 +209,10 @@ async fn handoff_in_redis(
 }
 
 /// A release before the last: one hold less.
-async fn release_one(holder: &Holder) -> Result<()> {
+async fn release_one(holder: &TaskHold) -> Result<()> {
     match holder
         .acquisition
-        .release_in_redis(ReleaseScope::One)
+        .run_release_script(ReleaseScope::One)
         .await?
     {
         Some(_) => Ok(()),
@@ -226,21 +223,21 @@ async fn release_one(holder: &Holder) -> Result<()> {
 /// Outcome 3, the last release with nobody of this client waiting: every hold of the owner
 /// (one, for a read within a write lock, whose owner's other read holds are other guards').
 /// Outcome 4 when Redis cannot confirm it.
-async fn release_last(holder: &Holder) -> Result<()> {
+async fn release_last(holder: &TaskHold) -> Result<()> {
     let acquisition = &holder.acquisition;
     acquisition
         .shared
         .watchdog
         .unregister(acquisition.watchdog_id);
     let scope = acquisition.holds.last_release();
-    match acquisition.release_in_redis(scope).await {
+    match acquisition.run_release_script(scope).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(not_owner()),
         Err(err) => {
             if err.kind() == ErrorKind::RedisUnavailable {
                 // Unconfirmed: keep trying in the background rather than leave the lock to
                 // its lease.
-                acquisition.give_back(acquisition.owner.clone());
+                acquisition.give_back_later(acquisition.owner.clone());
             }
             Err(err)
         }
@@ -251,12 +248,12 @@ async fn release_last(holder: &Holder) -> Result<()> {
 /// and Redis renewed the lease when the script ran, after `sent_at`): the lock goes to the
 /// next task with the token block Redis reserved, and back to the watchdog; or, answered too
 /// late to vouch for the lease, back to Redis, and the next task asks anew.
-fn keep_for_next_task(holder: &Holder, token: u64, sent_at: Instant) {
+fn keep_for_next_task(holder: &TaskHold, token: u64, sent_at: Instant) {
     let acquisition = &holder.acquisition;
     let shared = &acquisition.shared;
     let expires_at = lost_deadline(sent_at, Duration::from_millis(acquisition.terms.lease_ms));
     if Instant::now() >= expires_at {
-        acquisition.give_back(acquisition.owner.clone());
+        acquisition.give_back_later(acquisition.owner.clone());
         return;
     }
     shared.watchdog.register(Registration {
@@ -271,10 +268,10 @@ fn keep_for_next_task(holder: &Holder, token: u64, sent_at: Instant) {
     // The block Redis reserved is the next holders': the first token is the next task's own.
     let window = shared.config.local_handoff_window;
     let budget = Budget::reserved(token, acquisition.terms.block, window);
-    let carried = CarriedHold::new(acquisition.clone(), budget);
-    holder.passed.store(true, Ordering::SeqCst);
+    let carried = PassingHold::new(acquisition.clone(), budget);
+    holder.passed_on.store(true, Ordering::SeqCst);
     match acquisition.lease.take_turn_if(|_| true) {
-        Some(mut turn) => *turn.baton() = Baton::Held(carried),
+        Some(mut turn) => *turn.baton() = PassedOn::Held(carried),
         // Reported lost meanwhile: the carried hold is dropped, which releases it.
         None => drop(carried),
     }

@@ -10,20 +10,20 @@
 //! whoever wrote it and whichever connection it went out on.
 
 use crate::engine::config::millis;
-use crate::engine::shared::Shared;
+use crate::engine::shared::ClientState;
 use crate::error::{ErrorKind, LockError, Result};
-use crate::keys::{LockKeys, shown};
+use crate::keys::{LockKeys, display_name};
 use crate::wire::scripts;
 
 /// Whether replica acknowledgement is asked for at all.
-pub(crate) fn asked(shared: &Shared) -> bool {
+pub(crate) fn asked(shared: &ClientState) -> bool {
     shared.config.replica_ack.is_some()
 }
 
 /// Waits until the replicas asked for have every write the master of `keys` made so far:
 /// `Ok` at once when none are asked for, [`ErrorKind::ReplicasBehind`] when fewer
 /// acknowledged within the timeout. The caller releases what it acquired on an error.
-pub(crate) async fn acknowledged(shared: &Shared, keys: &LockKeys) -> Result<()> {
+pub(crate) async fn acknowledged(shared: &ClientState, keys: &LockKeys) -> Result<()> {
     let Some(ack) = shared.config.replica_ack else {
         return Ok(());
     };
@@ -59,7 +59,7 @@ pub(crate) async fn acknowledged(shared: &Shared, keys: &LockKeys) -> Result<()>
         return Ok(());
     }
     tracing::warn!(
-        lock = %shown(key),
+        lock = %display_name(key),
         acked,
         asked = ack.replicas,
         "too few replicas acknowledged an acquisition within {:?}: it is released",

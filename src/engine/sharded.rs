@@ -2,7 +2,7 @@
 //! client's), and one channel per slot this instance waits in, whatever the number of locks.
 //!
 //! A release in a cluster SPUBLISHes the grant on `<prefix>wake:{<slot tag>}:<instance id>`,
-//! in the lock's own slot (see `slots.rs`). Waiters share the subscription of their slot:
+//! in the lock's own slot (see `scopes.rs`). Waiters share the subscription of their slot:
 //! the first to queue there subscribes (SSUBSCRIBE, routed by the cluster client to the
 //! slot's node), and the channel is given up a while after the last one left. The cluster
 //! client moves the subscriptions when the slot map changes or a node reconnects; a channel
@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::engine::wake::{Listening, WakeTable};
-use crate::slots::{Placement, slot_of};
+use crate::scopes::{Placement, slot_of};
 
 /// First delay before a failed subscription is tried again; doubles on each failure.
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -79,7 +79,7 @@ impl Sharded {
             .use_protocol(redis::ProtocolVersion::RESP3)
             .push_sender(pushes_in)
             .build();
-        let actor = Actor {
+        let actor = ShardedPubSubActor {
             client,
             connection: None,
             table,
@@ -161,7 +161,7 @@ impl Drop for Share {
     }
 }
 
-struct Actor {
+struct ShardedPubSubActor {
     client: redis::RedisResult<redis::cluster::ClusterClient>,
     connection: Option<ClusterConnection>,
     table: WakeTable,
@@ -196,7 +196,7 @@ enum Event {
     Linger,
 }
 
-impl Actor {
+impl ShardedPubSubActor {
     async fn run(mut self) {
         loop {
             let retry_at = self.retry_at;

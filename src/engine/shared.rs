@@ -14,7 +14,7 @@ use crate::engine::pubsub::{PubSub, WakeSource};
 use crate::engine::watchdog::Watchdog;
 use crate::error::{LockError, Result};
 use crate::keys::LockKeys;
-use crate::slots::{Names, Placement};
+use crate::scopes::{Placement, ScopeKeys};
 use crate::wire::conn::Connections;
 
 /// Room for an owner id on the stack: the longest instance id (a name, `.` and 32 hex digits),
@@ -23,7 +23,7 @@ const OWNER_ID_ROOM: usize = MAX_INSTANCE_NAME + 1 + 32 + 1 + 20;
 
 /// The shared state of one client and its clones.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct ClientState {
     pub(crate) config: Config,
     pub(crate) connections: Arc<Connections>,
     pub(crate) watchdog: Watchdog,
@@ -40,7 +40,7 @@ pub(crate) struct Shared {
     pub(crate) give_backs: GiveBackTracker,
 }
 
-impl Shared {
+impl ClientState {
     /// Starts the watchdog and the pub/sub actor on the current runtime, for a client of
     /// `server` (its wake-ups heard through `wake_source`) with a random instance id (after its name, if
     /// it has one).
@@ -117,7 +117,7 @@ impl Shared {
     }
 
     /// The epoch key and wake channel of the lock with `keys`.
-    pub(crate) fn names(&self, keys: &LockKeys) -> &Names {
+    pub(crate) fn names(&self, keys: &LockKeys) -> &ScopeKeys {
         self.placement.of(keys)
     }
 

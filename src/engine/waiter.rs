@@ -7,14 +7,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::deadlines::lost_deadline;
-use crate::engine::giveback::give_back;
-use crate::engine::shared::Shared;
+use crate::engine::giveback::spawn_give_back;
+use crate::engine::shared::ClientState;
 use crate::engine::wake::{Grant, Listening, WakeSlot};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::LockKeys;
-use crate::kind::LockKind;
+use crate::lock_kind::LockKind;
 use crate::wire::conn::Conn;
-use crate::wire::scripts::{self, AcquireMode, AcquireReply, RenewReply, Terms};
+use crate::wire::scripts::{self, AcquireMode, AcquireReply, AcquireTerms, RenewReply};
 
 /// New epochs one attempt learns before it gives up (a Redis losing its data in a loop).
 const MAX_EPOCHS_LEARNED: u32 = 3;
@@ -110,7 +110,7 @@ struct Answer {
 /// leaves the queue, and releases the lock if Redis granted it unseen.
 #[derive(Debug)]
 pub(crate) struct Waiter {
-    shared: Arc<Shared>,
+    shared: Arc<ClientState>,
     keys: Arc<LockKeys>,
     kind: LockKind,
     owner: Arc<str>,
@@ -132,7 +132,7 @@ pub(crate) struct Waiter {
 
 impl Waiter {
     /// A fresh owner, registered for wake-ups before it ever reaches Redis.
-    pub(crate) fn new(shared: &Arc<Shared>, keys: Arc<LockKeys>, kind: LockKind) -> Self {
+    pub(crate) fn new(shared: &Arc<ClientState>, keys: Arc<LockKeys>, kind: LockKind) -> Self {
         let owner = shared.new_owner();
         let slot = shared.pubsub.register(owner.clone());
         Self {
@@ -152,7 +152,7 @@ impl Waiter {
 
     /// An owner a release already queued (sent at `sent_at`, run at `server_ms`).
     pub(crate) fn queued(
-        shared: &Arc<Shared>,
+        shared: &Arc<ClientState>,
         keys: Arc<LockKeys>,
         owner: Arc<str>,
         slot: WakeSlot,
@@ -209,7 +209,7 @@ impl Waiter {
 
     /// A grant to this waiter went unheard: on a cluster, its slot's channel is subscribed
     /// again (the server confirms a subscription it still has, and restores a lost one).
-    pub(crate) fn heard_nothing(&self) {
+    pub(crate) fn resubscribe(&self) {
         let shared = &self.shared;
         shared
             .pubsub
@@ -225,7 +225,7 @@ impl Waiter {
     /// joins or refreshes its place in the queue.
     pub(crate) async fn attempt(
         &mut self,
-        terms: &Terms,
+        terms: &AcquireTerms,
         mode: AcquireMode,
     ) -> Result<AcquireReply> {
         self.slot.mark_seen();
@@ -252,7 +252,7 @@ impl Waiter {
     /// learn, on a fresh connection of `route` after a failed send.
     async fn answer(
         &mut self,
-        terms: &Terms,
+        terms: &AcquireTerms,
         mode: AcquireMode,
         mut route: Route,
     ) -> Result<Answer> {
@@ -309,7 +309,12 @@ impl Waiter {
     }
 
     /// Sends the acquire script once, in `mode`, on `conn`.
-    async fn send(&self, conn: &mut Conn, terms: &Terms, mode: AcquireMode) -> Result<Answer> {
+    async fn send(
+        &self,
+        conn: &mut Conn,
+        terms: &AcquireTerms,
+        mode: AcquireMode,
+    ) -> Result<Answer> {
         let shared = &self.shared;
         let sent_at = Instant::now();
         let epoch = shared.watchdog.epoch().terms_for(&self.keys);
@@ -356,7 +361,7 @@ impl Waiter {
     }
 
     /// Keeps what the `answer` to an attempt in `mode` says Redis keeps of this owner.
-    fn record(&mut self, terms: &Terms, mode: AcquireMode, answer: &Answer) {
+    fn record(&mut self, terms: &AcquireTerms, mode: AcquireMode, answer: &Answer) {
         let shared = &self.shared;
         match answer.reply {
             AcquireReply::Waiting { server_ms, .. } if mode == AcquireMode::Wait => {
@@ -454,7 +459,7 @@ impl Waiter {
     }
 
     /// The lock is held by this owner: nothing to undo. Returns the owner id.
-    pub(crate) fn settle(&mut self) -> Arc<str> {
+    pub(crate) fn take_owner(&mut self) -> Arc<str> {
         self.kept = Kept::Nothing;
         self.owner.clone()
     }
@@ -466,7 +471,7 @@ impl Drop for Waiter {
             self.shared.watchdog.forget_place(place);
         }
         if self.kept == Kept::PlaceOrGrant {
-            give_back(
+            spawn_give_back(
                 self.shared.clone(),
                 self.keys.clone(),
                 self.kind,

@@ -31,17 +31,17 @@ use tokio::time::{Instant, sleep_until, timeout};
 use crate::engine::deadlines::{Leases, Registration, lost_deadline};
 use crate::engine::epoch::Epoch;
 use crate::error::{ErrorKind, LockError};
-use crate::keys::{LockKeys, shown};
+use crate::keys::{LockKeys, display_name};
 use crate::lease::{Lease, LostReason};
 use crate::meter;
-use crate::slots::Placement;
+use crate::scopes::Placement;
 use crate::wire::conn::{Conn, Connections};
 use crate::wire::scripts::{self, ReleaseScope, RenewReply};
 
 /// Locks renewed by one script call.
 const BATCH: usize = 500;
 /// Renewals of one chunk per tick at most: the first may only teach the epoch (see
-/// `Actor::renew_scope`).
+/// `WatchdogActor::renew_scope`).
 const RENEWAL_ATTEMPTS: usize = 2;
 
 /// A lease due for renewal: its watchdog id, its lock's keys and its owner.
@@ -58,7 +58,7 @@ struct Place {
 }
 
 #[derive(Debug)]
-struct Shared {
+struct WatchdogState {
     leases: Mutex<Leases>,
     /// Places kept alive by the heartbeat, by waiter.
     places: Mutex<HashMap<u64, Place>>,
@@ -67,7 +67,7 @@ struct Shared {
     epoch: Epoch,
 }
 
-impl Shared {
+impl WatchdogState {
     /// Learns the epoch a script told of `scope`, and fires `DataLost` on every lease of an
     /// earlier one there (every lease on one server; the slot's on a cluster).
     fn learn_epoch(&self, scope: u16, epoch: u64, longest_lease_ms: u64) {
@@ -102,7 +102,7 @@ impl Shared {
 /// Handle on the lease actor. The actor ends when the last handle is dropped.
 #[derive(Debug, Clone)]
 pub(crate) struct Watchdog {
-    shared: Arc<Shared>,
+    shared: Arc<WatchdogState>,
     shutdown: mpsc::UnboundedSender<oneshot::Sender<()>>,
 }
 
@@ -119,13 +119,13 @@ impl Watchdog {
         epoch: Epoch,
     ) -> Self {
         let (shutdown, receiver) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(WatchdogState {
             leases: Mutex::default(),
             places: Mutex::default(),
             earlier_deadline: Notify::new(),
             epoch,
         });
-        let actor = Actor {
+        let actor = WatchdogActor {
             connections,
             placement,
             lease,
@@ -198,7 +198,7 @@ impl Watchdog {
     }
 }
 
-struct Actor {
+struct WatchdogActor {
     connections: Arc<Connections>,
     /// Where the wake channels are: releases at shutdown hand the lock to the next waiting
     /// instance.
@@ -207,11 +207,11 @@ struct Actor {
     renew_interval: Duration,
     tick: Duration,
     waiter_alive: Duration,
-    shared: Arc<Shared>,
+    shared: Arc<WatchdogState>,
     shutdown: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
 }
 
-impl Actor {
+impl WatchdogActor {
     async fn run(mut self) {
         let mut tick = tokio::time::interval_at(Instant::now() + self.tick, self.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -509,7 +509,7 @@ impl Actor {
                 })
                 .await;
             if let Err(err) = released {
-                tracing::warn!(lock = %shown(entry.keys.hash()), error = %err, "release at shutdown failed");
+                tracing::warn!(lock = %display_name(entry.keys.hash()), error = %err, "release at shutdown failed");
             }
             entry.lease.fire(entry.keys.hash(), LostReason::ShutDown);
         }))

@@ -7,7 +7,7 @@ use super::LockSnapshot;
 use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{HashOf, hash_pattern, name_of_hash};
-use crate::slots::Placement;
+use crate::scopes::Placement;
 use crate::wire::scan;
 
 /// The `COUNT` of each `SCAN` that [`LockClient::list`] sends: about how many keys, of any

@@ -9,7 +9,7 @@ use super::parts::{Parts, give_up};
 use crate::engine::wait_bound;
 use crate::error::Result;
 use crate::guard::{LockGuard, LostSignal};
-use crate::keys::shown;
+use crate::keys::display_name;
 use crate::lock::Lock;
 use crate::meter::{counted, counted_try};
 
@@ -146,10 +146,10 @@ impl MultiLock {
                 Some((deadline, wait)) => {
                     match wait_bound::until(deadline, lock.acquire_part()).await {
                         Ok(acquired) => acquired,
-                        Err(_) => Err(lock.client().wait_bound_passed(&format!(
+                        Err(_) => Err(lock.client().wait_bound_error(&format!(
                             "{} locks not all acquired within {wait:?} (stuck at '{}')",
                             self.locks.len(),
-                            shown(lock.name())
+                            display_name(lock.name())
                         ))),
                     }
                 }

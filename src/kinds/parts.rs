@@ -8,7 +8,7 @@ use tokio::task::AbortHandle;
 
 use crate::error::Result;
 use crate::guard::{LockGuard, LostSignal};
-use crate::keys::shown;
+use crate::keys::display_name;
 
 /// The guards of a lock kind's parts, and a lost signal that fires when fewer than
 /// `must_hold` of them are still held.
@@ -124,7 +124,7 @@ pub(crate) async fn give_up(guards: Vec<LockGuard>) {
     .await
     {
         if let (name, Err(err)) = outcome {
-            tracing::debug!(lock = %shown(&name), error = %err, "release after a failed acquisition");
+            tracing::debug!(lock = %display_name(&name), error = %err, "release after a failed acquisition");
         }
     }
 }

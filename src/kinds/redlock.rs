@@ -11,7 +11,7 @@ use super::parts::{Parts, give_up};
 use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{LockGuard, LostSignal};
-use crate::keys::shown;
+use crate::keys::display_name;
 use crate::lease::Lease;
 use crate::lock::Lock;
 use crate::meter::{counted, counted_try};
@@ -268,7 +268,7 @@ impl RedLock {
                 if left.is_zero() {
                     return Err(LockError::timeout(&format!(
                         "no quorum for '{}' within {wait:?}",
-                        shown(&self.name)
+                        display_name(&self.name)
                     )));
                 }
                 // One last attempt right at the deadline rather than none.
@@ -325,7 +325,7 @@ impl RedLock {
         }
         if guards.len() >= self.quorum() && Instant::now() < validity {
             tracing::debug!(
-                lock = %shown(&self.name),
+                lock = %display_name(&self.name),
                 held_on = guards.len(),
                 servers = self.servers(),
                 "quorum lock acquired"
@@ -358,7 +358,7 @@ impl RedLock {
             return Err(refused.swap_remove(0));
         }
         for err in &refused {
-            tracing::warn!(lock = %shown(&self.name), error = %err, "a quorum server refused the lock");
+            tracing::warn!(lock = %display_name(&self.name), error = %err, "a quorum server refused the lock");
         }
         Ok(None)
     }

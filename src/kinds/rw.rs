@@ -2,13 +2,13 @@
 //! semantics (re-entry, a read taken inside the write lock, downgrade by releasing the write
 //! lock), but every reader's lease tracked on its own and no writer starved by readers.
 //!
-//! The state lives in the lock's hash (see `wire/lua/rw.lua`); the scripts are
+//! The state lives in the lock's hash (see `wire/lua/lib/rw.lua`); the scripts are
 //! `wire/lua/rw_acquire.lua` and `wire/lua/rw_release.lua`.
 
 use crate::client::LockClient;
 use crate::error::Result;
-use crate::kind::LockKind;
 use crate::lock::Lock;
+use crate::lock_kind::LockKind;
 
 /// A read-write lock: any number of readers at once, or one writer.
 ///

@@ -12,7 +12,7 @@ use crate::client::LockClient;
 use crate::engine::wait_bound;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{LockGuard, LostSignal};
-use crate::keys::{MAX_NAME_LEN, shown};
+use crate::keys::{MAX_NAME_LEN, display_name};
 use crate::lease::Lease;
 use crate::lock::Lock;
 use crate::meter::{counted, counted_try};
@@ -231,10 +231,10 @@ impl SegmentedLock {
             self.check_count(count)?;
             match wait_bound::until(Instant::now() + wait, self.wait_for_many(count)).await {
                 Ok(acquired) => acquired,
-                Err(_) => Err(self.segments[0].client().wait_bound_passed(&format!(
+                Err(_) => Err(self.segments[0].client().wait_bound_error(&format!(
                     "{count} of the {} segments of '{}' not acquired within {wait:?}",
                     self.segments.len(),
-                    shown(&self.name)
+                    display_name(&self.name)
                 ))),
             }
         };

@@ -4,7 +4,7 @@
 //! owner with its own lease (watchdog-renewed or fixed), lost signal and fencing token, so a
 //! holder that dies gives its permits back when its lease runs out.
 //!
-//! The state lives in the semaphore's own hash (see `wire/lua/sem.lua`); the scripts are
+//! The state lives in the semaphore's own hash (see `wire/lua/lib/semaphore.lua`); the scripts are
 //! `wire/lua/sem_acquire.lua` and `wire/lua/sem_release.lua`.
 
 use std::time::Duration;
@@ -12,10 +12,10 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::guard::{LockGuard, LostSignal};
-use crate::keys::shown;
-use crate::kind::LockKind;
+use crate::keys::display_name;
 use crate::lease::Lease;
 use crate::lock::Lock;
+use crate::lock_kind::LockKind;
 
 /// A distributed semaphore: `permits` permits shared by every client of the name.
 ///
@@ -73,7 +73,7 @@ impl Semaphore {
                 ErrorKind::InvalidConfig,
                 format!(
                     "cannot take {take} of semaphore '{}''s {} permits",
-                    shown(self.name()),
+                    display_name(self.name()),
                     self.permits
                 ),
             ));
@@ -251,7 +251,10 @@ impl LockClient {
         if permits == 0 {
             return Err(LockError::new(
                 ErrorKind::InvalidConfig,
-                format!("semaphore '{}' needs at least one permit", shown(name)),
+                format!(
+                    "semaphore '{}' needs at least one permit",
+                    display_name(name)
+                ),
             ));
         }
         let one = self.semaphore_of_kind(name, LockKind::Semaphore { permits, take: 1 })?;

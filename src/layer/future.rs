@@ -27,7 +27,7 @@ use super::reject::{Reject, Rejection, is_grpc};
 use crate::client::LockClient;
 use crate::error::{ErrorKind, LockError};
 use crate::guard::LockGuard;
-use crate::keys::shown_all;
+use crate::keys::display_names;
 use crate::lease::LostReason;
 use crate::meter::{self, kind_label};
 
@@ -121,7 +121,7 @@ where
         let kind = policy.sharing.kind_for(request.method());
         let span = tracing::info_span!(
             "lock",
-            keys = %shown_all(&names),
+            keys = %display_names(&names),
             kind = kind_label(kind),
             waited_ms = tracing::field::Empty,
             tokens = tracing::field::Empty,

@@ -11,7 +11,7 @@ use http::Request;
 use tokio::time::Instant;
 
 use super::reject::{Rejection, RejectionKind};
-use crate::keys::{shown, shown_all};
+use crate::keys::{display_name, display_names};
 
 /// Shortest time between two log lines of one kind.
 const EVERY: Duration = Duration::from_secs(1);
@@ -61,7 +61,7 @@ impl LayerLog {
         let Some(unlogged) = self.due(kind.as_str()) else {
             return;
         };
-        let keys = shown_all(rejection.keys());
+        let keys = display_names(rejection.keys());
         let detail = rejection.detail();
         if kind == RejectionKind::LeaseLost {
             tracing::warn!(%keys, detail, unlogged, "lease lost while the handler ran; cancelled it");
@@ -84,7 +84,7 @@ impl LayerLog {
             return;
         };
         tracing::warn!(
-            keys = %shown_all(names),
+            keys = %display_names(names),
             error = %error,
             unlogged,
             "redis unavailable, running the request unlocked (OnRedisUnavailable::FailOpen)"
@@ -103,7 +103,7 @@ impl LayerLog {
         }
         tracing::warn!(
             method = %request.method(),
-            route = %shown(route),
+            route = %display_name(route),
             "the key extractor found no lock key in a request, so it runs unlocked \
              (OnMissingKey::PassThrough; logged once per route). If requests here must be \
              locked, the extractor does not match what this layer sees (see the README on \

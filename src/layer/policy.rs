@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use http::Method;
 
-use crate::kind::LockKind;
 use crate::lease::Lease;
+use crate::lock_kind::LockKind;
 
 /// Default bound on the wait for a request's locks.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);

@@ -9,7 +9,7 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use super::body::RejectionBody;
 use super::policy::DEFAULT_RETRY_AFTER;
 use crate::error::{ErrorKind, LockError};
-use crate::keys::shown_all;
+use crate::keys::display_names;
 use crate::lease::LostReason;
 
 /// Why the layer answered a request itself.
@@ -150,7 +150,7 @@ impl Rejection {
         let keys = if self.keys.is_empty() {
             String::new()
         } else {
-            format!(" for {}", shown_all(&self.keys))
+            format!(" for {}", display_names(&self.keys))
         };
         match self.kind {
             RejectionKind::Timeout => format!("lock wait timed out{keys}; retry later"),

@@ -23,7 +23,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Arg, Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
 
-use crate::slots::slot_of;
+use crate::scopes::slot_of;
 
 /// The first argument of a script run with its first key alone declared, followed by the
 /// count of the other keys and those keys (read by `lua/migration.lua`).

@@ -4,7 +4,7 @@
 use redis::Value;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 
-use crate::slots::slot_of;
+use crate::scopes::slot_of;
 use crate::wire::conn::Conn;
 
 /// A write of this connection's own to `tokens_key` (`INCRBY 0`, which changes nothing but

@@ -104,7 +104,7 @@ impl RedisServer {
     }
 
     /// How many keys the server holds besides its epoch key, the epoch's marker (see
-    /// `wire/lua/epoch.lua`) and the token counter (`wire/lua/tokens.lua`), which clients
+    /// `wire/lua/lib/epoch.lua`) and the token counter (`wire/lua/lib/tokens.lua`), which clients
     /// write on first use and keep.
     pub fn keys_besides_epoch(&self) -> i64 {
         let epoch = self.cmd::<Vec<String>>(&["KEYS", "lock:epoch*"]).len() as i64;

@@ -239,9 +239,9 @@ pub(crate) fn details(lock: &LockSnapshot) -> String {
             .collect();
         let headers = ["#", "INSTANCE", "WANTS", "WAITED", "LIVENESS", "OWNER"];
         indent(&mut out, &columns(&headers, rows));
-        let shown = lock.waiters.len() as u64;
-        if lock.queued > shown {
-            let _ = writeln!(out, "  … and {} more", lock.queued - shown);
+        let display_name = lock.waiters.len() as u64;
+        if lock.queued > display_name {
+            let _ = writeln!(out, "  … and {} more", lock.queued - display_name);
         }
     }
     out
@@ -296,15 +296,15 @@ fn holders_cell(holders: &[LockHolder]) -> String {
     if holders.is_empty() {
         return "-".to_owned();
     }
-    let mut shown: Vec<String> = holders
+    let mut display_name: Vec<String> = holders
         .iter()
         .take(SHOWN_HOLDERS)
         .map(holder_word)
         .collect();
     if holders.len() > SHOWN_HOLDERS {
-        shown.push(format!("+{}", holders.len() - SHOWN_HOLDERS));
+        display_name.push(format!("+{}", holders.len() - SHOWN_HOLDERS));
     }
-    shown.join(",")
+    display_name.join(",")
 }
 
 /// How many wait, and how many of those shown are dead.

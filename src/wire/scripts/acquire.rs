@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::keys::LockKeys;
-use crate::kind::LockKind;
-use crate::slots::Names;
+use crate::lock_kind::LockKind;
+use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
 use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
 use crate::wire::scripts::reply::{ScriptReply, run};
@@ -111,7 +111,7 @@ pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
 
 /// What an owner asks of Redis when it takes a lock or waits for one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Terms {
+pub(crate) struct AcquireTerms {
     /// Lease of a lock taken directly.
     pub(crate) lease_ms: u64,
     /// How long a place in the queue lives without a refresh.
@@ -178,7 +178,7 @@ pub(crate) enum AcquireReply {
 /// was granted in it, their marker (see `lua/lib/epoch.lua`), and the quarantine it starts
 /// when it finds the epoch missing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct EpochTerms<'a> {
+pub(crate) struct KnownEpoch<'a> {
     pub(crate) key: &'a str,
     /// 0 when the client has not seen one yet.
     pub(crate) known: u64,
@@ -190,11 +190,11 @@ pub(crate) struct EpochTerms<'a> {
 pub(crate) async fn acquire(
     conn: &mut Conn,
     keys: &LockKeys,
-    names: &Names,
+    names: &ScopeKeys,
     owner: &str,
-    terms: &Terms,
+    terms: &AcquireTerms,
     mode: AcquireMode,
-    epoch: &EpochTerms<'_>,
+    epoch: &KnownEpoch<'_>,
 ) -> redis::RedisResult<AcquireReply> {
     let [lock, last_grant, queue, waiter_terms, token_counter] = lock_keys(keys, names);
     let [
@@ -309,24 +309,24 @@ pub(crate) async fn acquire(
 fn acquire_reply(reply: &ScriptReply, lease_ms: i64) -> redis::RedisResult<AcquireReply> {
     Ok(match reply.status() {
         acquired::ACQUIRED => AcquireReply::Acquired {
-            token: reply.count(0),
-            lease_left_ms: reply.figure_or(1, lease_ms),
+            token: reply.non_negative(0),
+            lease_left_ms: reply.value_or(1, lease_ms),
         },
         acquired::WAITING => AcquireReply::Waiting {
-            lease_left_ms: reply.figure(0),
-            server_ms: reply.count(1),
+            lease_left_ms: reply.value(0),
+            server_ms: reply.non_negative(1),
         },
         acquired::NOT_OWNER => AcquireReply::NotOwner,
         acquired::PERMITS_MISMATCH => AcquireReply::PermitsMismatch {
-            stored: reply.count(0),
+            stored: reply.non_negative(0),
         },
         epoch_checked::EPOCH_CHANGED => AcquireReply::EpochChanged {
-            epoch: reply.count(0),
-            longest_lease_ms: reply.count(1),
+            epoch: reply.non_negative(0),
+            longest_lease_ms: reply.non_negative(1),
         },
         epoch_checked::QUARANTINED => AcquireReply::Quarantined {
-            left_ms: reply.count(0),
-            server_ms: reply.count(1),
+            left_ms: reply.non_negative(0),
+            server_ms: reply.non_negative(1),
         },
         _ => return Err(reply.unknown()),
     })

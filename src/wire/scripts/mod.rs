@@ -8,13 +8,13 @@ mod release;
 mod reply;
 mod upkeep;
 
-pub(crate) use acquire::{AcquireMode, AcquireReply, EpochTerms, Terms, acquire};
+pub(crate) use acquire::{AcquireMode, AcquireReply, AcquireTerms, KnownEpoch, acquire};
 pub(crate) use release::{HandoffReply, ReleaseScope, force_unlock, handoff, release};
 pub(crate) use upkeep::{RenewReply, heartbeat, renew, waive_quarantine};
 
 use crate::keys::LockKeys;
-use crate::kind::LockKind;
-use crate::slots::Names;
+use crate::lock_kind::LockKind;
+use crate::scopes::ScopeKeys;
 
 /// The five keys of a lock that its scripts take first, in their order: the lock hash, the
 /// last token block granted from its queue, the queue, the waiters' terms, and the token
@@ -28,7 +28,7 @@ const LOCK_KEYS: [&str; 5] = [
 ];
 
 /// The values of [`LOCK_KEYS`] for the lock with `keys` in the scope of `names`.
-fn lock_keys<'a>(keys: &'a LockKeys, names: &'a Names) -> [&'a str; 5] {
+fn lock_keys<'a>(keys: &'a LockKeys, names: &'a ScopeKeys) -> [&'a str; 5] {
     [
         keys.hash(),
         keys.fence(),

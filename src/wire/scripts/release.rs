@@ -2,11 +2,11 @@
 //! exclusive (or fair) lock, a read-write lock and a semaphore.
 
 use crate::keys::LockKeys;
-use crate::kind::LockKind;
-use crate::slots::Names;
+use crate::lock_kind::LockKind;
+use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
 use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
-use crate::wire::scripts::acquire::Terms;
+use crate::wire::scripts::acquire::AcquireTerms;
 use crate::wire::scripts::reply::{ScriptReply, run};
 use crate::wire::scripts::{LOCK_KEYS, lock_keys, rw_role};
 
@@ -178,7 +178,7 @@ pub(crate) async fn release(
     conn: &mut Conn,
     keys: &LockKeys,
     kind: LockKind,
-    names: &Names,
+    names: &ScopeKeys,
     owner: &str,
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
@@ -221,7 +221,7 @@ pub(crate) async fn release(
         }
     };
     match reply.status() {
-        released::RELEASED => Ok(Some(reply.count(0))),
+        released::RELEASED => Ok(Some(reply.non_negative(0))),
         released::NOT_HELD => Ok(None),
         _ => Err(reply.unknown()),
     }
@@ -231,10 +231,10 @@ pub(crate) async fn release(
 pub(crate) async fn handoff(
     conn: &mut Conn,
     keys: &LockKeys,
-    names: &Names,
+    names: &ScopeKeys,
     owner: &str,
     next_owner: &str,
-    terms: &Terms,
+    terms: &AcquireTerms,
 ) -> redis::RedisResult<HandoffReply> {
     let cmd = HANDOFF.command(
         lock_keys(keys, names),
@@ -250,10 +250,10 @@ pub(crate) async fn handoff(
     let reply = run(&HANDOFF, conn, &cmd).await?;
     Ok(match reply.status() {
         handed_off::PASSED => HandoffReply::Passed {
-            server_ms: reply.count(0),
+            server_ms: reply.non_negative(0),
         },
         handed_off::KEPT => HandoffReply::Kept {
-            token: reply.count(0),
+            token: reply.non_negative(0),
         },
         released::NOT_HELD => HandoffReply::NotOwner,
         _ => return Err(reply.unknown()),
@@ -266,7 +266,7 @@ pub(crate) async fn force_unlock(
     conn: &mut Conn,
     keys: &LockKeys,
     kind: LockKind,
-    names: &Names,
+    names: &ScopeKeys,
 ) -> redis::RedisResult<bool> {
     let script = match kind {
         LockKind::Exclusive | LockKind::Fair => &FORCE_UNLOCK,

@@ -1,8 +1,8 @@
-//! What a script answered: a status, then figures.
+//! What a script answered: a status, then its values.
 
 use redis::{ErrorKind, RedisError, RedisResult};
 
-/// A script's reply: its status (one of its description's), then figures.
+/// A script's reply: its status (one of its description's), then its values.
 pub(crate) struct ScriptReply {
     script: &'static str,
     values: Vec<i64>,
@@ -18,24 +18,24 @@ impl ScriptReply {
         self.values.first().copied().unwrap_or(i64::MIN)
     }
 
-    /// The `n`-th figure after the status (0 when the reply has none there).
-    pub(crate) fn figure(&self, n: usize) -> i64 {
+    /// The `n`-th value after the status (0 when the reply has none there).
+    pub(crate) fn value(&self, n: usize) -> i64 {
         self.values.get(n + 1).copied().unwrap_or(0)
     }
 
-    /// The `n`-th figure after the status, or `default` when the reply has none there (a
+    /// The `n`-th value after the status, or `default` when the reply has none there (a
     /// short reply).
-    pub(crate) fn figure_or(&self, n: usize, default: i64) -> i64 {
+    pub(crate) fn value_or(&self, n: usize, default: i64) -> i64 {
         self.values.get(n + 1).copied().unwrap_or(default)
     }
 
-    /// [`Self::figure`], where a negative figure means none: 0.
-    pub(crate) fn count(&self, n: usize) -> u64 {
-        u64::try_from(self.figure(n)).unwrap_or(0)
+    /// [`Self::value`], where a negative value means none: 0.
+    pub(crate) fn non_negative(&self, n: usize) -> u64 {
+        u64::try_from(self.value(n)).unwrap_or(0)
     }
 
-    /// The figures after the status.
-    pub(crate) fn figures(&self) -> &[i64] {
+    /// The values after the status.
+    pub(crate) fn after_status(&self) -> &[i64] {
         self.values.get(1..).unwrap_or(&[])
     }
 
@@ -84,15 +84,15 @@ mod tests {
     #[test]
     fn a_short_reply_stands_for_its_status_and_one_figure_and_a_table_is_read_whole() {
         let short = ScriptReply::read("a.lua", Value::Int(42), Some(1)).expect("read");
-        assert_eq!((short.status(), short.figures()), (1, &[42][..]));
-        assert_eq!(short.figure_or(1, 30_000), 30_000);
+        assert_eq!((short.status(), short.after_status()), (1, &[42][..]));
+        assert_eq!(short.value_or(1, 30_000), 30_000);
         let table = Value::Array(vec![Value::Int(0), Value::Int(-2), Value::Int(7)]);
         let whole = ScriptReply::read("a.lua", table, Some(1)).expect("read");
         assert_eq!(
-            (whole.status(), whole.figure(0), whole.count(0)),
+            (whole.status(), whole.value(0), whole.non_negative(0)),
             (0, -2, 0)
         );
-        assert_eq!(whole.figure_or(1, 30_000), 7);
+        assert_eq!(whole.value_or(1, 30_000), 7);
         assert!(ScriptReply::read("a.lua", Value::Int(42), None).is_err());
     }
 }

@@ -4,7 +4,7 @@
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
 use crate::wire::script::{Arg, Each, ScriptSpec, reply_statuses};
-use crate::wire::scripts::acquire::{EpochTerms, epoch_checked};
+use crate::wire::scripts::acquire::{KnownEpoch, epoch_checked};
 use crate::wire::scripts::reply::{ScriptReply, run};
 
 reply_statuses! {
@@ -97,7 +97,7 @@ pub(crate) async fn renew(
     conn: &mut Conn,
     locks: &[(&LockKeys, &str)],
     lease_ms: u64,
-    epoch: &EpochTerms<'_>,
+    epoch: &KnownEpoch<'_>,
 ) -> redis::RedisResult<RenewReply> {
     let items: Vec<_> = locks
         .iter()
@@ -114,7 +114,7 @@ pub(crate) async fn renew(
     Ok(match reply.status() {
         renewed::RENEWED => RenewReply::Renewed(
             reply
-                .figures()
+                .after_status()
                 .iter()
                 .map(|held| match *held {
                     renewed::HELD => Ok(true),
@@ -124,8 +124,8 @@ pub(crate) async fn renew(
                 .collect::<redis::RedisResult<_>>()?,
         ),
         epoch_checked::EPOCH_CHANGED => RenewReply::EpochChanged {
-            epoch: reply.count(0),
-            longest_lease_ms: reply.count(1),
+            epoch: reply.non_negative(0),
+            longest_lease_ms: reply.non_negative(1),
         },
         _ => return Err(reply.unknown()),
     })

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::engine::deadlines::Watched;
 use crate::engine::local::LocalTurn;
-use crate::keys::shown;
+use crate::keys::display_name;
 use crate::lease::LostReason;
 use crate::meter;
 
@@ -101,7 +101,7 @@ impl<B> LeaseState<B> {
         if fired {
             meter::lost(reason);
             tracing::warn!(
-                lock = %shown(lock),
+                lock = %display_name(lock),
                 reason = meter::lost_label(reason),
                 "lock lease lost"
             );

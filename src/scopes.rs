@@ -69,22 +69,22 @@ fn slot_tag(slot: u16) -> &'static str {
 #[derive(Debug)]
 pub(crate) enum Placement {
     /// One Redis server: one of each for every lock.
-    Single(Arc<Names>),
+    Single(Arc<ScopeKeys>),
     /// A cluster: one of each per slot, named when first used.
     Cluster {
         prefix: String,
-        names: Box<[OnceLock<Arc<Names>>]>,
+        names: Box<[OnceLock<Arc<ScopeKeys>>]>,
     },
 }
 
 /// The epoch key, the token counter and the wake channel prefix (the instance id follows it)
 /// of a scope.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Names {
+pub(crate) struct ScopeKeys {
     /// The scope: the slot on a cluster, 0 on one server.
     pub(crate) scope: u16,
     pub(crate) epoch_key: String,
-    /// The counter every fencing token of the scope is taken from (see `lua/tokens.lua`).
+    /// The counter every fencing token of the scope is taken from (see `lua/lib/tokens.lua`).
     pub(crate) tokens_key: String,
     pub(crate) wake_prefix: String,
 }
@@ -92,7 +92,7 @@ pub(crate) struct Names {
 impl Placement {
     /// The placement of a single server's locks under `prefix`.
     pub(crate) fn single(prefix: &str) -> Self {
-        Self::Single(Arc::new(Names {
+        Self::Single(Arc::new(ScopeKeys {
             scope: 0,
             epoch_key: format!("{prefix}epoch"),
             tokens_key: format!("{prefix}tokens"),
@@ -117,13 +117,13 @@ impl Placement {
     }
 
     /// The names of `scope`.
-    pub(crate) fn names(&self, scope: u16) -> &Arc<Names> {
+    pub(crate) fn names(&self, scope: u16) -> &Arc<ScopeKeys> {
         match self {
             Self::Single(names) => names,
             Self::Cluster { prefix, names } => {
                 names[usize::from(scope % SLOTS)].get_or_init(|| {
                     let tag = slot_tag(scope);
-                    Arc::new(Names {
+                    Arc::new(ScopeKeys {
                         scope,
                         epoch_key: format!("{prefix}epoch:{{{tag}}}"),
                         tokens_key: format!("{prefix}tokens:{{{tag}}}"),
@@ -135,7 +135,7 @@ impl Placement {
     }
 
     /// The names of the lock with `keys`.
-    pub(crate) fn of(&self, keys: &LockKeys) -> &Arc<Names> {
+    pub(crate) fn of(&self, keys: &LockKeys) -> &Arc<ScopeKeys> {
         self.names(self.scope_of(keys))
     }
 
