@@ -283,6 +283,32 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
     }
 }
 
+/// `first` and then `more`, as one array of the length the two add up to (checked when it
+/// compiles): the keys or arguments a script takes after those every script of its family
+/// takes.
+pub(crate) const fn joined<const N: usize, const M: usize, const R: usize>(
+    first: [&'static str; N],
+    more: [&'static str; M],
+) -> [&'static str; R] {
+    const { assert!(N + M == R, "the joined length is the sum of both") };
+    let mut out = [""; R];
+    let mut at = 0;
+    while at < R {
+        out[at] = if at < N { first[at] } else { more[at - N] };
+        at += 1;
+    }
+    out
+}
+
+/// [`joined`] for the values a command is built from.
+pub(crate) fn joined_values<T: Copy, const N: usize, const M: usize, const R: usize>(
+    first: [T; N],
+    more: [T; M],
+) -> [T; R] {
+    const { assert!(N + M == R, "the joined length is the sum of both") };
+    std::array::from_fn(|at| if at < N { first[at] } else { more[at - N] })
+}
+
 /// The code of the library `name`.
 pub(crate) fn library(name: &str) -> &'static str {
     LIBRARIES

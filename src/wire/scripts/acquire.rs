@@ -7,7 +7,7 @@ use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
 use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
+use crate::wire::script::{Arg, ScriptSpec, joined, joined_values, reply_statuses};
 use crate::wire::scripts::reply::{ScriptReply, run};
 use crate::wire::scripts::{LOCK_KEYS, lock_keys, rw_role};
 
@@ -35,39 +35,26 @@ reply_statuses! {
     }
 }
 
-/// The arguments every acquisition takes, in their order after the kind's keys.
-macro_rules! acquire_args {
-    ($($more:literal),*) => {
-        [
-            "WAKE_PREFIX",
-            "OWNER",
-            "LEASE_MS",
-            "MODE",
-            "TOKEN_BLOCK",
-            "KNOWN_LONGEST_LEASE_MS",
-            "ALIVE_MS",
-            "KNOWN_EPOCH",
-            "QUARANTINE_MS",
-            $($more),*
-        ]
-    };
-}
+/// The arguments every acquisition takes, in their order.
+const ACQUIRE_ARGS: [&str; 9] = [
+    "WAKE_PREFIX",
+    "OWNER",
+    "LEASE_MS",
+    "MODE",
+    "TOKEN_BLOCK",
+    "KNOWN_LONGEST_LEASE_MS",
+    "ALIVE_MS",
+    "KNOWN_EPOCH",
+    "QUARANTINE_MS",
+];
 
 const ACQUIRE_STATUSES: &[&[(&str, i64)]] = &[acquired::ALL, epoch_checked::ALL];
 
 static ACQUIRE: ScriptSpec<7, 10> = ScriptSpec::new(
     "acquire.lua",
     include_str!("../lua/acquire.lua"),
-    [
-        LOCK_KEYS[0],
-        LOCK_KEYS[1],
-        LOCK_KEYS[2],
-        LOCK_KEYS[3],
-        LOCK_KEYS[4],
-        "EPOCH",
-        "EPOCH_MARKER",
-    ],
-    acquire_args!("LEASE_WITHIN_KNOWN"),
+    joined(LOCK_KEYS, ["EPOCH", "EPOCH_MARKER"]),
+    joined(ACQUIRE_ARGS, ["LEASE_WITHIN_KNOWN"]),
     ACQUIRE_STATUSES,
 )
 .with_short_reply(acquired::ACQUIRED);
@@ -75,32 +62,16 @@ static ACQUIRE: ScriptSpec<7, 10> = ScriptSpec::new(
 static RW_ACQUIRE: ScriptSpec<7, 10> = ScriptSpec::new(
     "rw_acquire.lua",
     include_str!("../lua/rw_acquire.lua"),
-    [
-        LOCK_KEYS[0],
-        LOCK_KEYS[1],
-        LOCK_KEYS[2],
-        LOCK_KEYS[3],
-        LOCK_KEYS[4],
-        "EPOCH",
-        "READERS",
-    ],
-    acquire_args!("ROLE"),
+    joined(LOCK_KEYS, ["EPOCH", "READERS"]),
+    joined(ACQUIRE_ARGS, ["ROLE"]),
     ACQUIRE_STATUSES,
 );
 
 static SEM_ACQUIRE: ScriptSpec<7, 11> = ScriptSpec::new(
     "sem_acquire.lua",
     include_str!("../lua/sem_acquire.lua"),
-    [
-        LOCK_KEYS[0],
-        LOCK_KEYS[1],
-        LOCK_KEYS[2],
-        LOCK_KEYS[3],
-        LOCK_KEYS[4],
-        "EPOCH",
-        "HOLDERS",
-    ],
-    acquire_args!("PERMITS", "TAKE"),
+    joined(LOCK_KEYS, ["EPOCH", "HOLDERS"]),
+    joined(ACQUIRE_ARGS, ["PERMITS", "TAKE"]),
     ACQUIRE_STATUSES,
 );
 
@@ -196,18 +167,8 @@ pub(crate) async fn acquire(
     mode: AcquireMode,
     epoch: &KnownEpoch<'_>,
 ) -> redis::RedisResult<AcquireReply> {
-    let [lock, last_grant, queue, waiter_terms, token_counter] = lock_keys(keys, names);
-    let [
-        wake_prefix,
-        owner,
-        lease,
-        mode,
-        block,
-        known_lease,
-        alive,
-        known_epoch,
-        quarantine,
-    ] = [
+    let lock_keys = lock_keys(keys, names);
+    let args = [
         Arg::Text(&names.wake_prefix),
         Arg::Text(owner),
         Arg::Number(terms.lease_ms),
@@ -220,85 +181,23 @@ pub(crate) async fn acquire(
     ];
     let reply = match terms.kind {
         LockKind::Exclusive | LockKind::Fair => {
-            let keys = [
-                lock,
-                last_grant,
-                queue,
-                waiter_terms,
-                token_counter,
-                epoch.key,
-                &epoch.marker,
-            ];
-            let args = [
-                wake_prefix,
-                owner,
-                lease,
-                mode,
-                block,
-                known_lease,
-                alive,
-                known_epoch,
-                quarantine,
-                Arg::Text(if epoch.known_lease_ms >= terms.lease_ms {
-                    "yes"
-                } else {
-                    "no"
-                }),
-            ];
-            run(&ACQUIRE, conn, &ACQUIRE.command(keys, args)).await?
+            let keys = joined_values(lock_keys, [epoch.key, &epoch.marker]);
+            let within = epoch.known_lease_ms >= terms.lease_ms;
+            let within = Arg::Text(if within { "yes" } else { "no" });
+            let cmd = ACQUIRE.command(keys, joined_values(args, [within]));
+            run(&ACQUIRE, conn, &cmd).await?
         }
         LockKind::Read | LockKind::Write => {
-            let readers = keys.readers();
-            let keys = [
-                lock,
-                last_grant,
-                queue,
-                waiter_terms,
-                token_counter,
-                epoch.key,
-                readers,
-            ];
+            let keys = joined_values(lock_keys, [epoch.key, keys.readers()]);
             let role = Arg::Text(rw_role(terms.kind));
-            let args = [
-                wake_prefix,
-                owner,
-                lease,
-                mode,
-                block,
-                known_lease,
-                alive,
-                known_epoch,
-                quarantine,
-                role,
-            ];
-            run(&RW_ACQUIRE, conn, &RW_ACQUIRE.command(keys, args)).await?
+            let cmd = RW_ACQUIRE.command(keys, joined_values(args, [role]));
+            run(&RW_ACQUIRE, conn, &cmd).await?
         }
         LockKind::Semaphore { permits, take } => {
-            let holders = keys.readers();
-            let keys = [
-                lock,
-                last_grant,
-                queue,
-                waiter_terms,
-                token_counter,
-                epoch.key,
-                holders,
-            ];
-            let (permits, take) = (Arg::Number(permits.into()), Arg::Number(take.into()));
-            let args = [
-                wake_prefix,
-                owner,
-                lease,
-                mode,
-                block,
-                known_lease,
-                alive,
-                known_epoch,
-                quarantine,
-                permits,
-                take,
-            ];
-            run(&SEM_ACQUIRE, conn, &SEM_ACQUIRE.command(keys, args)).await?
+            let keys = joined_values(lock_keys, [epoch.key, keys.readers()]);
+            let counts = [Arg::Number(permits.into()), Arg::Number(take.into())];
+            let cmd = SEM_ACQUIRE.command(keys, joined_values(args, counts));
+            run(&SEM_ACQUIRE, conn, &cmd).await?
         }
     };
     let lease_ms = i64::try_from(terms.lease_ms).unwrap_or(i64::MAX);

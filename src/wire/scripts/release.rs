@@ -5,7 +5,7 @@ use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
 use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
+use crate::wire::script::{Arg, ScriptSpec, joined, joined_values, reply_statuses};
 use crate::wire::scripts::acquire::AcquireTerms;
 use crate::wire::scripts::reply::{ScriptReply, run};
 use crate::wire::scripts::{LOCK_KEYS, lock_keys, rw_role};
@@ -67,14 +67,7 @@ static HANDOFF: ScriptSpec<5, 6> = ScriptSpec::new(
 static RW_RELEASE: ScriptSpec<6, 4> = ScriptSpec::new(
     "rw_release.lua",
     include_str!("../lua/rw_release.lua"),
-    [
-        LOCK_KEYS[0],
-        LOCK_KEYS[1],
-        LOCK_KEYS[2],
-        LOCK_KEYS[3],
-        LOCK_KEYS[4],
-        "READERS",
-    ],
+    joined(LOCK_KEYS, ["READERS"]),
     ["WAKE_PREFIX", "OWNER", "SCOPE", "ROLE"],
     &[released::ALL],
 );
@@ -82,14 +75,7 @@ static RW_RELEASE: ScriptSpec<6, 4> = ScriptSpec::new(
 static SEM_RELEASE: ScriptSpec<6, 3> = ScriptSpec::new(
     "sem_release.lua",
     include_str!("../lua/sem_release.lua"),
-    [
-        LOCK_KEYS[0],
-        LOCK_KEYS[1],
-        LOCK_KEYS[2],
-        LOCK_KEYS[3],
-        LOCK_KEYS[4],
-        "HOLDERS",
-    ],
+    joined(LOCK_KEYS, ["HOLDERS"]),
     ["WAKE_PREFIX", "OWNER", "SCOPE"],
     &[released::ALL],
 );
@@ -97,14 +83,7 @@ static SEM_RELEASE: ScriptSpec<6, 3> = ScriptSpec::new(
 static FORCE_UNLOCK: ScriptSpec<6, 1> = ScriptSpec::new(
     "force_unlock.lua",
     include_str!("../lua/force_unlock.lua"),
-    [
-        LOCK_KEYS[0],
-        LOCK_KEYS[1],
-        LOCK_KEYS[2],
-        LOCK_KEYS[3],
-        LOCK_KEYS[4],
-        "READERS",
-    ],
+    joined(LOCK_KEYS, ["READERS"]),
     ["WAKE_PREFIX"],
     &[unlocked::ALL],
 );
@@ -112,14 +91,7 @@ static FORCE_UNLOCK: ScriptSpec<6, 1> = ScriptSpec::new(
 static RW_FORCE_UNLOCK: ScriptSpec<6, 1> = ScriptSpec::new(
     "rw_force_unlock.lua",
     include_str!("../lua/rw_force_unlock.lua"),
-    [
-        LOCK_KEYS[0],
-        LOCK_KEYS[1],
-        LOCK_KEYS[2],
-        LOCK_KEYS[3],
-        LOCK_KEYS[4],
-        "READERS",
-    ],
+    joined(LOCK_KEYS, ["READERS"]),
     ["WAKE_PREFIX"],
     &[unlocked::ALL],
 );
@@ -127,14 +99,7 @@ static RW_FORCE_UNLOCK: ScriptSpec<6, 1> = ScriptSpec::new(
 static SEM_FORCE_UNLOCK: ScriptSpec<6, 1> = ScriptSpec::new(
     "sem_force_unlock.lua",
     include_str!("../lua/sem_force_unlock.lua"),
-    [
-        LOCK_KEYS[0],
-        LOCK_KEYS[1],
-        LOCK_KEYS[2],
-        LOCK_KEYS[3],
-        LOCK_KEYS[4],
-        "HOLDERS",
-    ],
+    joined(LOCK_KEYS, ["HOLDERS"]),
     ["WAKE_PREFIX"],
     &[unlocked::ALL],
 );
@@ -182,42 +147,25 @@ pub(crate) async fn release(
     owner: &str,
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
-    let [lock, last_grant, queue, waiter_terms, token_counter] = lock_keys(keys, names);
+    let lock_keys = lock_keys(keys, names);
     let scope = Arg::Text(match scope {
         ReleaseScope::One => "one",
         ReleaseScope::All => "all",
     });
-    let (wake_prefix, owner) = (Arg::Text(&names.wake_prefix), Arg::Text(owner));
+    let args = [Arg::Text(&names.wake_prefix), Arg::Text(owner), scope];
     let reply = match kind {
         LockKind::Exclusive | LockKind::Fair => {
-            let keys = [lock, last_grant, queue, waiter_terms, token_counter];
-            let cmd = RELEASE.command(keys, [wake_prefix, owner, scope]);
-            run(&RELEASE, conn, &cmd).await?
+            run(&RELEASE, conn, &RELEASE.command(lock_keys, args)).await?
         }
         LockKind::Read | LockKind::Write => {
-            let keys = [
-                lock,
-                last_grant,
-                queue,
-                waiter_terms,
-                token_counter,
-                keys.readers(),
-            ];
+            let keys = joined_values(lock_keys, [keys.readers()]);
             let role = Arg::Text(rw_role(kind));
-            let cmd = RW_RELEASE.command(keys, [wake_prefix, owner, scope, role]);
+            let cmd = RW_RELEASE.command(keys, joined_values(args, [role]));
             run(&RW_RELEASE, conn, &cmd).await?
         }
         LockKind::Semaphore { .. } => {
-            let keys = [
-                lock,
-                last_grant,
-                queue,
-                waiter_terms,
-                token_counter,
-                keys.readers(),
-            ];
-            let cmd = SEM_RELEASE.command(keys, [wake_prefix, owner, scope]);
-            run(&SEM_RELEASE, conn, &cmd).await?
+            let keys = joined_values(lock_keys, [keys.readers()]);
+            run(&SEM_RELEASE, conn, &SEM_RELEASE.command(keys, args)).await?
         }
     };
     match reply.status() {
@@ -273,15 +221,7 @@ pub(crate) async fn force_unlock(
         LockKind::Read | LockKind::Write => &RW_FORCE_UNLOCK,
         LockKind::Semaphore { .. } => &SEM_FORCE_UNLOCK,
     };
-    let [lock, last_grant, queue, waiter_terms, token_counter] = lock_keys(keys, names);
-    let keys = [
-        lock,
-        last_grant,
-        queue,
-        waiter_terms,
-        token_counter,
-        keys.readers(),
-    ];
+    let keys = joined_values(lock_keys(keys, names), [keys.readers()]);
     let cmd = script.command(keys, [Arg::Text(&names.wake_prefix)]);
     let reply: ScriptReply = run(script, conn, &cmd).await?;
     match reply.status() {
