@@ -32,12 +32,14 @@ end
 -- migrating slot are looked at one EXISTS each: the importing node refuses a command on
 -- several keys it lacks.
 local lock_and_queue
-if KEYS_MOVED then
+if not taking then
+  lock_and_queue = nil
+elseif KEYS_MOVED then
   lock_and_queue = redis.call('exists', LOCK) + redis.call('exists', QUEUE)
 else
   lock_and_queue = redis.call('exists', LOCK, QUEUE)
 end
-if taking and lock_and_queue == 0 then
+if lock_and_queue == 0 then
   if role == 'read' then
     return {ACQUIRED, rw_add_reader(owner, now_ms(), lease, block), lease}
   end
