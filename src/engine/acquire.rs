@@ -118,9 +118,7 @@ impl LockRequest {
         match (baton, patience) {
             (PassedOn::Held(carried), _) => match carried.pick_up(watchdog) {
                 Some((acquisition, token, budget)) => {
-                    if let Some(turn) = turn.take() {
-                        acquisition.lease.put_turn(turn);
-                    }
+                    let turn_of = turn.take().map(|turn| acquisition.lease.put_turn(turn));
                     tracing::debug!(
                         lock = %display_name(&self.name),
                         token,
@@ -128,7 +126,7 @@ impl LockRequest {
                         "lock handed over locally"
                     );
                     let local = Some(HandOverPath::Local);
-                    PickedUp::Lock(TaskHold::new(acquisition, token, budget, local))
+                    PickedUp::Lock(TaskHold::new(acquisition, token, budget, local, turn_of))
                 }
                 // Lost, or not for this lease mode: released in the background.
                 None => PickedUp::Place(None),
@@ -199,7 +197,7 @@ impl LockRequest {
             lease_mode: self.lease,
             holds,
         };
-        TaskHold::new(Arc::new(acquisition), token, budget, handed_over)
+        TaskHold::new(Arc::new(acquisition), token, budget, handed_over, Some(0))
     }
 }
 

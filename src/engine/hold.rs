@@ -15,7 +15,7 @@
 //! - Only watchdog-mode leases are handed over: a fixed lease belongs to one holder.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -174,6 +174,15 @@ impl OwnerHolds {
     }
 }
 
+/// The watchdog renews a lease for as long as its Redis hold lives: until the last local
+/// holder it was handed to ends, or the hold on its way to one is dropped. A release on
+/// purpose takes it out of the watchdog earlier, so it is not reported lost.
+impl Drop for RedisHold {
+    fn drop(&mut self) {
+        self.shared.watchdog.unregister(self.watchdog_id);
+    }
+}
+
 impl RedisHold {
     /// Whether the watchdog renews this acquisition's lease.
     pub(crate) fn renewed(&self) -> bool {
@@ -248,8 +257,9 @@ pub(crate) struct TaskHold {
     pub(crate) holds: AtomicUsize,
     /// Re-entries on their way to Redis; the lock is not handed over meanwhile.
     pub(crate) reentering: AtomicUsize,
-    /// The acquisition went on to the next local task with its watchdog registration.
-    pub(crate) passed_on: AtomicBool,
+    /// Its number among the lease's local holders, by which it gives up its own turn on the
+    /// key when it ends (`None`: it was given no turn).
+    turn_of: Option<u64>,
     /// How this holder got the lock from the holder before it, if it was handed over.
     pub(crate) handed_over: Option<HandOverPath>,
     /// Counts this hold as held until it ends.
@@ -258,12 +268,14 @@ pub(crate) struct TaskHold {
 
 impl TaskHold {
     /// A holder of `acquisition` with its first `token`; `handed_over` says how it got the
-    /// lock when a holder before it gave it (`None`: taken from Redis as it found it).
+    /// lock when a holder before it gave it (`None`: taken from Redis as it found it), and
+    /// `turn_of` its number among the lease's local holders (see `LeaseState::put_turn`).
     pub(crate) fn new(
         acquisition: Arc<RedisHold>,
         token: u64,
         budget: Budget,
         handed_over: Option<HandOverPath>,
+        turn_of: Option<u64>,
     ) -> Self {
         if let Some(path) = handed_over {
             meter::handed_over(path);
@@ -273,7 +285,7 @@ impl TaskHold {
             budget,
             holds: AtomicUsize::new(1),
             reentering: AtomicUsize::new(0),
-            passed_on: AtomicBool::new(false),
+            turn_of,
             handed_over,
             _meter: HoldMeter::start(acquisition.terms.kind),
             acquisition,
@@ -281,17 +293,13 @@ impl TaskHold {
     }
 }
 
+/// A holder that ends gives up its own turn on the key; a turn it handed on with the lock is
+/// the next holder's, and stays.
 impl Drop for TaskHold {
     fn drop(&mut self) {
-        if self.passed_on.load(Ordering::SeqCst) {
-            return;
+        if let Some(holder) = self.turn_of {
+            self.acquisition.lease.give_up_turn_of(holder);
         }
-        let acquisition = &self.acquisition;
-        acquisition
-            .shared
-            .watchdog
-            .unregister(acquisition.watchdog_id);
-        acquisition.lease.give_up_turn();
     }
 }
 

@@ -26,7 +26,16 @@ pub(crate) struct LeaseState<B> {
     /// of this client overtakes the release; given up as soon as the lease is lost, so this
     /// client's other tasks compete for the lock again instead of queueing behind a guard
     /// that no longer holds it.
-    turn: Mutex<Option<LocalTurn<B>>>,
+    turn: Mutex<HoldersTurn<B>>,
+}
+
+/// The current holder's turn on the key, and which of the lease's local holders it belongs
+/// to (0 for the first, one more for each the lock was handed to): a holder that ends gives
+/// up its own turn only, never the turn of the holder it handed the lock to.
+#[derive(Debug)]
+struct HoldersTurn<B> {
+    holder: u64,
+    turn: Option<LocalTurn<B>>,
 }
 
 impl<B> LeaseState<B> {
@@ -36,7 +45,7 @@ impl<B> LeaseState<B> {
         Self {
             lost: watch::Sender::new(None),
             deadline: AtomicU64::new(nanos_since_base(deadline)),
-            turn: Mutex::new(turn),
+            turn: Mutex::new(HoldersTurn { holder: 0, turn }),
         }
     }
 
@@ -58,7 +67,20 @@ impl<B> LeaseState<B> {
 
     /// Gives up the holder's turn on the key: the next local task may go on.
     pub(crate) fn give_up_turn(&self) {
-        let turn = self.turn.lock().expect("local turn").take();
+        let turn = self.turn.lock().expect("local turn").turn.take();
+        drop(turn);
+    }
+
+    /// Gives up the turn of the local holder numbered `holder`, if the turn is still its
+    /// own (see [`LeaseState::put_turn`]).
+    pub(crate) fn give_up_turn_of(&self, holder: u64) {
+        let mut current = self.turn.lock().expect("local turn");
+        let turn = if current.holder == holder {
+            current.turn.take()
+        } else {
+            None
+        };
+        drop(current);
         drop(turn);
     }
 
@@ -67,9 +89,9 @@ impl<B> LeaseState<B> {
         &self,
         wanted: impl FnOnce(&LocalTurn<B>) -> bool,
     ) -> Option<LocalTurn<B>> {
-        let mut turn = self.turn.lock().expect("local turn");
-        if turn.as_ref().is_some_and(wanted) {
-            turn.take()
+        let mut current = self.turn.lock().expect("local turn");
+        if current.turn.as_ref().is_some_and(wanted) {
+            current.turn.take()
         } else {
             None
         }
@@ -77,16 +99,23 @@ impl<B> LeaseState<B> {
 
     /// Whether other tasks of this client wait for the key this lease's holder has.
     pub(crate) fn turn_has_others_waiting(&self) -> bool {
-        let turn = self.turn.lock().expect("local turn");
-        turn.as_ref().is_some_and(LocalTurn::others_waiting)
+        let current = self.turn.lock().expect("local turn");
+        current.turn.as_ref().is_some_and(LocalTurn::others_waiting)
     }
 
-    /// Gives the turn of a local successor to this lease.
-    pub(crate) fn put_turn(&self, turn: LocalTurn<B>) {
-        *self.turn.lock().expect("local turn") = Some(turn);
+    /// Gives the turn of a local successor to this lease; returns the successor's number,
+    /// by which it gives up its own turn when it ends.
+    pub(crate) fn put_turn(&self, turn: LocalTurn<B>) -> u64 {
+        let holder = {
+            let mut current = self.turn.lock().expect("local turn");
+            current.holder += 1;
+            current.turn = Some(turn);
+            current.holder
+        };
         if self.is_lost() {
             self.give_up_turn();
         }
+        holder
     }
 
     /// Fires the lost signal once.

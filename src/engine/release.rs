@@ -114,7 +114,6 @@ fn try_carry(holder: &TaskHold) -> bool {
     let Some(mut turn) = acquisition.lease.take_turn_if(|turn| turn.others_waiting()) else {
         return false;
     };
-    holder.passed_on.store(true, Ordering::SeqCst);
     *turn.baton() = PassedOn::Held(PassingHold::new(acquisition.clone(), holder.budget));
     true
 }
@@ -269,7 +268,6 @@ fn keep_for_next_task(holder: &TaskHold, token: u64, sent_at: Instant) {
     let window = shared.config.local_handoff_window;
     let budget = Budget::reserved(token, acquisition.terms.block, window);
     let carried = PassingHold::new(acquisition.clone(), budget);
-    holder.passed_on.store(true, Ordering::SeqCst);
     match acquisition.lease.take_turn_if(|_| true) {
         Some(mut turn) => *turn.baton() = PassedOn::Held(carried),
         // Reported lost meanwhile: the carried hold is dropped, which releases it.
