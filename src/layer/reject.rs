@@ -37,12 +37,28 @@ pub enum RejectionKind {
     /// another count than this layer's: two instances are configured differently. The
     /// request did not run; a retry cannot help until the configurations agree.
     PermitsMismatch,
+    /// The request body was longer than the bound of the layer that reads it (keys taken
+    /// from the body, or an idempotent request's fingerprint).
+    BodyTooLarge,
+    /// An idempotency key was missing where the policy asks for one, or malformed.
+    InvalidIdempotencyKey,
+    /// An idempotency key came back with another request (method, path or body) than the
+    /// one it was first used for.
+    IdempotencyKeyReused,
+    /// The first request with this idempotency key was still running when the wait bound
+    /// passed.
+    IdempotencyInProgress,
+    /// The first request with this idempotency key ran, but its response was not stored
+    /// (longer than the store's bound), so it can be neither replayed nor run again.
+    ResponseNotStored,
 }
 
 impl RejectionKind {
     /// A short name, for logs, metrics and the `kind` member of a problem+json answer:
     /// `timeout`, `redis_unavailable`, `lease_lost`, `missing_key`, `invalid_key`,
-    /// `too_many_keys`, `shut_down`, `restart_quarantine` or `permits_mismatch`.
+    /// `too_many_keys`, `shut_down`, `restart_quarantine`, `permits_mismatch`,
+    /// `body_too_large`, `invalid_idempotency_key`, `idempotency_key_reused`,
+    /// `idempotency_in_progress` or `response_not_stored`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Timeout => "timeout",
@@ -54,6 +70,11 @@ impl RejectionKind {
             Self::ShutDown => "shut_down",
             Self::RestartQuarantine => "restart_quarantine",
             Self::PermitsMismatch => "permits_mismatch",
+            Self::BodyTooLarge => "body_too_large",
+            Self::InvalidIdempotencyKey => "invalid_idempotency_key",
+            Self::IdempotencyKeyReused => "idempotency_key_reused",
+            Self::IdempotencyInProgress => "idempotency_in_progress",
+            Self::ResponseNotStored => "response_not_stored",
         }
     }
 }
@@ -168,6 +189,19 @@ impl Rejection {
             RejectionKind::PermitsMismatch => {
                 format!("concurrency limit configured differently across instances{keys}")
             }
+            RejectionKind::BodyTooLarge => format!("request body too large: {}", self.detail),
+            RejectionKind::InvalidIdempotencyKey => {
+                format!("invalid idempotency key: {}", self.detail)
+            }
+            RejectionKind::IdempotencyKeyReused => {
+                "idempotency key reused with a different request (method, path or body)".into()
+            }
+            RejectionKind::IdempotencyInProgress => {
+                "a request with this idempotency key is still being processed; retry later".into()
+            }
+            RejectionKind::ResponseNotStored => "the request with this idempotency key ran, \
+                 but its response was too large to store; it will not run again"
+                .into(),
         }
     }
 
@@ -178,30 +212,40 @@ impl Rejection {
             | RejectionKind::RedisUnavailable
             | RejectionKind::LeaseLost
             | RejectionKind::ShutDown
-            | RejectionKind::RestartQuarantine => Some(self.retry_after),
+            | RejectionKind::RestartQuarantine
+            | RejectionKind::IdempotencyInProgress => Some(self.retry_after),
             _ => None,
         }
     }
 
     /// The HTTP status of the default answer: 503 for what a retry may cure, 400 for bad
-    /// keys, 500 for instances that disagree on a limit (the server's fault, not the client's).
+    /// keys, 500 for instances that disagree on a limit and for a response too large to
+    /// store (the server's fault, not the client's), 413 for a body over the bound, and as
+    /// the idempotency draft asks, 422 for a reused idempotency key and 409 (with
+    /// `Retry-After`) while its first request runs.
     pub fn http_status(&self) -> StatusCode {
-        match self.retry_after() {
-            Some(_) => StatusCode::SERVICE_UNAVAILABLE,
-            None if self.kind == RejectionKind::PermitsMismatch => {
+        match self.kind {
+            RejectionKind::PermitsMismatch | RejectionKind::ResponseNotStored => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
-            None => StatusCode::BAD_REQUEST,
+            RejectionKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            RejectionKind::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            RejectionKind::IdempotencyInProgress => StatusCode::CONFLICT,
+            _ if self.retry_after().is_some() => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::BAD_REQUEST,
         }
     }
 
     /// The gRPC status code of the default answer: `UNAVAILABLE` (14), `ABORTED` (10) for a
-    /// lost lease, `INVALID_ARGUMENT` (3) for bad keys, `INTERNAL` (13) for instances that
-    /// disagree on a limit.
+    /// lost lease and for an idempotent request still running, `INVALID_ARGUMENT` (3) for
+    /// bad keys and a reused idempotency key, `RESOURCE_EXHAUSTED` (8) for a body over the
+    /// bound, `INTERNAL` (13) for instances that disagree on a limit and a response not
+    /// stored.
     pub fn grpc_code(&self) -> u16 {
         match self.kind {
-            RejectionKind::LeaseLost => 10,
-            RejectionKind::PermitsMismatch => 13,
+            RejectionKind::LeaseLost | RejectionKind::IdempotencyInProgress => 10,
+            RejectionKind::PermitsMismatch | RejectionKind::ResponseNotStored => 13,
+            RejectionKind::BodyTooLarge => 8,
             _ if self.retry_after().is_some() => 14,
             _ => 3,
         }
@@ -469,5 +513,36 @@ mod tests {
         let grpc: Response<String> =
             rejection(RejectionKind::PermitsMismatch, true).default_response();
         assert_eq!(grpc.headers()["grpc-status"], "13");
+    }
+
+    #[test]
+    fn body_and_idempotency_answers_use_the_statuses_the_drafts_name() {
+        let answer = |kind| -> Response<String> { rejection(kind, false).default_response() };
+        assert_eq!(
+            answer(RejectionKind::BodyTooLarge).status(),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        let reused = answer(RejectionKind::IdempotencyKeyReused);
+        assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(reused.headers().get(RETRY_AFTER).is_none());
+        let running = answer(RejectionKind::IdempotencyInProgress);
+        assert_eq!(running.status(), StatusCode::CONFLICT);
+        assert_eq!(running.headers()[RETRY_AFTER], "2");
+        let not_stored = answer(RejectionKind::ResponseNotStored);
+        assert_eq!(not_stored.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(not_stored.headers().get(RETRY_AFTER).is_none());
+        assert_eq!(
+            answer(RejectionKind::InvalidIdempotencyKey).status(),
+            StatusCode::BAD_REQUEST
+        );
+        let grpc = |kind| -> Response<String> { rejection(kind, true).default_response() };
+        assert_eq!(
+            grpc(RejectionKind::BodyTooLarge).headers()["grpc-status"],
+            "8"
+        );
+        assert_eq!(
+            grpc(RejectionKind::IdempotencyInProgress).headers()["grpc-status"],
+            "10"
+        );
     }
 }
