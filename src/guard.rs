@@ -164,6 +164,13 @@ impl LockGuard {
             .map(Self::new)
     }
 
+    /// The lock's cluster hash tag, `{<escaped name>}`: a key that contains it lands in the
+    /// lock's slot, where the lock's scripts can reach it on a Redis Cluster too:
+    /// `format!("balance:{}", guard.hash_tag())`.
+    pub fn hash_tag(&self) -> &str {
+        self.hold.holder().acquisition.keys.hash_tag()
+    }
+
     /// Releases this hold. The last hold hands the lock to the next task of this client
     /// that waits for it, when the fairness budget allows (no round trip), or releases it in
     /// Redis and waits for Redis to confirm; Redis then hands it to the first waiting

@@ -116,6 +116,17 @@ impl LockKeys {
         self.readers
             .get_or_init(|| format!("{}:readers", self.hash))
     }
+
+    /// The lock's cluster hash tag, `{<escaped name>}`: a key that contains it (and no `{`
+    /// before it) lands in the lock's slot, where the lock's scripts can reach it. A lock
+    /// and a semaphore of one name share it.
+    pub fn hash_tag(&self) -> &str {
+        // The prefix holds no brace and the escaped name none either: the first '{' opens
+        // the tag and the first '}' closes it.
+        let open = self.hash.find('{').expect("a lock key has a hash tag");
+        let close = open + self.hash[open..].find('}').expect("a closed hash tag");
+        &self.hash[open..=close]
+    }
 }
 
 /// How many bytes of a lock name logs and messages show: a name comes from a request, and a
@@ -401,6 +412,15 @@ mod tests {
             "lock:{ten%7Bant%7D%25*}*"
         );
         assert_eq!(hash_pattern("a*b?[c]\\:", "x"), "a\\*b\\?\\[c\\]\\\\:{x}*");
+    }
+
+    #[test]
+    fn the_hash_tag_is_the_escaped_name_in_braces() {
+        assert_eq!(keys("acme").hash_tag(), "{acme}");
+        assert_eq!(keys("a{b}c%").hash_tag(), "{a%7Bb%7Dc%25}");
+        let semaphore = LockKeys::semaphore("app:", "pool").unwrap();
+        assert_eq!(semaphore.hash_tag(), "{pool}");
+        assert_eq!(LockKeys::new("", "x").unwrap().hash_tag(), "{x}");
     }
 
     #[test]

@@ -79,6 +79,13 @@ impl Lock {
         &self.target.keys
     }
 
+    /// The lock's cluster hash tag, `{<escaped name>}`, the same as its guards'
+    /// ([`LockGuard::hash_tag`]): for naming, before the lock is taken, keys that must share
+    /// its slot.
+    pub fn hash_tag(&self) -> &str {
+        self.target.keys.hash_tag()
+    }
+
     /// How this lock is shared and in which order waiters get it.
     pub fn kind(&self) -> LockKind {
         self.target.kind
