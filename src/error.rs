@@ -18,7 +18,10 @@ pub enum ErrorKind {
     Redis,
     /// The lock is no longer held by this guard: its lease ran out or it was force-unlocked.
     NotOwner,
-    /// The lock name is empty, too long, or the key prefix is unusable.
+    /// The lock name is empty, too long, or the key prefix is unusable; or a guarded write
+    /// ([`LockGuard::write_if_held`](crate::LockGuard::write_if_held)) names one of the
+    /// library's own keys (a lock's hash, queue or fence, an epoch, a token counter), which
+    /// only its scripts may write. Nothing was sent.
     InvalidName,
     /// The client configuration (URL, durations), or the shape of a lock kind (a segment
     /// count, a set of quorum servers), is unusable.
@@ -45,12 +48,23 @@ pub enum ErrorKind {
     /// Fewer replicas than
     /// [`LockClientBuilder::min_replicas_acked`](crate::LockClientBuilder::min_replicas_acked)
     /// asks for acknowledged the acquisition in time: it was released, as a failover could
-    /// have lost it. Retry once the replicas catch up.
+    /// have lost it. Retry once the replicas catch up. After a guarded write
+    /// ([`LockGuard::write_if_held`](crate::LockGuard::write_if_held)): the writes were
+    /// applied on the master, but a failover could still lose them.
     ReplicasBehind,
     /// A [`Semaphore`](crate::Semaphore) is held in Redis with another permit count than the
     /// one this client asked with: two clients disagree on it. Nothing was taken or queued;
     /// the count in Redis stands until nobody holds the semaphore.
     PermitsMismatch,
+    /// A guarded write ([`LockGuard::write_if_held`](crate::LockGuard::write_if_held)) on a
+    /// Redis Cluster names a key outside the lock's slot, where no script of the lock can
+    /// reach it. Nothing was sent: put the lock's hash tag
+    /// ([`LockGuard::hash_tag`](crate::LockGuard::hash_tag)) in the key.
+    WrongSlot,
+    /// The guard cannot do what was asked of it: a guarded write
+    /// ([`LockGuard::write_if_held`](crate::LockGuard::write_if_held)) by a read guard or a
+    /// semaphore's permit, which others hold beside it. Nothing was sent.
+    UnsupportedGuard,
 }
 
 impl fmt::Display for ErrorKind {
@@ -68,6 +82,8 @@ impl fmt::Display for ErrorKind {
             Self::RestartQuarantine => "no lock granted during the restart quarantine",
             Self::ReplicasBehind => "too few replicas acknowledged the acquisition",
             Self::PermitsMismatch => "the semaphore is held with another permit count",
+            Self::WrongSlot => "a key outside the lock's cluster slot",
+            Self::UnsupportedGuard => "not supported by this kind of guard",
         })
     }
 }

@@ -5,6 +5,7 @@ use tokio::sync::watch;
 use crate::engine::reenter;
 use crate::engine::release::GuardHold;
 use crate::error::Result;
+use crate::guarded_write::{self, GuardedWrites};
 use crate::lease::LostReason;
 use crate::meter::HandOverPath;
 
@@ -165,10 +166,59 @@ impl LockGuard {
     }
 
     /// The lock's cluster hash tag, `{<escaped name>}`: a key that contains it lands in the
-    /// lock's slot, where the lock's scripts can reach it on a Redis Cluster too:
-    /// `format!("balance:{}", guard.hash_tag())`.
+    /// lock's slot, so a guarded write ([`LockGuard::write_if_held`]) can reach it on a Redis
+    /// Cluster too: `format!("balance:{}", guard.hash_tag())`.
     pub fn hash_tag(&self) -> &str {
         self.hold.holder().acquisition.keys.hash_tag()
+    }
+
+    /// Applies `writes` in one script only while this guard holds the lock: `Ok(true)`
+    /// applied, `Ok(false)` refused (nothing written). Redis itself checks, in the script that
+    /// writes, that the lock hash still has this guard's owner (its expiry is the lease) and,
+    /// for a read-write lock, that it is write-held; so a holder whose lease lapsed while it
+    /// was paused, that was force-unlocked or whose Redis lost its data writes nothing, even
+    /// before it is told. A guard whose [lost signal](LockGuard::lost_signal) fired answers
+    /// `Ok(false)` without asking Redis. Empty `writes` only check the lock.
+    ///
+    /// Exclusive and fair locks and the write side of a read-write lock can write so: a
+    /// reader or a semaphore's permit shares its lock with others. A part of a
+    /// [`RedLock`](crate::RedLock) guards writes on its own server by that server's lock,
+    /// not by the quorum.
+    ///
+    /// On a Redis Cluster every key must carry the lock's [hash tag](LockGuard::hash_tag)
+    /// (any key works on one server, but tagged ones keep working on a cluster). In a
+    /// migrating slot the script runs where the slot's keys go, as every script of the lock
+    /// does. With [`min_replicas_acked`](crate::LockClientBuilder::min_replicas_acked), writes
+    /// are reported applied once the replicas asked for have them.
+    ///
+    /// A write Redis rejects when it runs (a key of another type) ends the script, and the
+    /// writes before it stay, as in `MULTI`/`EXEC`: Redis does not roll back. A refusal never
+    /// writes anything: the check comes first.
+    ///
+    /// # Cancel safety
+    ///
+    /// Once sent, the script runs whether or not the caller waits for its answer: cancelling
+    /// may leave the writes applied. Nothing is held or queued by it.
+    ///
+    /// # Errors
+    ///
+    /// Before anything is sent: [`ErrorKind::UnsupportedGuard`](crate::ErrorKind::UnsupportedGuard)
+    /// for a read guard (one taken with [`LockGuard::read_within`] too) or a semaphore's
+    /// permit, [`ErrorKind::WrongSlot`](crate::ErrorKind::WrongSlot) on a cluster for a key
+    /// outside the lock's slot, [`ErrorKind::InvalidName`](crate::ErrorKind::InvalidName) for a
+    /// key of the library's own (a lock's hash, queue or fence, an epoch, a token counter),
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a command of more
+    /// than [`MAX_WRITE_ARGS`](crate::MAX_WRITE_ARGS) arguments, and
+    /// [`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown) after shutdown.
+    /// [`ErrorKind::Redis`](crate::ErrorKind::Redis) when Redis rejects a write (see above),
+    /// [`ErrorKind::RedisUnavailable`](crate::ErrorKind::RedisUnavailable) when Redis could
+    /// not be reached or did not answer in time (the writes may or may not have been
+    /// applied), [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when it refuses
+    /// this client (an ACL that does not allow a command or key), and
+    /// [`ErrorKind::ReplicasBehind`](crate::ErrorKind::ReplicasBehind) when the writes were
+    /// applied but too few replicas acknowledged them in time.
+    pub async fn write_if_held(&self, writes: &GuardedWrites) -> Result<bool> {
+        guarded_write::write_if_held(self.hold.holder(), writes).await
     }
 
     /// Releases this hold. The last hold hands the lock to the next task of this client

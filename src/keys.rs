@@ -129,6 +129,29 @@ impl LockKeys {
     }
 }
 
+/// What follows a lock's (or a semaphore's) hash in the names of its other keys.
+const COMPANION_SUFFIXES: [&str; 4] = [":fence", ":queue", ":waiters", ":readers"];
+
+/// Whether `key` is one of the library's own keys under `prefix`, which only its scripts may
+/// write: a lock's or a semaphore's hash or one of their companions, or an epoch, its marker
+/// or a token counter (see `scopes.rs`).
+pub(crate) fn is_library_key(prefix: &str, key: &str) -> bool {
+    if let Some(rest) = key.strip_prefix(prefix) {
+        let scoped = |name: &str| {
+            rest.strip_prefix(name)
+                .is_some_and(|after| after.is_empty() || after.starts_with(':'))
+        };
+        if scoped("epoch") || scoped("tokens") {
+            return true;
+        }
+    }
+    let hash = COMPANION_SUFFIXES
+        .iter()
+        .find_map(|suffix| key.strip_suffix(suffix))
+        .unwrap_or(key);
+    name_of_hash(prefix, hash).is_some()
+}
+
 /// How many bytes of a lock name logs and messages show: a name comes from a request, and a
 /// 10 KB tenant must not make a 10 KB log line.
 const SHOWN_NAME_LEN: usize = 64;
@@ -421,6 +444,41 @@ mod tests {
         let semaphore = LockKeys::semaphore("app:", "pool").unwrap();
         assert_eq!(semaphore.hash_tag(), "{pool}");
         assert_eq!(LockKeys::new("", "x").unwrap().hash_tag(), "{x}");
+    }
+
+    #[test]
+    fn the_librarys_own_keys_are_told_from_a_users_keys_beside_them() {
+        let lock = keys("acme");
+        let semaphore = LockKeys::semaphore(DEFAULT_PREFIX, "acme").unwrap();
+        for own in [
+            lock.hash(),
+            lock.fence(),
+            lock.queue(),
+            lock.waiters(),
+            lock.readers(),
+            semaphore.hash(),
+            semaphore.queue(),
+            "lock:epoch",
+            "lock:epoch:{a}",
+            "lock:epoch:{a}:7:30000",
+            "lock:tokens",
+            "lock:tokens:{a}",
+        ] {
+            assert!(is_library_key(DEFAULT_PREFIX, own), "{own}");
+        }
+        for users in [
+            "balance:{acme}",
+            "lock:{acme}:balance",
+            "lock:{acme}:fence:mine",
+            "lock:epochs",
+            "other:{acme}",
+            "{acme}:x",
+        ] {
+            assert!(!is_library_key(DEFAULT_PREFIX, users), "{users}");
+        }
+        // With no prefix, the lock's keys are still told from a key that carries its tag.
+        assert!(is_library_key("", "{acme}:queue"));
+        assert!(!is_library_key("", "{acme}:balance"));
     }
 
     #[test]

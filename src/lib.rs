@@ -21,6 +21,10 @@
 //! segmented locks. The Tower layer takes exclusive, fair or read-write locks, or limits the
 //! requests per key in flight across instances ([`layer::Sharing`]).
 //!
+//! Data kept in Redis beside a lock can be written so that only its holder can write it:
+//! [`LockGuard::write_if_held`] applies [`GuardedWrites`] in one script only while the guard
+//! still holds the lock, checked by Redis.
+//!
 //! One client runs ONE watchdog task that renews every lease it holds in batches, and ONE
 //! pub/sub connection that wakes every waiter; the tasks of one client that wait for the
 //! same lock queue locally, and only the first talks to Redis.
@@ -37,6 +41,7 @@ mod client;
 mod engine;
 mod error;
 mod guard;
+mod guarded_write;
 pub mod inspect;
 pub mod keys;
 pub mod kinds;
@@ -56,6 +61,7 @@ pub use client::{
 pub use engine::config::{MAX_CONNECTIONS, MAX_LOCAL_HANDOFF_LIMIT};
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostSignal};
+pub use guarded_write::{GuardedWrites, MAX_WRITE_ARGS};
 pub use inspect::{LockPage, LockSnapshot};
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
 pub use kinds::{

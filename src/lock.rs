@@ -80,8 +80,8 @@ impl Lock {
     }
 
     /// The lock's cluster hash tag, `{<escaped name>}`, the same as its guards'
-    /// ([`LockGuard::hash_tag`]): for naming, before the lock is taken, keys that must share
-    /// its slot.
+    /// ([`LockGuard::hash_tag`]): for naming, before the lock is taken, the keys its guarded
+    /// writes will write.
     pub fn hash_tag(&self) -> &str {
         self.target.keys.hash_tag()
     }

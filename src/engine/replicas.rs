@@ -24,6 +24,16 @@ pub(crate) fn asked(shared: &ClientState) -> bool {
 /// `Ok` at once when none are asked for, [`ErrorKind::ReplicasBehind`] when fewer
 /// acknowledged within the timeout. The caller releases what it acquired on an error.
 pub(crate) async fn acknowledged(shared: &ClientState, keys: &LockKeys) -> Result<()> {
+    acknowledged_what(shared, keys, "acquisition").await
+}
+
+/// [`acknowledged`] for `what` the master of `keys` wrote last (an acquisition, a guarded
+/// write), as its errors and logs name it.
+pub(crate) async fn acknowledged_what(
+    shared: &ClientState,
+    keys: &LockKeys,
+    what: &str,
+) -> Result<()> {
     let Some(ack) = shared.config.replica_ack else {
         return Ok(());
     };
@@ -50,7 +60,7 @@ pub(crate) async fn acknowledged(shared: &ClientState, keys: &LockKeys) -> Resul
             // under way, and whether the new master has the acquisition is unknown.
             ErrorKind::Redis => LockError::with_source(
                 ErrorKind::RedisUnavailable,
-                "the acquisition could not be acknowledged: its master failed over",
+                format!("the {what} could not be acknowledged: its master failed over"),
                 err,
             ),
             _ => err,
@@ -62,13 +72,13 @@ pub(crate) async fn acknowledged(shared: &ClientState, keys: &LockKeys) -> Resul
         lock = %display_name(key),
         acked,
         asked = ack.replicas,
-        "too few replicas acknowledged an acquisition within {:?}: it is released",
+        "too few replicas acknowledged the {what} within {:?}",
         ack.timeout
     );
     Err(LockError::new(
         ErrorKind::ReplicasBehind,
         format!(
-            "{acked} of the {} replicas asked for acknowledged the acquisition within {:?}",
+            "{acked} of the {} replicas asked for acknowledged the {what} within {:?}",
             ack.replicas, ack.timeout
         ),
     ))

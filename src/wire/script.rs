@@ -1,7 +1,10 @@
 //! One description per Lua script, shared by Rust and Lua: its keys and arguments, named and
 //! in order, and its reply statuses, named. From it the command is sized and written, and
 //! the Lua block that binds the names (`local OWNER = ARGV[2]`) is put before the script's
-//! own code, so no position is written twice and a script reads its inputs by name.
+//! own code, so no position is written twice and a script reads its inputs by name. A batch
+//! gives each item the same keys and arguments (`each_item()`); what varies per item in
+//! length follows all the items, in the order the items' own arguments count it
+//! (`take_rest(n)`).
 //!
 //! A script's source is `lua/migration.lua` (which reads the keys and arguments of a script
 //! run in a migrating cluster slot), then the binding block, then its own file, in which a
@@ -59,6 +62,9 @@ pub(crate) struct ScriptSpec<const KEYS: usize, const ARGS: usize> {
     pub(crate) args: [&'static str; ARGS],
     /// Keys and arguments given once per item after the fixed ones (a batch's locks).
     pub(crate) each: Each,
+    /// Whether arguments follow the items' ones, as many as the caller gives (see
+    /// [`Self::with_rest`]).
+    pub(crate) rest: bool,
     /// The groups of named statuses its replies start with.
     pub(crate) statuses: &'static [&'static [(&'static str, i64)]],
     /// The status a reply of one integer alone stands for, with that integer as its first
@@ -96,6 +102,8 @@ impl Each {
 pub(crate) enum Arg<'a> {
     /// A word: an owner id, a mode, a channel prefix.
     Text(&'a str),
+    /// Bytes as the caller gave them: a value a user writes.
+    Bytes(&'a [u8]),
     /// A number, written in decimal.
     Number(u64),
 }
@@ -117,6 +125,7 @@ impl Arg<'_> {
     fn room(&self) -> usize {
         match self {
             Self::Text(text) => text.len(),
+            Self::Bytes(bytes) => bytes.len(),
             Self::Number(_) => MAX_NUMBER_LEN,
         }
     }
@@ -124,6 +133,7 @@ impl Arg<'_> {
     fn write_to(&self, cmd: &mut Cmd) {
         match self {
             Self::Text(text) => cmd.arg(*text),
+            Self::Bytes(bytes) => cmd.arg(*bytes),
             Self::Number(number) => cmd.arg(*number),
         };
     }
@@ -143,6 +153,7 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
             keys,
             args,
             each: Each::NONE,
+            rest: false,
             statuses,
             short_reply: None,
             code,
@@ -153,6 +164,16 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
     /// This script, with keys and arguments given once per item of a batch.
     pub(crate) const fn with_each(mut self, each: Each) -> Self {
         self.each = each;
+        self
+    }
+
+    /// This script, with arguments after the items' ones, as many as the caller gives (a
+    /// variable count per item, which the item's own arguments tell): the script reads them
+    /// in order with `take_rest(n)`, which returns the next `n`. The items must have keys, by
+    /// which their count is known.
+    pub(crate) const fn with_rest(mut self) -> Self {
+        assert!(!self.each.keys.is_empty(), "the items have keys");
+        self.rest = true;
         self
     }
 
@@ -196,7 +217,21 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
         if !self.each.is_none() {
             block.push_str(&self.each_item());
         }
+        if self.rest {
+            block.push_str(&self.take_rest());
+        }
         block
+    }
+
+    /// `take_rest(n)`: the next `n` of the arguments after the items' ones.
+    fn take_rest(&self) -> String {
+        let (keys, args) = (self.each.keys.len(), self.each.args.len());
+        format!(
+            "-- After the items' arguments: take_rest(n) returns the next n.\n\
+             local rest_at = {ARGS} + (#KEYS - {KEYS}) / {keys} * {args}\n\
+             local function take_rest(n)\n  local first = rest_at + 1\n  \
+             rest_at = rest_at + n\n  return unpack(ARGV, first, rest_at)\nend\n"
+        )
     }
 
     /// `each_item()`: an iterator of each item's number (from 1) and its keys and arguments.
@@ -248,6 +283,19 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
         args: [Arg<'_>; ARGS],
         items: &[([&str; ITEM_KEYS], [Arg<'_>; ITEM_ARGS])],
     ) -> Cmd {
+        self.command_with_rest(keys, args, items, &[])
+    }
+
+    /// [`Self::command_each`] with the arguments after the items' ones (see
+    /// [`Self::with_rest`]).
+    pub(crate) fn command_with_rest<const ITEM_KEYS: usize, const ITEM_ARGS: usize>(
+        &self,
+        keys: [&str; KEYS],
+        args: [Arg<'_>; ARGS],
+        items: &[([&str; ITEM_KEYS], [Arg<'_>; ITEM_ARGS])],
+        rest: &[Arg<'_>],
+    ) -> Cmd {
+        debug_assert!(self.rest || rest.is_empty(), "{} takes no rest", self.file);
         debug_assert_eq!(
             (ITEM_KEYS, ITEM_ARGS),
             (self.each.keys.len(), self.each.args.len()),
@@ -258,7 +306,7 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
         let item_keys = items.iter().flat_map(|(keys, _)| keys.iter());
         let item_args = items.iter().flat_map(|(_, args)| args.iter());
         let key_count = KEYS + items.len() * ITEM_KEYS;
-        let arg_count = 4 + key_count + ARGS + items.len() * ITEM_ARGS;
+        let arg_count = 4 + key_count + ARGS + items.len() * ITEM_ARGS + rest.len();
         let bytes = "EVALSHA".len()
             + lua.sha().len()
             + MAX_NUMBER_LEN
@@ -270,13 +318,14 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
             + args
                 .iter()
                 .chain(item_args.clone())
+                .chain(rest)
                 .map(Arg::room)
                 .sum::<usize>();
         let mut cmd = lua.evalsha_in(Cmd::with_capacity(arg_count, bytes), key_count);
         for key in keys.iter().chain(item_keys) {
             cmd.arg(*key);
         }
-        for arg in args.iter().chain(item_args) {
+        for arg in args.iter().chain(item_args).chain(rest) {
             arg.write_to(&mut cmd);
         }
         cmd
@@ -325,7 +374,8 @@ pub(crate) trait Described: Sync {
     fn code(&self) -> &'static str;
     fn names(&self) -> Vec<&'static str>;
     fn status_names(&self) -> Vec<&'static str>;
-    fn each_names(&self) -> Vec<&'static str>;
+    /// The functions its binding block defines (`each_item`, `take_rest`).
+    fn bound_functions(&self) -> Vec<&'static str>;
     fn source(&self) -> String;
 }
 
@@ -354,13 +404,10 @@ impl<const KEYS: usize, const ARGS: usize> Described for ScriptSpec<KEYS, ARGS> 
         statuses.map(|(name, _)| *name).collect()
     }
 
-    fn each_names(&self) -> Vec<&'static str> {
-        self.each
-            .keys
-            .iter()
-            .chain(self.each.args)
-            .copied()
-            .collect()
+    fn bound_functions(&self) -> Vec<&'static str> {
+        let each = (!self.each.is_none()).then_some("each_item");
+        let rest = self.rest.then_some("take_rest");
+        each.into_iter().chain(rest).collect()
     }
 
     fn source(&self) -> String {

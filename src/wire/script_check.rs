@@ -130,9 +130,7 @@ fn problems(script: &dyn Described) -> Vec<String> {
     let mut defined_functions = BTreeSet::new();
     let mut used = BTreeSet::new();
     let mut included = BTreeSet::new();
-    if !script.each_names().is_empty() {
-        defined_functions.insert("each_item");
-    }
+    defined_functions.extend(script.bound_functions());
     for (part, code) in parts(script) {
         if part.starts_with("lib/") && !included.insert(part.clone()) {
             problems.push(format!("{file}: {part} is included twice"));

@@ -4,11 +4,13 @@
 //! `lua/lib/` it needs. The scripts run with EVALSHA (`lua.rs` reloads them on NOSCRIPT).
 
 mod acquire;
+mod guarded;
 mod release;
 mod reply;
 mod upkeep;
 
 pub(crate) use acquire::{AcquireMode, AcquireReply, AcquireTerms, KnownEpoch, acquire};
+pub(crate) use guarded::{WriteCommand, write_if_held};
 pub(crate) use release::{HandoffReply, ReleaseScope, force_unlock, handoff, release};
 pub(crate) use upkeep::{RenewReply, heartbeat, renew, waive_quarantine};
 
@@ -55,6 +57,7 @@ pub(crate) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
     let mut all = acquire::all();
     all.extend(release::all());
     all.extend(upkeep::all());
+    all.extend(guarded::all());
     all.push(crate::wire::snapshot::script());
     all
 }

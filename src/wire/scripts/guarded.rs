@@ -1,0 +1,73 @@
+//! The guarded write: a holder's writes, run in one script only while it holds the lock.
+
+use crate::keys::LockKeys;
+use crate::wire::conn::Conn;
+use crate::wire::script::{Arg, Each, ScriptSpec, reply_statuses};
+use crate::wire::scripts::reply::run;
+
+reply_statuses! {
+    /// What a guarded write answers.
+    guarded {
+        /// Every write ran.
+        APPLIED = 1,
+        /// The owner does not hold the lock (or holds it only to read): nothing was written.
+        REFUSED = 0,
+    }
+}
+
+static GUARDED_WRITE: ScriptSpec<1, 1> = ScriptSpec::new(
+    "guarded_write.lua",
+    include_str!("../lua/guarded_write.lua"),
+    ["LOCK"],
+    ["OWNER"],
+    &[guarded::ALL],
+)
+.with_each(Each {
+    keys: &["key"],
+    args: &["command", "arg_count"],
+})
+.with_rest();
+
+#[cfg(test)]
+pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
+    vec![&GUARDED_WRITE]
+}
+
+/// One write command whose first argument is its key: `name key args…`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WriteCommand {
+    pub(crate) name: String,
+    pub(crate) key: String,
+    pub(crate) args: Vec<Vec<u8>>,
+}
+
+/// Runs `writes` in one script if `owner` holds the lock with `keys` to write; returns
+/// whether it did (otherwise nothing was written).
+pub(crate) async fn write_if_held(
+    conn: &mut Conn,
+    keys: &LockKeys,
+    owner: &str,
+    writes: &[WriteCommand],
+) -> redis::RedisResult<bool> {
+    let items: Vec<_> = writes
+        .iter()
+        .map(|write| {
+            let arg_count = u64::try_from(write.args.len()).unwrap_or(u64::MAX);
+            (
+                [write.key.as_str()],
+                [Arg::Text(&write.name), Arg::Number(arg_count)],
+            )
+        })
+        .collect();
+    let rest: Vec<Arg<'_>> = writes
+        .iter()
+        .flat_map(|write| write.args.iter().map(|arg| Arg::Bytes(arg)))
+        .collect();
+    let cmd = GUARDED_WRITE.command_with_rest([keys.hash()], [Arg::Text(owner)], &items, &rest);
+    let reply = run(&GUARDED_WRITE, conn, &cmd).await?;
+    match reply.status() {
+        guarded::APPLIED => Ok(true),
+        guarded::REFUSED => Ok(false),
+        _ => Err(reply.unknown()),
+    }
+}
