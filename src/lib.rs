@@ -42,6 +42,7 @@ mod engine;
 mod error;
 mod guard;
 mod guarded_write;
+pub mod idempotency;
 pub mod inspect;
 pub mod keys;
 pub mod kinds;
@@ -62,6 +63,7 @@ pub use engine::config::{MAX_CONNECTIONS, MAX_LOCAL_HANDOFF_LIMIT};
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostSignal};
 pub use guarded_write::{GuardedWrites, MAX_WRITE_ARGS};
+pub use idempotency::IdempotencyLayer;
 pub use inspect::{LockPage, LockSnapshot};
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
 pub use kinds::{

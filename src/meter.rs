@@ -13,7 +13,7 @@ use crate::lease::LostReason;
 use crate::lock_kind::LockKind;
 
 /// Every metric's name, kind and meaning, as [`describe_metrics`] registers them.
-const METRICS: [(&str, Shape, &str); 10] = [
+const METRICS: [(&str, Shape, &str); 11] = [
     (
         ACQUISITIONS,
         Shape::Counter,
@@ -62,6 +62,13 @@ const METRICS: [(&str, Shape, &str); 10] = [
         Shape::Counter,
         "Requests the layer answered itself instead of running the service, by reason.",
     ),
+    (
+        IDEMPOTENT,
+        Shape::Counter,
+        "Requests the idempotency layer handled, by outcome (first, replayed, mismatch, \
+         in_progress, not_stored, over_bound, refused, lease_lost, store_failed, unguarded, \
+         no_key, rejected).",
+    ),
 ];
 
 /// `redis_lock_acquisitions_total{kind, outcome}`.
@@ -84,6 +91,8 @@ pub(crate) const RENEWALS: &str = "redis_lock_renewals_total";
 pub(crate) const REDIS_ERRORS: &str = "redis_lock_redis_errors_total";
 /// `redis_lock_layer_rejections_total{reason}`.
 pub(crate) const LAYER_REJECTIONS: &str = "redis_lock_layer_rejections_total";
+/// `redis_lock_idempotent_total{outcome}`.
+pub(crate) const IDEMPOTENT: &str = "redis_lock_idempotent_total";
 
 /// What kind of metric a name is.
 #[derive(Clone, Copy)]
@@ -383,6 +392,62 @@ pub(crate) fn layer_rejection(reason: &'static str) {
     metrics::counter!(LAYER_REJECTIONS, "reason" => reason).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = reason;
+}
+
+/// What the idempotency layer did with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdempotentOutcome {
+    /// Ran first for its key, and its response was stored.
+    First,
+    /// Answered with the stored response of its key.
+    Replayed,
+    /// Its key was first used with another request: 422.
+    Mismatch,
+    /// The first request for its key still ran when the wait bound passed: 409.
+    InProgress,
+    /// Ran, and its response is not kept (a server error, 429, or a body that failed).
+    NotStored,
+    /// Ran, and its response was over the store's bound: only that it ran is kept.
+    OverBound,
+    /// Ran, and the store refused its response: the lock was no longer its.
+    Refused,
+    /// Cancelled: its lock's lease was lost while it ran.
+    LeaseLost,
+    /// Ran, and its response could not be stored (Redis failed).
+    StoreFailed,
+    /// Ran without its key, Redis being unreachable and the policy failing open.
+    Unguarded,
+    /// Had no key (or no scope) and ran as if the layer were not there.
+    NoKey,
+    /// Answered by the layer: a bad key or body, or Redis unreachable.
+    Rejected,
+}
+
+impl IdempotentOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::Replayed => "replayed",
+            Self::Mismatch => "mismatch",
+            Self::InProgress => "in_progress",
+            Self::NotStored => "not_stored",
+            Self::OverBound => "over_bound",
+            Self::Refused => "refused",
+            Self::LeaseLost => "lease_lost",
+            Self::StoreFailed => "store_failed",
+            Self::Unguarded => "unguarded",
+            Self::NoKey => "no_key",
+            Self::Rejected => "rejected",
+        }
+    }
+}
+
+/// Counts a request of the idempotency layer, by what it did.
+pub(crate) fn idempotent(outcome: IdempotentOutcome) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(IDEMPOTENT, "outcome" => outcome.as_str()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = outcome.as_str();
 }
 
 /// Awaits an acquisition of `kind` (a [`kind_label`], or `multi`, `redlock`, `segmented`) and

@@ -43,7 +43,7 @@ mod extract;
 mod layer;
 mod log;
 mod policy;
-mod reject;
+pub(crate) mod reject;
 mod service;
 
 pub mod future;

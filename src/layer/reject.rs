@@ -40,6 +40,8 @@ pub enum RejectionKind {
     /// The request body was longer than the bound of the layer that reads it (keys taken
     /// from the body, or an idempotent request's fingerprint).
     BodyTooLarge,
+    /// The request body could not be read (the client went away, say).
+    BodyUnreadable,
     /// An idempotency key was missing where the policy asks for one, or malformed.
     InvalidIdempotencyKey,
     /// An idempotency key came back with another request (method, path or body) than the
@@ -57,7 +59,7 @@ impl RejectionKind {
     /// A short name, for logs, metrics and the `kind` member of a problem+json answer:
     /// `timeout`, `redis_unavailable`, `lease_lost`, `missing_key`, `invalid_key`,
     /// `too_many_keys`, `shut_down`, `restart_quarantine`, `permits_mismatch`,
-    /// `body_too_large`, `invalid_idempotency_key`, `idempotency_key_reused`,
+    /// `body_too_large`, `body_unreadable`, `invalid_idempotency_key`, `idempotency_key_reused`,
     /// `idempotency_in_progress` or `response_not_stored`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -71,6 +73,7 @@ impl RejectionKind {
             Self::RestartQuarantine => "restart_quarantine",
             Self::PermitsMismatch => "permits_mismatch",
             Self::BodyTooLarge => "body_too_large",
+            Self::BodyUnreadable => "body_unreadable",
             Self::InvalidIdempotencyKey => "invalid_idempotency_key",
             Self::IdempotencyKeyReused => "idempotency_key_reused",
             Self::IdempotencyInProgress => "idempotency_in_progress",
@@ -190,6 +193,7 @@ impl Rejection {
                 format!("concurrency limit configured differently across instances{keys}")
             }
             RejectionKind::BodyTooLarge => format!("request body too large: {}", self.detail),
+            RejectionKind::BodyUnreadable => "request body could not be read".into(),
             RejectionKind::InvalidIdempotencyKey => {
                 format!("invalid idempotency key: {}", self.detail)
             }

@@ -18,6 +18,7 @@ pub(crate) const USAGE: &str =
        lockctl [--url URL] hold NAME --for DURATION --kind semaphore --permits N [--take K]
        lockctl --url URL --url URL ... hold NAME --for DURATION --kind redlock
        lockctl [--url URL] waive-quarantine
+       lockctl [--url URL] idempotent KEY [--scope PART ...] [--layer-prefix P] [--json]
        lockctl --cluster --url SEED [--url SEED ...] COMMAND ...
        lockctl --sentinel MASTER --url SENTINEL [--url SENTINEL ...] COMMAND ...
 options: --prefix PREFIX (the key prefix, default lock:), --instance-name NAME (lockctl's own,
@@ -90,6 +91,13 @@ pub(crate) enum Command {
     },
     /// The server is new, or every holder of a lock it lost has stopped: no quarantine.
     WaiveQuarantine,
+    /// The stored response of an idempotency key, in its scope, of the layers with a prefix.
+    Idempotent {
+        key: String,
+        scope: Vec<String>,
+        layer_prefix: String,
+        json: bool,
+    },
 }
 
 /// What `parse` finds: the URLs, what they are, the clients' settings and the command.
@@ -112,6 +120,7 @@ fn options_of(verb: &str) -> &'static [&'static str] {
         "inspect" => &["--kind", "--json"],
         "watch" => &["--interval", "--count", "--limit", "--json"],
         "force-unlock" => &["--kind", "--yes", "--json"],
+        "idempotent" => &["--scope", "--layer-prefix", "--json"],
         _ => &[],
     }
 }
@@ -131,6 +140,7 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Parsed, String> {
     let (mut limit, mut cursor) = (DEFAULT_LIMIT, None);
     let (mut interval, mut count) = (Duration::from_secs(1), None);
     let (mut tls_cert, mut tls_key) = (None, None);
+    let (mut scope, mut layer_prefix) = (Vec::new(), String::new());
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -156,6 +166,8 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Parsed, String> {
             "--cursor" => cursor = Some(value()?),
             "--interval" => interval = duration(&value()?)?,
             "--count" => count = Some(number(&value()?)?),
+            "--scope" => scope.push(value()?),
+            "--layer-prefix" => layer_prefix = value()?,
             "-h" | "--help" => return Err("help".into()),
             flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
             _ => {
@@ -242,6 +254,17 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Parsed, String> {
             json,
         },
         [verb] if verb == "waive-quarantine" => Command::WaiveQuarantine,
+        [verb, key] if verb == "idempotent" => Command::Idempotent {
+            key: key.clone(),
+            // A layer's default scope: one for every request.
+            scope: if scope.is_empty() {
+                vec!["all".to_owned()]
+            } else {
+                scope
+            },
+            layer_prefix,
+            json,
+        },
         _ => return Err("expected a command and its arguments".into()),
     };
     let redlock = matches!(

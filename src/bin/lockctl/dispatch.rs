@@ -1,5 +1,6 @@
 //! Which command runs what: the operator's commands (`operate`), `hold` of every kind but a
-//! quorum lock's, and `waive-quarantine`, each on the one client `connect` made.
+//! quorum lock's, `waive-quarantine` and `idempotent`, each on the one client `connect`
+//! made.
 
 use std::process::ExitCode;
 
@@ -8,7 +9,7 @@ use tower_redis_lock::{LockClient, LockError};
 
 use crate::args::{Command, Kind};
 use crate::hold::{hold, hold_semaphore, lease_of};
-use crate::{emit, operate};
+use crate::{emit, idempotent, operate};
 
 /// Runs `command` (any but a quorum lock's hold) with `locks`.
 pub(crate) async fn run_on(locks: &LockClient, command: Command) -> Result<ExitCode, LockError> {
@@ -56,5 +57,11 @@ pub(crate) async fn run_on(locks: &LockClient, command: Command) -> Result<ExitC
             emit(json!({"event": "quarantine-waived", "waived": waived}));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Idempotent {
+            key,
+            scope,
+            layer_prefix,
+            json,
+        } => idempotent::show(locks, &key, &scope, &layer_prefix, json).await,
     }
 }

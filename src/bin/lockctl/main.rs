@@ -11,6 +11,7 @@
 //! lockctl [--url URL] hold NAME --for 2s --kind semaphore --permits N [--take K]
 //! lockctl --url URL1 --url URL2 --url URL3 hold NAME --for 2s --kind redlock
 //! lockctl [--url URL] waive-quarantine
+//! lockctl [--url URL] idempotent KEY [--scope PART ...] [--layer-prefix P] [--json]
 //! lockctl --cluster --url SEED [--url SEED ...] COMMAND ...
 //! lockctl --sentinel MASTER --url SENTINEL [--url SENTINEL ...] COMMAND ...
 //! ```
@@ -23,7 +24,9 @@
 //! semaphores together; `inspect` and `force-unlock` name a lock unless `--kind semaphore`
 //! says the semaphore of that name (its keys are apart from the lock's). `hold` keeps its
 //! lease with the watchdog (`--watchdog-lease`, default 30 s, renewed every third of it)
-//! unless `--lease` fixes it.
+//! unless `--lease` fixes it. `idempotent` shows what the idempotency layer stored for KEY:
+//! each `--scope` is one part of the layer's scope (a tenant, say; none: the default scope),
+//! `--layer-prefix` the layer's `key_prefix`.
 //! With `--cluster`, the URLs are seeds of one Redis Cluster; with `--sentinel MASTER`, they
 //! are the sentinels that name that master; `--prefix` is the clients' key prefix and
 //! `--instance-name` names lockctl's own instance (what others see holding or waiting).
@@ -38,6 +41,7 @@ mod args;
 mod connect;
 mod dispatch;
 mod hold;
+mod idempotent;
 mod operate;
 mod show;
 
@@ -74,7 +78,8 @@ async fn main() -> ExitCode {
         Command::Hold { .. } | Command::WaiveQuarantine => true,
         Command::Inspect { json, .. }
         | Command::List { json, .. }
-        | Command::ForceUnlock { json, .. } => *json,
+        | Command::ForceUnlock { json, .. }
+        | Command::Idempotent { json, .. } => *json,
         Command::Watch(watch) => watch.json,
     };
     match run(&urls, &topology, &settings, command).await {

@@ -1,0 +1,384 @@
+//! One idempotent request, step by step: fingerprint it, answer from the store if its key
+//! has a response, else take the key's lock, look again (the first may have finished while
+//! this one waited), run it, and store its response with a write only the lock's holder can
+//! make.
+
+use std::future::poll_fn;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, response};
+use tower::Service;
+
+use super::capture::{Captured, capture};
+use super::fingerprint::fingerprint;
+use super::layer::{REPLAYED_HEADER, Settings};
+use super::record::{IdempotencyRecords, StoredResponse, read, record_key};
+use super::replay_body::ReplayableBody;
+use crate::error::{ErrorKind, LockError};
+use crate::guard::LockGuard;
+use crate::layer::{OnRedisUnavailable, Reject, Rejection, RejectionKind};
+use crate::lock::Lock;
+use crate::meter::{self, IdempotentOutcome};
+
+/// What a request with a usable key needs for its flow.
+pub(crate) struct Flow<R> {
+    pub(crate) records: IdempotencyRecords,
+    pub(crate) scope: Vec<String>,
+    pub(crate) key: String,
+    pub(crate) reject: R,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) grpc: bool,
+}
+
+/// An answer ready now, as the service's future.
+pub(crate) fn answer_now<T: Send + 'static, E: Send + 'static>(
+    answer: T,
+) -> super::future::ResponseFuture<T, E> {
+    super::future::ResponseFuture::new(std::future::ready(Ok(answer)))
+}
+
+/// Where a flow stands after a step: go on with `T`, or answer now.
+type Step<T, ResB, E> = Result<T, Result<Response<ResB>, E>>;
+
+/// Runs `request` on `inner` as if the layer were not there.
+pub(crate) async fn run_unguarded<S: Service<Request<ReqB>>, ReqB>(
+    mut inner: S,
+    request: Request<ReqB>,
+) -> Result<S::Response, S::Error> {
+    poll_fn(|cx| inner.poll_ready(cx)).await?;
+    inner.call(request).await
+}
+
+impl<R> Flow<R> {
+    /// The whole flow of one request with a usable key.
+    pub(crate) async fn run<S, ReqB, ResB>(
+        self,
+        inner: S,
+        request: Request<ReqB>,
+    ) -> Result<Response<ResB>, S::Error>
+    where
+        S: Service<Request<ReqB>, Response = Response<ResB>>,
+        R: Reject<ResB>,
+        ReqB: ReplayableBody + Unpin,
+        ResB: ReplayableBody + Unpin,
+    {
+        let (request, fingerprint) = match self.read_request(request).await {
+            Ok(read) => read,
+            Err(answer) => return answer,
+        };
+        let lock = match self.records.lock(&self.scope, &self.key) {
+            Ok(lock) => lock.with_lease(self.settings.lease),
+            Err(error) => {
+                let detail = format!("the idempotency key makes no lock name: {error}");
+                return self.rejected(RejectionKind::InvalidIdempotencyKey, detail);
+            }
+        };
+        let guard = match self.look_then_lock(&lock, &fingerprint).await {
+            Ok(guard) => guard,
+            Err(LookedUp::Answer(answer)) => return answer,
+            Err(LookedUp::Unavailable(error)) => {
+                return self.unavailable(&error, inner, request).await;
+            }
+        };
+        self.run_first(inner, request, fingerprint, &lock, guard)
+            .await
+    }
+
+    /// Reads the request's body whole (up to the bound) and fingerprints the request.
+    async fn read_request<ReqB, ResB, E>(
+        &self,
+        request: Request<ReqB>,
+    ) -> Step<(Request<ReqB>, String), ResB, E>
+    where
+        R: Reject<ResB>,
+        ReqB: ReplayableBody + Unpin,
+    {
+        let (parts, body) = request.into_parts();
+        let bound = self.settings.max_request_body;
+        match capture(body, bound).await {
+            Ok(Captured::Whole { data, trailers }) => {
+                let fingerprint = fingerprint(&parts, &data);
+                let body = ReqB::replay(data, trailers);
+                Ok((Request::from_parts(parts, body), fingerprint))
+            }
+            Ok(Captured::Over { .. }) => {
+                let detail = format!("over the limit of {bound} bytes for an idempotent request");
+                Err(self.rejected(RejectionKind::BodyTooLarge, detail))
+            }
+            Err(_) => {
+                let detail = "the request body could not be read".to_owned();
+                Err(self.rejected(RejectionKind::BodyUnreadable, detail))
+            }
+        }
+    }
+
+    /// Answers from the store, or takes the key's lock and looks once more; the stored
+    /// response is read before the lock so that a late duplicate never waits.
+    async fn look_then_lock<ResB, E>(
+        &self,
+        lock: &Lock,
+        fingerprint: &str,
+    ) -> Result<LockGuard, LookedUp<ResB, E>>
+    where
+        R: Reject<ResB>,
+        ResB: ReplayableBody,
+    {
+        let stored = read(lock).await.map_err(LookedUp::Unavailable)?;
+        if let Some(stored) = stored {
+            return Err(LookedUp::Answer(self.answer_stored(&stored, fingerprint)));
+        }
+        let guard = match lock.acquire_timeout(self.settings.wait).await {
+            Ok(guard) => guard,
+            Err(error) if error.kind() == ErrorKind::Timeout => {
+                meter::idempotent(IdempotentOutcome::InProgress);
+                let detail = format!("waited {:?} for the first request", self.settings.wait);
+                return Err(LookedUp::Answer(Ok(
+                    self.rejection(RejectionKind::IdempotencyInProgress, detail)
+                )));
+            }
+            Err(error) => return Err(LookedUp::Unavailable(error)),
+        };
+        match read(lock).await {
+            Ok(None) => Ok(guard),
+            Ok(Some(stored)) => Err(LookedUp::Answer(self.answer_stored(&stored, fingerprint))),
+            Err(error) => Err(LookedUp::Unavailable(error)),
+        }
+    }
+
+    /// Runs the first request for the key under its lock, and stores its response.
+    async fn run_first<S, ReqB, ResB>(
+        &self,
+        inner: S,
+        request: Request<ReqB>,
+        fingerprint: String,
+        lock: &Lock,
+        guard: LockGuard,
+    ) -> Result<Response<ResB>, S::Error>
+    where
+        S: Service<Request<ReqB>, Response = Response<ResB>>,
+        R: Reject<ResB>,
+        ResB: ReplayableBody + Unpin,
+    {
+        let lost = guard.lost_signal();
+        let ran = tokio::select! {
+            response = run_unguarded(inner, request) => Ok(response),
+            reason = lost.lost() => Err(reason),
+        };
+        let response = match ran {
+            Ok(response) => response?,
+            Err(reason) => {
+                meter::idempotent(IdempotentOutcome::LeaseLost);
+                let detail = format!("the lock lease was lost ({reason:?}) while the handler ran");
+                return Ok(self.rejection(RejectionKind::LeaseLost, detail));
+            }
+        };
+        let (parts, body) = response.into_parts();
+        if !storable(parts.status, &parts.headers, None) {
+            meter::idempotent(IdempotentOutcome::NotStored);
+            return Ok(Response::from_parts(parts, body));
+        }
+        let captured = match capture(body, self.settings.max_stored_body).await {
+            Ok(captured) => captured,
+            Err(_) => {
+                meter::idempotent(IdempotentOutcome::NotStored);
+                tracing::warn!(key = %self.key, "the response body failed while it was read to store it; nothing stored");
+                let mut broken = Response::new(ResB::replay(Bytes::new(), None));
+                *broken.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                return Ok(broken);
+            }
+        };
+        self.store(parts, captured, fingerprint, lock, &guard).await
+    }
+
+    /// Stores a response whose body was read (or found over the bound), then answers it.
+    async fn store<ResB, E>(
+        &self,
+        parts: response::Parts,
+        captured: Captured<ResB>,
+        fingerprint: String,
+        lock: &Lock,
+        guard: &LockGuard,
+    ) -> Result<Response<ResB>, E>
+    where
+        R: Reject<ResB>,
+        ResB: ReplayableBody,
+    {
+        let (kept, body, outcome) = match captured {
+            Captured::Whole { data, trailers } => {
+                if !storable(parts.status, &parts.headers, trailers.as_ref()) {
+                    meter::idempotent(IdempotentOutcome::NotStored);
+                    return Ok(Response::from_parts(parts, ResB::replay(data, trailers)));
+                }
+                let body = ResB::replay(data.clone(), trailers.clone());
+                (Some((data, trailers)), body, IdempotentOutcome::First)
+            }
+            Captured::Over { read, rest } => {
+                (None, ResB::resume(read, rest), IdempotentOutcome::OverBound)
+            }
+        };
+        let headers = kept_headers(&parts.headers, &self.settings);
+        let (data, trailers) = kept.map_or((None, None), |(data, trailers)| (Some(data), trailers));
+        let stored = StoredResponse::new(fingerprint, parts.status, headers, trailers, data);
+        match guard
+            .write_if_held(&stored.writes(&record_key(lock), self.settings.ttl))
+            .await
+        {
+            Ok(true) => {
+                if outcome == IdempotentOutcome::OverBound {
+                    tracing::error!(key = %self.key, bound = self.settings.max_stored_body, "a response over the store's bound ran and was not kept: its duplicates are answered 500");
+                }
+                meter::idempotent(outcome);
+                Ok(Response::from_parts(parts, body))
+            }
+            Ok(false) => {
+                meter::idempotent(IdempotentOutcome::Refused);
+                tracing::warn!(key = %self.key, "the lock was lost before the response was stored: not stored, answered as a lost lease");
+                let detail = "the lock lease was lost before the response was stored".to_owned();
+                Ok(self.rejection(RejectionKind::LeaseLost, detail))
+            }
+            Err(error) => {
+                meter::idempotent(IdempotentOutcome::StoreFailed);
+                tracing::warn!(key = %self.key, %error, "the response could not be stored; a duplicate runs again");
+                Ok(Response::from_parts(parts, body))
+            }
+        }
+    }
+
+    /// The answer to a duplicate: the stored response, or why it cannot have it.
+    fn answer_stored<ResB, E>(
+        &self,
+        stored: &StoredResponse,
+        fingerprint: &str,
+    ) -> Result<Response<ResB>, E>
+    where
+        R: Reject<ResB>,
+        ResB: ReplayableBody,
+    {
+        if stored.fingerprint() != fingerprint {
+            meter::idempotent(IdempotentOutcome::Mismatch);
+            let detail = "the key was first used with another request".to_owned();
+            return Ok(self.rejection(RejectionKind::IdempotencyKeyReused, detail));
+        }
+        let Some(body) = stored.body() else {
+            meter::idempotent(IdempotentOutcome::Rejected);
+            let detail = "the first response was over the store's bound".to_owned();
+            return Ok(self.rejection(RejectionKind::ResponseNotStored, detail));
+        };
+        meter::idempotent(IdempotentOutcome::Replayed);
+        let mut response = Response::new(ResB::replay(body.clone(), stored.trailers().cloned()));
+        *response.status_mut() = stored.status();
+        *response.headers_mut() = stored.headers().clone();
+        response
+            .headers_mut()
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+        Ok(response)
+    }
+
+    /// Redis could not be reached for the store or the lock: the policy's answer.
+    async fn unavailable<S, ReqB, ResB>(
+        &self,
+        error: &LockError,
+        inner: S,
+        request: Request<ReqB>,
+    ) -> Result<Response<ResB>, S::Error>
+    where
+        S: Service<Request<ReqB>, Response = Response<ResB>>,
+        R: Reject<ResB>,
+    {
+        match self.settings.redis_unavailable {
+            OnRedisUnavailable::FailOpen if is_unreachable(error) => {
+                meter::idempotent(IdempotentOutcome::Unguarded);
+                tracing::warn!(key = %self.key, %error, "Redis unreachable: the request runs without its idempotency key");
+                run_unguarded(inner, request).await
+            }
+            _ => {
+                meter::idempotent(IdempotentOutcome::Rejected);
+                let rejection =
+                    Rejection::from_error(error, self.grpc, Vec::new(), self.settings.retry_after);
+                Ok(self.reject.reject(&rejection))
+            }
+        }
+    }
+
+    fn rejection<ResB>(&self, kind: RejectionKind, detail: String) -> Response<ResB>
+    where
+        R: Reject<ResB>,
+    {
+        let rejection = Rejection::new(
+            kind,
+            self.grpc,
+            Vec::new(),
+            detail,
+            self.settings.retry_after,
+        );
+        self.reject.reject(&rejection)
+    }
+
+    fn rejected<ResB, E>(&self, kind: RejectionKind, detail: String) -> Result<Response<ResB>, E>
+    where
+        R: Reject<ResB>,
+    {
+        meter::idempotent(IdempotentOutcome::Rejected);
+        Ok(self.rejection(kind, detail))
+    }
+}
+
+/// Why a look in the store did not end in a held lock.
+enum LookedUp<ResB, E> {
+    /// The duplicate's answer.
+    Answer(Result<Response<ResB>, E>),
+    /// Redis failed.
+    Unavailable(LockError),
+}
+
+/// Whether a failure is Redis being out of reach, the one a fail-open policy runs through.
+fn is_unreachable(error: &LockError) -> bool {
+    matches!(error.kind(), ErrorKind::RedisUnavailable | ErrorKind::Redis)
+}
+
+/// Whether a response is kept for its duplicates. Not a server error (5xx, or a gRPC status
+/// a retry may cure: `UNKNOWN`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, `ABORTED`,
+/// `INTERNAL`, `UNAVAILABLE`, `DATA_LOSS`), and not 429: each says the request did not do
+/// its work, and a retry should run it, not be told the failure for a day. Every other
+/// answer, 4xx included, is the request's outcome and is kept.
+fn storable(status: StatusCode, headers: &HeaderMap, trailers: Option<&HeaderMap>) -> bool {
+    const RETRYABLE_GRPC: [&[u8]; 7] = [b"2", b"4", b"8", b"10", b"13", b"14", b"15"];
+    let grpc_status = trailers
+        .and_then(|trailers| trailers.get("grpc-status"))
+        .or_else(|| headers.get("grpc-status"));
+    !status.is_server_error()
+        && status != StatusCode::TOO_MANY_REQUESTS
+        && grpc_status.is_none_or(|code| !RETRYABLE_GRPC.contains(&code.as_bytes()))
+}
+
+/// The response headers the settings keep.
+fn kept_headers(headers: &HeaderMap, settings: &Settings) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    for name in &settings.stored_headers {
+        for value in headers.get_all(name) {
+            kept.append(name, value.clone());
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_errors_and_throttling_are_not_kept_and_other_answers_are() {
+        let none = HeaderMap::new();
+        assert!(storable(StatusCode::CREATED, &none, None));
+        assert!(storable(StatusCode::UNPROCESSABLE_ENTITY, &none, None));
+        assert!(!storable(StatusCode::SERVICE_UNAVAILABLE, &none, None));
+        assert!(!storable(StatusCode::TOO_MANY_REQUESTS, &none, None));
+        let mut grpc = HeaderMap::new();
+        grpc.insert("grpc-status", HeaderValue::from_static("14"));
+        assert!(!storable(StatusCode::OK, &none, Some(&grpc)));
+        assert!(!storable(StatusCode::OK, &grpc, None));
+        grpc.insert("grpc-status", HeaderValue::from_static("5"));
+        assert!(storable(StatusCode::OK, &none, Some(&grpc)));
+    }
+}
