@@ -35,6 +35,8 @@
 //!   route parameters axum matched), [`LockContext`] and `Option<LockContext>` as handler
 //!   arguments, and [`layer::Rejection`] as `IntoResponse`.
 //! - `tonic`: the layer's answers in tonic 0.14's body.
+//! - `json`: `JsonKeys`, lock keys read from a JSON request body (JSON pointers, or a
+//!   closure over the parsed body), with its body layer; see [`layer`].
 //! - `cli`: the `lockctl` operator tool.
 
 mod client;
@@ -70,6 +72,8 @@ pub use kinds::{
     MultiGuard, MultiLock, PermitGuard, ReadWriteLock, RedLock, RedLockGuard, SegmentGuard,
     SegmentedLock, Semaphore,
 };
+#[cfg(feature = "json")]
+pub use layer::JsonKeys;
 pub use layer::{HeaderKey, KeyExtractor, LockContext, LockLayer, LockService};
 pub use lease::{Lease, LostReason, MAX_LEASE};
 pub use lock::{Lock, LockState};

@@ -356,8 +356,9 @@ impl LockClient {
 
     /// [`LockClient::acquire_all`] with a bound on the wait: when `wait` passes first, the
     /// locks already taken are released in the background, as dropped guards are. For locks
-    /// whose names a handler finds in the request body, which the layer never sees: take them
-    /// with the layer's `key_prefix`, and answer a failure as the layer would with
+    /// whose names a handler finds where no key extractor looks (a body that is not JSON;
+    /// keys in a JSON body are `JsonKeys`'s, feature `json`): take them with the layer's
+    /// `key_prefix`, and answer a failure as the layer would with
     /// [`Rejection::from_lock_error`](crate::layer::Rejection::from_lock_error).
     ///
     /// # Cancel safety

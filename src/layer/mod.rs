@@ -29,6 +29,16 @@
 //! With tonic, `Server::builder().layer(LockLayer::new(locks, MetadataKey::new("account-id")))`
 //! (feature `tonic` for tonic 0.14's body); see `examples/tonic_accounts.rs`.
 //!
+//! Keys in a JSON body (feature `json`): `JsonKeys` names them (JSON pointers, or a
+//! closure over the parsed body), and is two things at once: the key extractor of a
+//! `LockLayer`, and, with `JsonKeys::layer`, the body layer that reads the body up to a
+//! bound (64 KiB by default; 413 past it), finds the keys and hands the request on with its
+//! body intact. The body layer must run first, so it goes outside the lock layer: with
+//! axum, added after it, `.layer(LockLayer::new(locks, keys.clone())).layer(keys.layer())`;
+//! with `ServiceBuilder`, listed before it,
+//! `ServiceBuilder::new().layer(keys.layer()).layer(LockLayer::new(locks, keys))`. In the
+//! other order the lock layer finds no keys and answers 400 naming the body layer.
+//!
 //! The layer's own answers carry a one-line body saying why ([`Rejection::message`]), or
 //! `application/problem+json` with [`ProblemJson`]. Its logs stay readable under load:
 //! rejections log at most one line per kind and second, keys are cut to 64 bytes, and the
@@ -37,8 +47,12 @@
 #[cfg(feature = "axum")]
 mod axum_support;
 mod body;
+#[cfg(feature = "json")]
+mod buffer;
 mod context;
 mod extract;
+#[cfg(feature = "json")]
+mod json_keys;
 #[allow(clippy::module_inception)]
 mod layer;
 mod log;
@@ -51,12 +65,16 @@ pub mod future;
 #[cfg(feature = "axum")]
 pub use axum_support::{MissingLockContext, PathParamKey};
 pub use body::RejectionBody;
+#[cfg(feature = "json")]
+pub use buffer::{BufferedBody, DEFAULT_MAX_BODY};
 pub use context::LockContext;
 pub use extract::{
     ConstantKey, GrpcMethodKey, HeaderKey, InvalidKey, KeyExtractor, Keys, MetadataKey,
     PathSegmentKey, RouteParamKey,
 };
 pub use future::ResponseFuture;
+#[cfg(feature = "json")]
+pub use json_keys::{JsonKeys, JsonKeysFuture, JsonKeysLayer, JsonKeysService};
 pub use layer::LockLayer;
 pub use policy::{
     DEFAULT_MAX_KEYS, DEFAULT_RETRY_AFTER, DEFAULT_WAIT, OnLeaseLost, OnMissingKey,

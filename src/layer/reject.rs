@@ -110,9 +110,9 @@ impl Rejection {
     }
 
     /// What the layer answers when taking locks fails with `error`, for an HTTP request with
-    /// the default `Retry-After`: for a handler that takes locks itself (keys found in the
-    /// request body, which the layer never sees) and answers a failure as the layer would,
-    /// `Rejection::from_lock_error(&err).default_response()`.
+    /// the default `Retry-After`: for a handler that takes locks itself (keys found where no
+    /// key extractor looks, such as a body that is not JSON) and answers a failure as the
+    /// layer would, `Rejection::from_lock_error(&err).default_response()`.
     pub fn from_lock_error(error: &LockError) -> Self {
         Self::from_error(error, false, Vec::new(), DEFAULT_RETRY_AFTER)
     }
