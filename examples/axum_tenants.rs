@@ -21,6 +21,15 @@
 //! API, say), so the requests of a busy tenant pile up behind the limit. Each answer says
 //! when its handler started and ended, for the demo's checker to count them per tenant
 //! (`./scripts/demo.sh --limit 3`).
+//!
+//! `POST /payments` is an idempotent route (`IdempotencyLayer`, scoped by `x-tenant-id`):
+//! see `axum_tenants/payments.rs`, and `./scripts/demo.sh --idempotent`. For the tests that
+//! pause and kill instances: `--watchdog-lease-ms` (the client's watchdog lease, renewed
+//! every third of it), `--idempotency-wait-ms` (how long a duplicate waits for the first)
+//! and `--idempotency-ttl-ms` (how long a response is kept).
+
+#[path = "axum_tenants/payments.rs"]
+mod payments;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -35,7 +44,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Value as RedisValue};
 use serde_json::{Value, json};
 use tower_redis_lock::layer::RouteParamKey;
-use tower_redis_lock::{LockClient, LockContext, LockLayer};
+use tower_redis_lock::{LockClient, LockClientBuilder, LockContext, LockLayer};
 
 /// Simulated work inside the critical section, between the read and the write.
 const WORK: Duration = Duration::from_millis(2);
@@ -127,6 +136,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (mut urls, mut port, mut instance, mut cluster, mut limit) =
         (Vec::new(), 3000_u16, "a".to_owned(), false, None);
+    let (mut watchdog_lease, mut idempotency) = (None, payments::Idempotency::default());
+    let millis = |value: &str| value.parse().map(Duration::from_millis);
     while let Some(flag) = args.next() {
         if flag == "--cluster" {
             cluster = true;
@@ -138,6 +149,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--port" => port = value.parse()?,
             "--instance" => instance = value,
             "--limit" => limit = Some(value.parse::<u32>()?),
+            "--watchdog-lease-ms" => watchdog_lease = Some(millis(&value)?),
+            "--idempotency-wait-ms" => idempotency.wait = Some(millis(&value)?),
+            "--idempotency-ttl-ms" => idempotency.ttl = Some(millis(&value)?),
             _ => return Err(format!("unknown option {flag}").into()),
         }
     }
@@ -150,19 +164,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tower_redis_lock::describe_metrics();
     let name = format!("orders-{instance}");
     let (locks, data) = if cluster {
-        let locks = LockClient::builder_cluster(&urls)
-            .instance_name(&name)
-            .build()
-            .await?;
+        let locks = LockClient::builder_cluster(&urls).instance_name(&name);
+        let locks = with_lease(locks, watchdog_lease).build().await?;
         let data = ClusterClient::new(urls.clone())?
             .get_async_connection()
             .await?;
         (locks, Data::Cluster(data))
     } else {
-        let locks = LockClient::builder(&urls[0])
-            .instance_name(&name)
-            .build()
-            .await?;
+        let locks = LockClient::builder(&urls[0]).instance_name(&name);
+        let locks = with_lease(locks, watchdog_lease).build().await?;
         let data = redis::Client::open(urls[0].as_str())?
             .get_multiplexed_async_connection()
             .await?;
@@ -178,6 +188,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(n) => layer.limit(n),
         None => layer,
     };
+    let payments = payments::router(locks.clone(), data.clone(), instance.clone(), &idempotency);
     let app = Router::new()
         .route("/tenants/{tenant}/orders", post(create_order))
         .with_state(App {
@@ -186,6 +197,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             limited: limit.is_some(),
         })
         .layer(layer)
+        // Merged after the lock layer: payments have their own (the idempotency layer).
+        .merge(payments)
         // Merged after the layer: scraping takes no lock.
         .merge(Router::new().route(
             "/metrics",
@@ -208,6 +221,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     locks.shutdown().await;
     Ok(())
+}
+
+/// The client's watchdog lease, when the command line gives one (else the default, 30 s).
+fn with_lease(builder: LockClientBuilder, lease: Option<Duration>) -> LockClientBuilder {
+    match lease {
+        Some(lease) => builder.watchdog_lease(lease),
+        None => builder,
+    }
 }
 
 async fn stop_signal() {
