@@ -12,6 +12,12 @@
 # once (LockLayer::limit) and the limit's checker (limitgen) counts, per tenant, the most
 # handlers that ran at once across the instances: it fails if one went over N or none
 # reached N.
+# With --idempotent (first, or after --cluster), the load goes to the instances' idempotent
+# route (POST /payments, behind IdempotencyLayer) from idemgen: 1,000 idempotency keys, each
+# sent 5 times at once spread over the instances. It checks per key that the handler ran
+# once (its counter in Redis), that every copy got the same status and body and that all
+# but one say `idempotent-replayed: true`, and that a key reused with another body gets 422
+# from every instance; options after it go to idemgen (e.g. --keys 5000 --copies 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -19,9 +25,11 @@ source scripts/lib.sh
 
 cluster=false
 limit=""
+idempotent=false
 while [ $# -gt 0 ]; do
     case "$1" in
         --cluster) cluster=true; shift ;;
+        --idempotent) idempotent=true; shift ;;
         --limit)
             [ $# -ge 2 ] || { echo "--limit needs a number" >&2; exit 2; }
             limit=$2
@@ -30,7 +38,13 @@ while [ $# -gt 0 ]; do
         *) break ;;
     esac
 done
+if $idempotent && [ -n "$limit" ]; then
+    echo "--idempotent and --limit are two demos: pick one" >&2
+    exit 2
+fi
 cargo build --locked --quiet --examples
+# Where cargo put them: CARGO_TARGET_DIR when set, as cargo reads it.
+bin=${CARGO_TARGET_DIR:-target}/debug
 out=$(mktemp -d)
 trap 'cleanup; rm -rf "$out"' EXIT
 redis_args=()
@@ -43,7 +57,7 @@ if $cluster; then
     done
     # A cluster that just started: every slot's epoch without a restart quarantine, as an
     # operator gives one known to be new (else it grants nothing until up the lease limit).
-    target/debug/lockctl "${redis_args[@]/--redis/--url}" waive-quarantine >/dev/null
+    "$bin"/lockctl "${redis_args[@]/--redis/--url}" waive-quarantine >/dev/null
     where="a Redis Cluster of ${#CLUSTER_URLS[@]} masters"
 else
     start_redis
@@ -55,7 +69,7 @@ limit_args=()
 [ -n "$limit" ] && limit_args+=(--limit "$limit")
 targets=()
 for instance in a b c; do
-    target/debug/examples/axum_tenants "${redis_args[@]}" ${limit_args[@]+"${limit_args[@]}"} \
+    "$bin"/examples/axum_tenants "${redis_args[@]}" ${limit_args[@]+"${limit_args[@]}"} \
         --port 0 --instance "$instance" >"$out/$instance.log" 2>&1 &
     started_pids+=($!)
     addr=""
@@ -72,10 +86,12 @@ done
 echo "$where; sending load"
 targets_csv=$(IFS=,; echo "${targets[*]}")
 status=0
-if [ -n "$limit" ]; then
-    target/debug/examples/limitgen --limit "$limit" --targets "$targets_csv" "$@" || status=$?
+if $idempotent; then
+    "$bin"/examples/idemgen "${redis_args[@]}" --targets "$targets_csv" "$@" || status=$?
+elif [ -n "$limit" ]; then
+    "$bin"/examples/limitgen --limit "$limit" --targets "$targets_csv" "$@" || status=$?
 else
-    target/debug/examples/loadgen "${redis_args[@]}" --targets "$targets_csv" "$@" || status=$?
+    "$bin"/examples/loadgen "${redis_args[@]}" --targets "$targets_csv" "$@" || status=$?
 fi
 
 # What one instance's lock metrics say after the load: its GET /metrics (Prometheus text),
