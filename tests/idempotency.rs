@@ -17,11 +17,11 @@ use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use bytes::Bytes;
+use http::header::{CONTENT_TYPE, LOCATION, RETRY_AFTER};
+use http::{Request, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
-use http::header::{CONTENT_TYPE, LOCATION, RETRY_AFTER};
-use http::{Request, Response, StatusCode};
 use support::cluster::RedisCluster;
 use support::{RedisServer, client, client_with_lease, eventually};
 use tokio::sync::Notify;
@@ -32,6 +32,8 @@ use tower_redis_lock::{HeaderKey, IdempotencyLayer, LockClient};
 
 /// Bound for what normally takes milliseconds; generous because CI machines are shared.
 const SLACK: Duration = Duration::from_secs(5);
+/// Bound on any one answer: far above the 10 s wait of a duplicate.
+const ANSWERED_WITHIN: Duration = Duration::from_secs(30);
 
 /// What the handlers share: how often each ran, and a gate the slow one waits at.
 #[derive(Clone, Default)]
@@ -106,10 +108,11 @@ async fn send(app: &Router, path: &str, tenant: &str, key: Option<&str>, body: &
     if let Some(key) = key {
         request = request.header("idempotency-key", key);
     }
-    let response = app
-        .clone()
-        .oneshot(request.body(Body::from(body.to_owned())).unwrap())
+    let request = request.body(Body::from(body.to_owned())).unwrap();
+    // Bounded, so a layer that ran a handler twice fails here instead of waiting at its gate.
+    let response = tokio::time::timeout(ANSWERED_WITHIN, app.clone().oneshot(request))
         .await
+        .expect("an answer within the bound")
         .unwrap();
     answer(response).await
 }
@@ -486,7 +489,10 @@ where
         .header("idempotency-key", key)
         .body(Full::new(Bytes::from_static(b"\0\0\0\0\0")).boxed_unsync())
         .unwrap();
-    let response = service.clone().oneshot(request).await.unwrap();
+    let response = tokio::time::timeout(ANSWERED_WITHIN, service.clone().oneshot(request))
+        .await
+        .expect("an answer within the bound")
+        .unwrap();
     let replayed = response.headers().contains_key(REPLAYED_HEADER);
     let collected = response.into_body().collect().await.unwrap();
     let status = collected
@@ -517,5 +523,9 @@ async fn a_grpc_answer_is_replayed_with_its_trailers_and_a_retryable_status_is_n
         let (_, status, replayed) = call_grpc_like(&unavailable, "g-2").await;
         assert_eq!((status.as_deref(), replayed), (Some("14"), false));
     }
-    assert_eq!(runs.load(Ordering::SeqCst), 3, "UNAVAILABLE is not stored: it runs again");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "UNAVAILABLE is not stored: it runs again"
+    );
 }

@@ -12,12 +12,13 @@ use tower::Service;
 
 use super::capture::{Captured, capture};
 use super::fingerprint::fingerprint;
-use super::layer::{REPLAYED_HEADER, Settings};
 use super::record::{IdempotencyRecords, StoredResponse, read, record_key};
 use super::replay_body::ReplayableBody;
+use super::settings::{REPLAYED_HEADER, Settings};
 use crate::error::{ErrorKind, LockError};
 use crate::guard::LockGuard;
-use crate::layer::{OnRedisUnavailable, Reject, Rejection, RejectionKind};
+use crate::layer::buffer::{ReadBody, ReadError, declared_over};
+use crate::layer::{BufferedBody, OnRedisUnavailable, Reject, Rejection, RejectionKind};
 use crate::lock::Lock;
 use crate::meter::{self, IdempotentOutcome};
 
@@ -37,6 +38,9 @@ pub(crate) fn answer_now<T: Send + 'static, E: Send + 'static>(
 ) -> super::future::ResponseFuture<T, E> {
     super::future::ResponseFuture::new(std::future::ready(Ok(answer)))
 }
+
+/// A body's error, boxed, as `ReadBody` reads it.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Where a flow stands after a step: go on with `T`, or answer now.
 type Step<T, ResB, E> = Result<T, Result<Response<ResB>, E>>;
@@ -60,7 +64,8 @@ impl<R> Flow<R> {
     where
         S: Service<Request<ReqB>, Response = Response<ResB>>,
         R: Reject<ResB>,
-        ReqB: ReplayableBody + Unpin,
+        ReqB: ReplayableBody,
+        ReqB::Error: Into<BoxError>,
         ResB: ReplayableBody + Unpin,
     {
         let (request, fingerprint) = match self.read_request(request).await {
@@ -85,30 +90,37 @@ impl<R> Flow<R> {
             .await
     }
 
-    /// Reads the request's body whole (up to the bound) and fingerprints the request.
+    /// Reads the request's body whole (up to the bound; a length declared over it is refused
+    /// before a byte is read), fingerprints the request, and hands the bytes on in the body
+    /// and in the extensions ([`BufferedBody`]).
     async fn read_request<ReqB, ResB, E>(
         &self,
         request: Request<ReqB>,
     ) -> Step<(Request<ReqB>, String), ResB, E>
     where
         R: Reject<ResB>,
-        ReqB: ReplayableBody + Unpin,
+        ReqB: ReplayableBody,
+        ReqB::Error: Into<BoxError>,
     {
-        let (parts, body) = request.into_parts();
         let bound = self.settings.max_request_body;
-        match capture(body, bound).await {
-            Ok(Captured::Whole { data, trailers }) => {
+        if declared_over(&request, bound).is_some() {
+            let detail = format!("over the limit of {bound} bytes for an idempotent request");
+            return Err(self.rejected(RejectionKind::BodyTooLarge, detail));
+        }
+        let (mut parts, body) = request.into_parts();
+        match ReadBody::new(body, bound).await {
+            Ok(data) => {
                 let fingerprint = fingerprint(&parts, &data);
-                let body = ReqB::replay(data, trailers);
-                Ok((Request::from_parts(parts, body), fingerprint))
+                parts.extensions.insert(BufferedBody::new(data.clone()));
+                let request = Request::from_parts(parts, ReqB::replay(data, None));
+                Ok((request, fingerprint))
             }
-            Ok(Captured::Over { .. }) => {
+            Err(ReadError::TooLarge(_)) => {
                 let detail = format!("over the limit of {bound} bytes for an idempotent request");
                 Err(self.rejected(RejectionKind::BodyTooLarge, detail))
             }
-            Err(_) => {
-                let detail = "the request body could not be read".to_owned();
-                Err(self.rejected(RejectionKind::BodyUnreadable, detail))
+            Err(failed @ ReadError::Failed(_)) => {
+                Err(self.rejected(RejectionKind::BodyUnreadable, failed.to_string()))
             }
         }
     }
@@ -239,7 +251,7 @@ impl<R> Flow<R> {
             }
             Err(error) => {
                 meter::idempotent(IdempotentOutcome::StoreFailed);
-                tracing::warn!(key = %self.key, %error, "the response could not be stored; a duplicate runs again");
+                tracing::warn!(key = %self.key, %error, "the response may not have been stored (the store timed out or failed); a duplicate may run again");
                 Ok(Response::from_parts(parts, body))
             }
         }

@@ -4,64 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
-use http::header::{CONTENT_TYPE, ETAG, LOCATION};
 use tower::Layer;
 
 use super::record::IdempotencyRecords;
 use super::service::IdempotencyService;
+use super::settings::Settings;
 use crate::client::LockClient;
-use crate::layer::{
-    ConstantKey, DEFAULT_RETRY_AFTER, DEFAULT_WAIT, DefaultRejection, OnMissingKey,
-    OnRedisUnavailable,
-};
+use crate::layer::{ConstantKey, DefaultRejection, OnMissingKey, OnRedisUnavailable};
 use crate::lease::Lease;
-
-/// Default time a stored response is kept: 24 hours, as payment APIs keep theirs.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
-/// Default bound on a request body the layer reads to fingerprint the request: 1 MiB.
-pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;
-/// Default bound on a response body the layer stores: 256 KiB.
-pub const DEFAULT_MAX_STORED_BODY: usize = 256 * 1024;
-/// The header a replayed response carries, `idempotent-replayed: true`, as Stripe's do.
-pub const REPLAYED_HEADER: &str = "idempotent-replayed";
-
-/// What the layer does, with its documented defaults.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) header: HeaderName,
-    pub(crate) ttl: Duration,
-    pub(crate) wait: Duration,
-    pub(crate) retry_after: Duration,
-    pub(crate) lease: Lease,
-    pub(crate) missing_key: OnMissingKey,
-    pub(crate) redis_unavailable: OnRedisUnavailable,
-    pub(crate) max_request_body: usize,
-    pub(crate) max_stored_body: usize,
-    pub(crate) stored_headers: Vec<HeaderName>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            header: HeaderName::from_static("idempotency-key"),
-            ttl: DEFAULT_TTL,
-            wait: DEFAULT_WAIT,
-            retry_after: DEFAULT_RETRY_AFTER,
-            lease: Lease::Watchdog,
-            missing_key: OnMissingKey::PassThrough,
-            redis_unavailable: OnRedisUnavailable::FailClosed,
-            max_request_body: DEFAULT_MAX_REQUEST_BODY,
-            max_stored_body: DEFAULT_MAX_STORED_BODY,
-            stored_headers: vec![
-                CONTENT_TYPE,
-                LOCATION,
-                ETAG,
-                HeaderName::from_static("grpc-status"),
-                HeaderName::from_static("grpc-message"),
-            ],
-        }
-    }
-}
 
 /// Runs a request with an `Idempotency-Key` once, across every instance sharing the Redis,
 /// and answers its duplicates with the stored response:
@@ -69,7 +19,7 @@ impl Default for Settings {
 ///
 /// Defaults: the header `Idempotency-Key`; one scope for every request (give a
 /// [`KeyExtractor`](crate::KeyExtractor) to [`IdempotencyLayer::scope`] so that two tenants'
-/// keys never meet); responses kept 24 h ([`DEFAULT_TTL`]); a duplicate waits at most 10 s
+/// keys never meet); responses kept 24 h ([`DEFAULT_TTL`](super::DEFAULT_TTL)); a duplicate waits at most 10 s
 /// for the first to finish, then 409 with `Retry-After: 1`; a request without the header
 /// runs as if the layer were not there; Redis unreachable fails closed (503); request
 /// bodies up to 1 MiB, stored bodies up to 256 KiB; the headers `content-type`, `location`,

@@ -65,13 +65,14 @@ mod record;
 mod replay_body;
 mod request_key;
 mod service;
+mod settings;
 
 pub use future::ResponseFuture;
-pub use layer::{
-    DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_BODY, DEFAULT_TTL, IdempotencyLayer,
-    REPLAYED_HEADER,
-};
+pub use layer::IdempotencyLayer;
 pub use record::{IdempotencyRecords, StoredResponse};
 pub use replay_body::ReplayableBody;
 pub use request_key::MAX_IDEMPOTENCY_KEY_LEN;
 pub use service::IdempotencyService;
+pub use settings::{
+    DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_BODY, DEFAULT_TTL, REPLAYED_HEADER,
+};

@@ -8,10 +8,10 @@ use tower::Service;
 
 use super::flow::{Flow, answer_now, run_unguarded};
 use super::future::ResponseFuture;
-use super::layer::Settings;
 use super::record::IdempotencyRecords;
 use super::replay_body::ReplayableBody;
 use super::request_key::{RequestKey, request_key};
+use super::settings::Settings;
 use crate::layer::reject::is_grpc;
 use crate::layer::{KeyExtractor, OnMissingKey, Reject, Rejection, RejectionKind};
 use crate::meter::{self, IdempotentOutcome};
@@ -56,7 +56,8 @@ where
     S::Error: Send,
     E: KeyExtractor<ReqB>,
     R: Reject<ResB>,
-    ReqB: ReplayableBody + Unpin,
+    ReqB: ReplayableBody,
+    ReqB::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     ResB: ReplayableBody + Unpin,
 {
     type Response = Response<ResB>;

@@ -47,8 +47,7 @@
 #[cfg(feature = "axum")]
 mod axum_support;
 mod body;
-#[cfg(feature = "json")]
-mod buffer;
+pub(crate) mod buffer;
 mod context;
 mod extract;
 #[cfg(feature = "json")]
@@ -65,7 +64,6 @@ pub mod future;
 #[cfg(feature = "axum")]
 pub use axum_support::{MissingLockContext, PathParamKey};
 pub use body::RejectionBody;
-#[cfg(feature = "json")]
 pub use buffer::{BufferedBody, DEFAULT_MAX_BODY};
 pub use context::LockContext;
 pub use extract::{

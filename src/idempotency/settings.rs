@@ -1,0 +1,56 @@
+//! What the idempotency layer does in each situation, with its documented defaults.
+
+use std::time::Duration;
+
+use http::HeaderName;
+use http::header::{CONTENT_TYPE, ETAG, LOCATION};
+
+use crate::layer::{DEFAULT_RETRY_AFTER, DEFAULT_WAIT, OnMissingKey, OnRedisUnavailable};
+use crate::lease::Lease;
+
+/// Default time a stored response is kept: 24 hours, as payment APIs keep theirs.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// Default bound on a request body the layer reads to fingerprint the request: 1 MiB.
+pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;
+/// Default bound on a response body the layer stores: 256 KiB.
+pub const DEFAULT_MAX_STORED_BODY: usize = 256 * 1024;
+/// The header a replayed response carries, `idempotent-replayed: true`, as Stripe's do.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// What the layer does, with its documented defaults.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) header: HeaderName,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) retry_after: Duration,
+    pub(crate) lease: Lease,
+    pub(crate) missing_key: OnMissingKey,
+    pub(crate) redis_unavailable: OnRedisUnavailable,
+    pub(crate) max_request_body: usize,
+    pub(crate) max_stored_body: usize,
+    pub(crate) stored_headers: Vec<HeaderName>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            header: HeaderName::from_static("idempotency-key"),
+            ttl: DEFAULT_TTL,
+            wait: DEFAULT_WAIT,
+            retry_after: DEFAULT_RETRY_AFTER,
+            lease: Lease::Watchdog,
+            missing_key: OnMissingKey::PassThrough,
+            redis_unavailable: OnRedisUnavailable::FailClosed,
+            max_request_body: DEFAULT_MAX_REQUEST_BODY,
+            max_stored_body: DEFAULT_MAX_STORED_BODY,
+            stored_headers: vec![
+                CONTENT_TYPE,
+                LOCATION,
+                ETAG,
+                HeaderName::from_static("grpc-status"),
+                HeaderName::from_static("grpc-message"),
+            ],
+        }
+    }
+}
