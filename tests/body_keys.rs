@@ -29,7 +29,7 @@ use tokio::sync::{Semaphore as Gate, mpsc};
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 use tower_redis_lock::layer::{InvalidKey, Keys, Rejection, Sharing};
-use tower_redis_lock::{JsonKeys, LockClient, LockContext, LockLayer};
+use tower_redis_lock::{HeaderKey, IdempotencyLayer, JsonKeys, LockClient, LockContext, LockLayer};
 
 /// Bound for what normally takes milliseconds; generous because CI machines are shared and
 /// a debug build on two cores can stall for a while.
@@ -681,4 +681,69 @@ async fn a_body_layer_inside_the_lock_layer_is_named_in_the_answer() {
     let (status, _) = text(apart.oneshot(post_order(TRANSFER)).await.unwrap()).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(server.keys_besides_epoch(), 0, "no key reached redis");
+}
+
+/// A transfer handler that counts its runs and answers the run and the accounts it held.
+async fn counted_transfer(
+    State(runs): State<Arc<AtomicUsize>>,
+    lock: LockContext,
+    body: Bytes,
+) -> (StatusCode, String) {
+    let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+    let keys = lock.keys().collect::<Vec<_>>().join(",");
+    let body = String::from_utf8_lossy(&body).into_owned();
+    (
+        StatusCode::CREATED,
+        format!("run {run} held {keys} for {body}"),
+    )
+}
+
+#[tokio::test]
+async fn the_body_layer_the_idempotency_layer_and_the_lock_layer_stack_on_one_route() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let keys = JsonKeys::pointers(["/from_account", "/to_account"]);
+    let runs = Arc::new(AtomicUsize::new(0));
+    // Outermost first: the body is read for its keys, the duplicate answered, then the
+    // accounts locked.
+    let app = Router::new()
+        .route("/transfers", post(counted_transfer))
+        .with_state(runs.clone())
+        .layer(LockLayer::new(locks.clone(), keys.clone()))
+        .layer(IdempotencyLayer::new(locks.clone()).scope(HeaderKey::new("x-tenant-id")))
+        .layer(keys.layer());
+    let send = |body: &'static str| {
+        let app = app.clone();
+        async move {
+            let request = Request::post("/transfers")
+                .header("x-tenant-id", "acme")
+                .header("idempotency-key", "t-1")
+                .body(Body::from(body))
+                .unwrap();
+            let response = tokio::time::timeout(SLACK, app.oneshot(request))
+                .await
+                .expect("an answer in time")
+                .unwrap();
+            let replayed = response.headers().contains_key("idempotent-replayed");
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            (status, replayed, String::from_utf8(body.to_vec()).unwrap())
+        }
+    };
+    let first = send(TRANSFER).await;
+    assert_eq!(
+        first,
+        (
+            StatusCode::CREATED,
+            false,
+            format!("run 1 held a1,a2 for {TRANSFER}")
+        )
+    );
+    let again = send(TRANSFER).await;
+    assert_eq!((again.0, again.1, &again.2), (first.0, true, &first.2));
+    let reused = send(r#"{"from_account":"a1","to_account":"a3","amount":5}"#).await;
+    assert_eq!(reused.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

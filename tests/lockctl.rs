@@ -6,11 +6,15 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
 use support::tls::TestPki;
 use support::{ChildGuard, RedisServer};
+use tower::Layer;
 use tower_redis_lock::inspect::{LIST_MAX_SCANS, LIST_SCAN_COUNT};
-use tower_redis_lock::{ErrorKind, LockClient, LostReason};
+use tower_redis_lock::{ErrorKind, HeaderKey, IdempotencyLayer, LockClient, LostReason};
 
 fn lockctl(server: &RedisServer, args: &[&str]) -> Child {
     Command::new(support::lockctl_path())
@@ -238,6 +242,55 @@ fn an_operator_waives_the_quarantine_of_a_new_server() {
     assert_eq!((code, released["event"].as_str()), (0, Some("released")));
     let (code, again) = run(&server, &["waive-quarantine"]);
     assert_eq!((code, again["waived"].as_bool()), (0, Some(false)));
+}
+
+#[tokio::test]
+async fn idempotent_shows_what_the_idempotency_layer_stored_for_a_key() {
+    let server = RedisServer::start();
+    let locks = support::client(&server).await;
+    let layer = IdempotencyLayer::new(locks.clone()).scope(HeaderKey::new("x-tenant-id"));
+    let service = layer.layer(tower::service_fn(
+        |_: http::Request<UnsyncBoxBody<Bytes, std::convert::Infallible>>| async {
+            let mut response =
+                http::Response::new(Full::new(Bytes::from_static(b"order 7")).boxed_unsync());
+            *response.status_mut() = http::StatusCode::CREATED;
+            response
+                .headers_mut()
+                .insert("location", http::HeaderValue::from_static("/orders/7"));
+            Ok::<_, std::convert::Infallible>(response)
+        },
+    ));
+    let request = http::Request::post("/orders")
+        .header("x-tenant-id", "acme")
+        .header("idempotency-key", "8e03978e")
+        .body(Full::new(Bytes::from_static(b"{}")).boxed_unsync())
+        .unwrap();
+    let answer = tower::ServiceExt::oneshot(service, request).await.unwrap();
+    assert_eq!(answer.status(), http::StatusCode::CREATED);
+
+    let (code, stdout, _) = ctl(
+        &server,
+        &["idempotent", "8e03978e", "--scope", "acme", "--json"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stdout}");
+    let shown = &json_lines(&stdout)[0];
+    assert_eq!(shown["stored"], true);
+    assert_eq!(shown["status"], 201);
+    assert_eq!(shown["body_bytes"], 7);
+    assert_eq!(shown["headers"][0], "location: /orders/7");
+    assert_eq!(shown["fingerprint"].as_str().map(str::len), Some(64));
+    assert!(shown["ttl_ms"].as_u64().unwrap() > 23 * 3600 * 1000);
+    let (code, stdout, _) = ctl(&server, &["idempotent", "8e03978e", "--scope", "acme"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        stdout.starts_with("8e03978e: status 201 stored"),
+        "{stdout}"
+    );
+    // Another tenant's key of that name has nothing stored.
+    let (code, stdout, _) = ctl(&server, &["idempotent", "8e03978e", "--scope", "globex"]).await;
+    assert_eq!(code, 1);
+    assert!(stdout.contains("nothing stored"), "{stdout}");
 }
 
 /// Runs lockctl against `server` to the end, stdin closed (no terminal): its exit code,

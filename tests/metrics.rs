@@ -12,14 +12,19 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
 use metrics::LocalRecorderGuard;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::{CompositeKey, MetricKind};
 use support::logs::CapturedLogs;
 use support::{RedisServer, client, client_with_lease};
 use tower::{Layer, ServiceExt, service_fn};
-use tower_redis_lock::{HeaderKey, Lease, LockClient, LockGuard, LockLayer, LostReason};
+use tower_redis_lock::{
+    HeaderKey, IdempotencyLayer, Lease, LockClient, LockGuard, LockLayer, LostReason,
+};
 
 /// Bound for what normally takes milliseconds; generous because CI machines are shared.
 const SLACK: Duration = Duration::from_secs(10);
@@ -389,4 +394,70 @@ async fn the_layer_counts_its_rejections_and_its_span_names_kind_hand_over_and_t
         1
     );
     drop(held);
+}
+
+#[tokio::test]
+async fn the_idempotency_layer_counts_what_it_did_with_each_request() {
+    let mut recorded = Recorded::start();
+    let server = RedisServer::start();
+    let locks: LockClient = client(&server).await;
+    let layer = IdempotencyLayer::new(locks.clone());
+    let service = layer.layer(service_fn(
+        |request: Request<UnsyncBoxBody<Bytes, Infallible>>| async move {
+            let status = if request.uri().path() == "/fail" {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::CREATED
+            };
+            let mut response = Response::new(Full::new(Bytes::from_static(b"done")).boxed_unsync());
+            *response.status_mut() = status;
+            Ok::<_, Infallible>(response)
+        },
+    ));
+    let send = |path: &'static str, key: Option<&'static str>, body: &'static str| {
+        let service = service.clone();
+        async move {
+            let mut request = Request::post(path);
+            if let Some(key) = key {
+                request = request.header("idempotency-key", key);
+            }
+            let request = request
+                .body(Full::new(Bytes::from_static(body.as_bytes())).boxed_unsync())
+                .unwrap();
+            service.oneshot(request).await.unwrap().status()
+        }
+    };
+    assert_eq!(send("/orders", Some("k"), "a").await, StatusCode::CREATED);
+    assert_eq!(send("/orders", Some("k"), "a").await, StatusCode::CREATED);
+    assert_eq!(send("/orders", Some("k"), "a").await, StatusCode::CREATED);
+    assert_eq!(
+        send("/orders", Some("k"), "b").await,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        send("/fail", Some("f"), "").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(send("/orders", None, "").await, StatusCode::CREATED);
+    assert_eq!(
+        send("/orders", Some("two words"), "").await,
+        StatusCode::BAD_REQUEST
+    );
+
+    let idempotent = "redis_lock_idempotent_total";
+    for (outcome, count) in [
+        ("first", 1),
+        ("replayed", 2),
+        ("mismatch", 1),
+        ("not_stored", 1),
+        ("no_key", 1),
+        ("rejected", 1),
+        ("in_progress", 0),
+    ] {
+        assert_eq!(
+            recorded.counter(idempotent, &[("outcome", outcome)]),
+            count,
+            "{outcome}"
+        );
+    }
 }
