@@ -14,8 +14,8 @@
 # `axum_integration` and `axum_example` (axum, hyper, serde, metrics-exporter-prometheus),
 # `tonic_example` (tonic, prost, tonic-prost), `escaping` (proptest, percent-encoding),
 # `cluster` (redis-rs's cluster client, crc16), `sentinel` (its sentinel client), `security`
-# (rustls: TLS, AUTH, ACL), `lockctl` (serde_json, the cli feature) and `body_keys`
-# (serde_json and http-body, the json feature). Not run here: the chaos runs and the fault,
+# (rustls: TLS, AUTH, ACL), `lockctl` (serde_json, the cli feature), `body_keys`
+# (serde_json and http-body, the json feature) and `idempotency` (ring's SHA-256, http-body). Not run here: the chaos runs and the fault,
 # topology and per-kind tests, which add no dependency (cap, stats_alloc, criterion and nix
 # are only built: examples, benches and the chaos worker).
 #
@@ -65,7 +65,7 @@ print("floors: every direct dependency at the version Cargo.toml states")
 # The integration tests each resolution runs (see the top of this file).
 subset=()
 for test in locking layer layer_logs layer_limit metrics axum_integration axum_example \
-    tonic_example escaping cluster sentinel security lockctl body_keys; do
+    tonic_example escaping cluster sentinel security lockctl body_keys idempotency; do
     subset+=(--test "$test")
 done
 
