@@ -3,7 +3,9 @@
 //! The Deposit handler does a deliberately non-atomic read-modify-write of the balance in
 //! Redis. The example starts two server instances (each with its own `LockClient`), sends
 //! concurrent deposits through both, checks that no deposit was lost, then shows the answer
-//! a client gets when an account stays locked past the wait bound: `UNAVAILABLE`.
+//! a client gets when an account stays locked past the wait bound: `UNAVAILABLE`. Deposits
+//! that carry an `idempotency-key` (metadata) are made once: the same deposit sent again, to
+//! the other instance, gets the first reply (`IdempotencyLayer`, outside the lock layer).
 //!
 //! ```text
 //! cargo run --example tonic_accounts -- --redis redis://127.0.0.1:6379
@@ -33,8 +35,9 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::{Code, Request, Response, Status};
 use tonic_prost::ProstCodec;
+use tower::ServiceBuilder;
 use tower_redis_lock::layer::MetadataKey;
-use tower_redis_lock::{LockClient, LockContext, LockLayer};
+use tower_redis_lock::{IdempotencyLayer, LockClient, LockContext, LockLayer};
 
 const DEPOSIT: &str = "/bank.Accounts/Deposit";
 
@@ -129,10 +132,13 @@ async fn start_instance(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let locks = LockClient::connect(redis_url).await?;
-    let layer = LockLayer::new(locks, MetadataKey::new("account-id")).wait_timeout(wait);
+    // Outermost first: a duplicate deposit is answered before it waits for the account.
+    let layers = ServiceBuilder::new()
+        .layer(IdempotencyLayer::new(locks.clone()).scope(MetadataKey::new("account-id")))
+        .layer(LockLayer::new(locks, MetadataKey::new("account-id")).wait_timeout(wait));
     tokio::spawn(
         Server::builder()
-            .layer(layer)
+            .layer(layers)
             .add_service(Accounts { data })
             .serve_with_incoming(TcpIncoming::from(listener)),
     );
@@ -140,6 +146,16 @@ async fn start_instance(
 }
 
 async fn deposit(channel: Channel, account: &str, amount: i64) -> Result<DepositReply, Status> {
+    deposit_once(channel, account, amount, None).await
+}
+
+/// A deposit with an idempotency key, when `key` names one.
+async fn deposit_once(
+    channel: Channel,
+    account: &str,
+    amount: i64,
+    key: Option<&str>,
+) -> Result<DepositReply, Status> {
     let mut client = tonic::client::Grpc::new(channel);
     client
         .ready()
@@ -149,6 +165,10 @@ async fn deposit(channel: Channel, account: &str, amount: i64) -> Result<Deposit
     request
         .metadata_mut()
         .insert("account-id", account.parse().expect("ASCII account"));
+    if let Some(key) = key {
+        let key = key.parse().expect("ASCII key");
+        request.metadata_mut().insert("idempotency-key", key);
+    }
     let codec = ProstCodec::<DepositRequest, DepositReply>::default();
     let reply = client
         .unary(request, PathAndQuery::from_static(DEPOSIT), codec)
@@ -200,7 +220,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     held.release().await?;
     let refused_code = refused.as_ref().err().map(Status::code);
 
-    let ok = failed == 0 && total == deposits as i64 && refused_code == Some(Code::Unavailable);
+    // One deposit of 5 sent twice, to each instance, with one idempotency key: made once.
+    let first = deposit_once(channels[0].clone(), "acct-0", 5, Some("dep-1")).await?;
+    let again = deposit_once(channels[1].clone(), "acct-0", 5, Some("dep-1")).await?;
+    let balance: Option<i64> = data.get("balance:acct-0").await?;
+    let deposited_once = first == again && balance == Some(first.balance);
+
+    let ok = failed == 0
+        && total == deposits as i64
+        && refused_code == Some(Code::Unavailable)
+        && deposited_once;
     println!(
         "{}",
         json!({
@@ -208,6 +237,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "failed": failed,
             "lost_updates": deposits as i64 - total,
             "locked_account_answer": format!("{refused_code:?}"),
+            "idempotent_deposit_made_once": deposited_once,
             "ok": ok,
         })
     );

@@ -1,5 +1,6 @@
 //! The tonic example against a real redis-server: two server instances, concurrent deposits
-//! per account from metadata, and a real gRPC client reading the layer's `UNAVAILABLE`.
+//! per account from metadata, a real gRPC client reading the layer's `UNAVAILABLE`, and a
+//! deposit with an idempotency key sent to both instances, made once.
 
 mod support;
 
@@ -21,9 +22,10 @@ fn deposits_through_two_tonic_instances_are_never_lost() {
     assert_eq!(summary["failed"], 0, "{summary}");
     assert_eq!(summary["lost_updates"], 0, "{summary}");
     assert_eq!(summary["locked_account_answer"], "Some(Unavailable)");
+    assert_eq!(summary["idempotent_deposit_made_once"], true, "{summary}");
     assert!(output.status.success());
     let balances: i64 = (0..4)
         .map(|a| server.cmd::<i64>(&["GET", &format!("balance:acct-{a}")]))
         .sum();
-    assert_eq!(balances, 200);
+    assert_eq!(balances, 205, "200 deposits of 1, and one of 5 sent twice");
 }
