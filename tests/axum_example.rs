@@ -5,11 +5,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
-use support::{ChildGuard, RedisServer, example_path};
+use support::{ChildGuard, RedisServer, axum_instance, example_path};
 
 /// Starts one instance on a free port; its address and the process (killed on drop).
 fn instance(server: &RedisServer, name: &str) -> (String, ChildGuard) {
@@ -18,19 +17,7 @@ fn instance(server: &RedisServer, name: &str) -> (String, ChildGuard) {
 
 /// Starts one instance on a free port with extra arguments.
 fn instance_with(server: &RedisServer, name: &str, extra: &[&str]) -> (String, ChildGuard) {
-    let mut child = Command::new(example_path("axum_tenants"))
-        .args(["--redis", &server.url(), "--port", "0", "--instance", name])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("axum_tenants starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .expect("the listening line");
-    let listening: Value = serde_json::from_str(&line).expect("JSON");
-    let addr = listening["addr"].as_str().expect("an address").to_owned();
-    (format!("http://{addr}"), ChildGuard(child))
+    axum_instance(server, name, extra)
 }
 
 #[test]

@@ -12,8 +12,7 @@
 mod support;
 
 use std::future::Future;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -21,7 +20,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use support::{ChildGuard, RedisServer, client, example_path};
+use support::{ChildGuard, RedisServer, axum_instance, client, example_path};
 use tower_redis_lock::idempotency::{IdempotencyRecords, REPLAYED_HEADER};
 
 /// Bound for what normally takes milliseconds to a few seconds; generous because CI
@@ -37,22 +36,8 @@ struct Instance {
 impl Instance {
     /// Starts `name` on a free port with extra arguments, and waits for its listening line.
     fn start(server: &RedisServer, name: &str, extra: &[&str]) -> Self {
-        let mut child = Command::new(example_path("axum_tenants"))
-            .args(["--redis", &server.url(), "--port", "0", "--instance", name])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("axum_tenants starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("the listening line");
-        let listening: Value = serde_json::from_str(&line).expect("JSON");
-        let addr = listening["addr"].as_str().expect("an address");
-        Self {
-            url: format!("http://{addr}"),
-            process: ChildGuard(child),
-        }
+        let (url, process) = axum_instance(server, name, extra);
+        Self { url, process }
     }
 
     /// Sends the process `signal` (`-STOP`, `-CONT`) by its id.

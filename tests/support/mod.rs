@@ -392,6 +392,26 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Starts `examples/axum_tenants` as the instance `name` of a service on `server`, on a
+/// free port with extra arguments; waits for its listening line and gives its URL, with the
+/// process, killed on drop.
+pub fn axum_instance(server: &RedisServer, name: &str, extra: &[&str]) -> (String, ChildGuard) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(example_path("axum_tenants"))
+        .args(["--redis", &server.url(), "--port", "0", "--instance", name])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("axum_tenants starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("the listening line");
+    let listening: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    let addr = listening["addr"].as_str().expect("an address").to_owned();
+    (format!("http://{addr}"), ChildGuard(child))
+}
+
 /// A client of a Redis that is not there (yet) on `port`, failing fast (200 ms timeouts).
 pub async fn client_on_silent_port(port: u16) -> LockClient {
     LockClient::builder(&format!("redis://127.0.0.1:{port}"))
