@@ -43,6 +43,7 @@ mod client;
 mod engine;
 mod error;
 mod guard;
+pub mod guide;
 mod guarded_write;
 pub mod idempotency;
 pub mod inspect;
