@@ -39,6 +39,9 @@
 //!   closure over the parsed body), with its body layer; see [`layer`].
 //! - `cli`: the `lockctl` operator tool.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![deny(rustdoc::broken_intra_doc_links)]
+
 mod client;
 mod engine;
 mod error;

@@ -7,6 +7,9 @@ use std::time::Duration;
 use crate::connect::Settings;
 use crate::operate::Watch;
 
+/// What `parse` answers for `-h` and `--help`: the usage, on stdout, and exit 0.
+pub(crate) const HELP: &str = "help";
+
 /// Printed after every usage error, so a mistake shows the right form.
 pub(crate) const USAGE: &str =
     "usage: lockctl [--url URL] list [PATTERN] [--limit N] [--cursor C] [--json]
@@ -168,7 +171,7 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Parsed, String> {
             "--count" => count = Some(number(&value()?)?),
             "--scope" => scope.push(value()?),
             "--layer-prefix" => layer_prefix = value()?,
-            "-h" | "--help" => return Err("help".into()),
+            "-h" | "--help" => return Err(HELP.into()),
             flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
             _ => {
                 positional.push(arg);

@@ -49,7 +49,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use crate::args::{Command, USAGE, parse};
+use crate::args::{Command, HELP, USAGE, parse};
 use crate::connect::run;
 
 /// Parses, refuses a force-unlock it cannot confirm, runs the command and turns the outcome
@@ -58,6 +58,10 @@ use crate::connect::run;
 async fn main() -> ExitCode {
     let (urls, topology, settings, command) = match parse(std::env::args().skip(1).collect()) {
         Ok(parsed) => parsed,
+        Err(problem) if problem == HELP => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(problem) => {
             eprintln!("lockctl: {problem}\n{USAGE}");
             return ExitCode::from(2);
