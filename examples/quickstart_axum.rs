@@ -24,11 +24,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let locks = LockClient::connect(&redis).await?;
     let app = Router::new()
         .route("/tenants/{tenant}/invoices", post(create_invoice))
-        .layer(LockLayer::new(locks, PathParamKey::new("tenant")))
+        .layer(LockLayer::new(locks.clone(), PathParamKey::new("tenant")))
         // Added after the layer, so not behind it: never locked.
         .route("/health", get(|| async { "ok\n" }));
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on {}", listener.local_addr()?);
-    axum::serve(listener, app).await?;
+    // On SIGTERM: take no new request, let those under way finish, then give back anything
+    // still held. Killed without this, each lock it held stays taken for its lease (30 s).
+    axum::serve(listener, app)
+        .with_graceful_shutdown(termination())
+        .await?;
+    locks.shutdown().await;
     Ok(())
+}
+
+/// Resolves on Ctrl-C, or on the SIGTERM an orchestrator sends before it kills a process.
+async fn termination() {
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = sigterm.recv() => {}
+    }
 }

@@ -7,6 +7,7 @@ mod support;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use support::{ChildGuard, RedisServer, example_path};
 
@@ -65,6 +66,73 @@ fn every_marked_readme_block_is_a_piece_of_its_compiled_example() {
 #[test]
 fn the_axum_quick_start_serves_locked_invoices() {
     let server = RedisServer::start();
+    let (addr, _child) = start_quick_start(&server);
+    let addr = addr.as_str();
+
+    let first = post(addr, "/tenants/acme/invoices");
+    let second = post(addr, "/tenants/acme/invoices");
+    let token = |response: &str| -> u64 {
+        response
+            .rsplit("fencing token ")
+            .next()
+            .and_then(|rest| rest.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no token in {response}"))
+    };
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(token(&second) > token(&first), "tokens grow per tenant");
+    let health = post_or_get(addr, "GET", "/health");
+    assert!(health.starts_with("HTTP/1.1 200") && health.ends_with("ok\n"));
+}
+
+/// The quick start drains on SIGTERM: a request waiting for its tenant's lock when the signal
+/// comes still gets its answer, no new connection is taken, and the process ends by itself
+/// (exit 0, after `shutdown()`), rather than dying with its locks left to their lease.
+#[test]
+fn the_axum_quick_start_drains_on_sigterm_and_exits() {
+    let server = RedisServer::start();
+    let (addr, mut child) = start_quick_start(&server);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let holder = runtime.block_on(support::client(&server));
+    let lock = holder.lock("acme").unwrap();
+    let guard = runtime.block_on(lock.acquire()).unwrap();
+
+    let waiting = std::thread::spawn({
+        let addr = addr.clone();
+        move || post(&addr, "/tenants/acme/invoices")
+    });
+    until("the request waits in the lock's queue", || {
+        !runtime
+            .block_on(holder.inspect("acme"))
+            .unwrap()
+            .waiters
+            .is_empty()
+    });
+    let pid = child.0.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success(), "SIGTERM sent");
+    until("the quick start stops taking connections", || {
+        TcpStream::connect(&addr).is_err()
+    });
+    runtime.block_on(guard.release()).unwrap();
+
+    let answer = waiting.join().unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "the waiting request is answered: {answer}"
+    );
+    until("the quick start exits", || {
+        child.0.try_wait().unwrap().is_some()
+    });
+    let status = child.0.wait().unwrap();
+    assert!(
+        status.success(),
+        "it ends by itself after draining, not by the signal: {status}"
+    );
+    runtime.block_on(holder.shutdown());
+}
+
+/// Starts the quick start on a free port of `server`; its address and the process.
+fn start_quick_start(server: &RedisServer) -> (String, ChildGuard) {
     let mut child = ChildGuard(
         Command::new(example_path("quickstart_axum"))
             .env("REDIS_URL", server.url())
@@ -80,21 +148,19 @@ fn the_axum_quick_start_serves_locked_invoices() {
     let addr = line
         .trim()
         .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"));
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_owned();
+    (addr, child)
+}
 
-    let first = post(addr, "/tenants/acme/invoices");
-    let second = post(addr, "/tenants/acme/invoices");
-    let token = |response: &str| -> u64 {
-        response
-            .rsplit("fencing token ")
-            .next()
-            .and_then(|rest| rest.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no token in {response}"))
-    };
-    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
-    assert!(token(&second) > token(&first), "tokens grow per tenant");
-    let health = post_or_get(addr, "GET", "/health");
-    assert!(health.starts_with("HTTP/1.1 200") && health.ends_with("ok\n"));
+/// Checks `done` every 20 ms until it holds; fails after 20 s, far beyond what each wait
+/// here takes (milliseconds), so a loaded machine cannot fail it.
+fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn post(addr: &str, path: &str) -> String {
