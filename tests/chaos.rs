@@ -72,7 +72,7 @@ enum Fault {
     /// The server's wall clock stepped forward by 20–100 ms, within the tenth of a lease a
     /// holder is told early by (200 ms here): every lease then ends that much sooner in
     /// Redis. A forward step past that margin ends leases before their holders are told, on
-    /// any lock that lets Redis expire its keys; the README says so.
+    /// any lock that lets Redis expire its keys; the safety chapter says so.
     ClockStepForward,
 }
 
@@ -213,7 +213,7 @@ fn server_clock_is_right(server: &RedisServer) -> bool {
 
 /// Starts the server again on `port` without its data, its clock set right while it was down
 /// (a restart is when a clock is corrected): after a loss of data, tokens start past the
-/// server clock, which is only a floor while it did not go back (see the README).
+/// server clock, which is only a floor while it did not go back (see the safety chapter).
 fn restart_without_data(clock: &FakeClock, port: u16) -> RedisServer {
     clock.set_offset(0);
     RedisServer::start_with_clock(clock, port, &[])

@@ -481,15 +481,18 @@ async fn with_replica_acknowledgement_applied_writes_are_on_the_replica_or_repor
     link.heal();
 }
 
-/// The rules of README.md's ACL line for the library (`~lock:* &lock:wake:* -@all +…`), with
-/// `password`.
-fn readme_acl_rules(password: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let line = readme
+/// The rules of the security chapter's ACL line for the library (`~lock:* &lock:wake:* -@all
+/// +…`), with `password`.
+fn documented_acl_rules(password: &str) -> Vec<String> {
+    let chapter = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/guide/security.md"
+    ))
+    .expect("the security chapter");
+    let line = chapter
         .lines()
         .find_map(|line| line.strip_prefix("ACL SETUSER locker "))
-        .expect("README.md shows the ACL line");
+        .expect("the security chapter shows the ACL line");
     line.split_whitespace()
         .map(|rule| match rule {
             ">CHANGE-ME" => format!(">{password}"),
@@ -499,9 +502,9 @@ fn readme_acl_rules(password: &str) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn an_acl_user_of_the_readme_checks_the_lock_and_writes_the_keys_it_is_granted() {
+async fn an_acl_user_of_the_documented_line_checks_the_lock_and_writes_the_keys_it_is_granted() {
     let server = RedisServer::start();
-    let mut rules = readme_acl_rules("pw");
+    let mut rules = documented_acl_rules("pw");
     rules.extend(["~balance:*".to_owned(), "+rpush".to_owned()]);
     let mut args = vec!["ACL", "SETUSER", "writer"];
     args.extend(rules.iter().map(String::as_str));

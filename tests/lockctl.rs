@@ -795,24 +795,24 @@ async fn lockctl_lists_over_mutual_tls_with_a_password_given_the_files_and_is_re
     guard.release().await.unwrap();
 }
 
-/// The commands README.md's ACL line grants the library's user.
-fn readme_library_commands() -> String {
-    let readme = include_str!("../README.md");
+/// The commands the security chapter's ACL line grants the library's user.
+fn documented_library_commands() -> String {
+    let chapter = include_str!("../src/guide/security.md");
     let start = "ACL SETUSER locker reset on >CHANGE-ME ~lock:* &lock:wake:* ";
-    let line = readme
+    let line = chapter
         .lines()
         .find_map(|line| line.strip_prefix(start))
-        .expect("README.md shows the library's ACL line");
+        .expect("the security chapter shows the library's ACL line");
     line.to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_user_lists_and_inspects_with_the_library_commands_and_scan_zcard() {
     let server = RedisServer::start();
-    // The library's commands and keys, plus what README.md's lockctl section adds.
+    // The library's commands and keys, plus what the operating chapter's lockctl section adds.
     let rules = format!(
         "reset on >op-pass ~lock:* &lock:wake:* {} +scan +zcard",
-        readme_library_commands()
+        documented_library_commands()
     );
     let mut args = vec!["ACL", "SETUSER", "operator"];
     args.extend(rules.split_whitespace());
@@ -834,7 +834,7 @@ async fn an_operator_user_lists_and_inspects_with_the_library_commands_and_scan_
         assert!(stdout.contains("orders-7f9c"), "{args:?}: {stdout}");
     }
     // But for `client|setinfo`, which redis-rs sends on connect to Redis 7.2 and later (and
-    // Valkey) and whose refusal it ignores (README: grant it there to keep it out of the log).
+    // Valkey) and whose refusal it ignores (the security chapter: grant it there to keep it out of the log).
     let log: Vec<std::collections::HashMap<String, redis::Value>> = server.cmd(&["ACL", "LOG"]);
     let denied: Vec<_> = log
         .iter()

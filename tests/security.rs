@@ -17,8 +17,8 @@ const SLACK: Duration = Duration::from_secs(2);
 /// The command timeout of clients expected to be refused: a refusal must come well within it.
 const REFUSAL_BOUND: Duration = Duration::from_secs(2);
 
-/// Every command the library sends, at the top level or from its scripts, as README.md's
-/// ACL line grants them.
+/// Every command the library sends, at the top level or from its scripts, as the ACL line of
+/// the security chapter (`src/guide/security.md`) grants them.
 const LIBRARY_COMMANDS: &str = "-@all +evalsha +script|load +eval +exists +hexists +hget +hgetall \
     +hset +hincrby +hdel +del +get +set +pexpire +pttl +time +zadd +zrange +zrangebyscore \
     +zremrangebyscore +zrem +zscore +zpopmin +publish +subscribe +ping +unwatch +info";
@@ -334,9 +334,12 @@ async fn a_command_the_scripts_need_but_the_user_lacks_is_access_denied() {
 }
 
 #[test]
-fn the_readme_grants_the_commands_the_tests_grant() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+fn the_security_chapter_grants_the_commands_the_tests_grant() {
+    let chapter = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/guide/security.md"
+    ))
+    .expect("the security chapter");
     let line = format!(
         "ACL SETUSER locker reset on >CHANGE-ME ~lock:* &lock:wake:* {}",
         LIBRARY_COMMANDS
@@ -345,8 +348,8 @@ fn the_readme_grants_the_commands_the_tests_grant() {
             .join(" ")
     );
     assert!(
-        readme.contains(&line),
-        "README.md must show the ACL line the tests use:\n{line}"
+        chapter.contains(&line),
+        "the security chapter (src/guide/security.md) must show the ACL line the tests use:\n{line}"
     );
 }
 
