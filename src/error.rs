@@ -151,8 +151,12 @@ impl LockError {
             retry_after: Some(left),
             ..Self::new(
                 ErrorKind::RestartQuarantine,
+                // A new server reads the same as one that restarted empty: say both, and
+                // how an operator who knows it is new ends the wait.
                 format!(
-                    "{what}: Redis lost its data; the quarantine ends in {}ms",
+                    "{what}: Redis lost its data, or started less than the lease limit ago \
+                     (a new server looks the same); the quarantine ends in {}ms \
+                     (`lockctl waive-quarantine` ends it on a server known to be new)",
                     left.as_millis()
                 ),
             )
