@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::Res;
 use crate::child::ChildProcess;
+use crate::cpu::client_cpu_us_per_acq;
 use crate::deployment::Control;
 use crate::figures::{Figures, analyse, count_commands};
 use crate::helpers::{load_average, now_us, percentile};
@@ -152,6 +153,7 @@ async fn run_once(
     let mut figures = analyse(&schedule, &results, &counters);
     count_commands(&mut figures, lock, &results, &calls);
     figures.server_cpu_us_per_acq = Some(cpu_used * 1e6 / figures.acquisitions_total.max(1.0));
+    figures.client_cpu_us_per_acq = client_cpu_us_per_acq(&results);
     figures.ping_p50_us = ping.p50_us;
     figures.ping_p99_us = ping.p99_us;
     Ok(figures)

@@ -35,6 +35,10 @@ pub(crate) struct Figures {
     /// the work a lock leaves to the server a fleet shares. It includes the critical
     /// section's GET and SET, which every lock pays alike.
     pub(crate) server_cpu_us_per_acq: Option<f64>,
+    /// The benchmark processes' own CPU time (user and system, every thread, children
+    /// included) over the measured window, per acquisition inside it: the work a lock
+    /// costs each instance of a service. It includes the critical section's GET and SET.
+    pub(crate) client_cpu_us_per_acq: Option<f64>,
     pub(crate) overlaps: u64,
     pub(crate) lost_updates: u64,
     /// The PING probe taken just before the run.

@@ -12,8 +12,9 @@
 //! overlapping critical sections.
 //!
 //! Each run reports acquisitions per second, acquire wait and hand-over gap percentiles, how
-//! often the same worker re-took the lock, round trips, server commands and the server's own
-//! CPU time per acquisition, and the violations. PING probes on the same runtime (at the
+//! often the same worker re-took the lock, round trips, server commands, the server's own
+//! CPU time and the benchmark processes' CPU time (the client's, measured window only) per
+//! acquisition, and the violations. PING probes on the same runtime (at the
 //! start, before every run, at the end) give the round trip to read the latencies against.
 //!
 //! ```text
@@ -38,6 +39,7 @@ mod bench;
 mod child;
 #[path = "../../programs/commandstats.rs"]
 mod commandstats;
+mod cpu;
 mod deployment;
 mod figures;
 mod helpers;

@@ -10,7 +10,7 @@ use crate::summary::{Comparison, SummaryRow, Target};
 use crate::workload::{Implementation, Workload};
 
 /// The tables' columns and their widths, so every row lines up under its header.
-const COLUMNS: [(&str, usize); 18] = [
+const COLUMNS: [(&str, usize); 19] = [
     ("acq/s", 9),
     ("wait50", 8),
     ("wait99", 8),
@@ -25,7 +25,8 @@ const COLUMNS: [(&str, usize); 18] = [
     ("a+r99", 8),
     ("rt/acq", 7),
     ("srv/acq", 8),
-    ("cpu/acq", 8),
+    ("rcpu/acq", 8),
+    ("ccpu/acq", 8),
     ("overlap", 8),
     ("lost", 5),
     ("ping50", 7),
@@ -62,6 +63,7 @@ fn print_labelled_row(label: &str, width: usize, f: &Figures, lock: Implementati
         format!("{}{marker}", fixed(f.round_trips_per_acq, 2)),
         fixed(f.server_cmds_per_acq, 2),
         fixed(f.server_cpu_us_per_acq, 1),
+        fixed(f.client_cpu_us_per_acq, 1),
         f.overlaps.to_string(),
         f.lost_updates.to_string(),
         fixed(Some(f.ping_p50_us), 0),
@@ -112,9 +114,11 @@ pub(crate) fn print_summary(rows: &[SummaryRow], ping: Ping, ping_end: Ping) {
          (chg: worker changes only, xpr: between processes only); same = share of re-takes by \
          the same worker; a+r = acquire + release time; rt = round trips counted in the client \
          (* counted at the server: rslock has no counter); srv = server command calls, script \
-         internals included; cpu = Redis CPU µs (kernel included), critical sections' GET and \
-         SET included; ping50 = PING p50 just before the run. Per-acquisition counts \
-         cover the whole run, warm-up included."
+         internals included; rcpu = Redis CPU µs (kernel included) over the whole run, \
+         warm-up included; ccpu = the benchmark processes' CPU µs (user + system, every thread \
+         and process) over the measured window only; both include the critical sections' GET \
+         and SET; ping50 = PING p50 just before the run. Round trips and commands per \
+         acquisition cover the whole run, warm-up included."
     );
     eprintln!("\n== targets (ours; measured on the summary medians)");
 }
@@ -160,6 +164,7 @@ fn figures_json(f: &Figures) -> serde_json::Value {
         "round_trips_per_acq": f.round_trips_per_acq.map(|v| round(v, 3)),
         "server_cmds_per_acq": f.server_cmds_per_acq.map(|v| round(v, 3)),
         "server_cpu_us_per_acq": f.server_cpu_us_per_acq.map(|v| round(v, 2)),
+        "client_cpu_us_per_acq": f.client_cpu_us_per_acq.map(|v| round(v, 2)),
         "overlaps": f.overlaps,
         "lost_updates": f.lost_updates,
         "ping_p50_us": round(f.ping_p50_us, 1),

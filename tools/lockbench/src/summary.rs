@@ -61,6 +61,7 @@ fn median_figures(reps: &[&Figures]) -> Figures {
         round_trips_per_acq: m(|f| f.round_trips_per_acq),
         server_cmds_per_acq: m(|f| f.server_cmds_per_acq),
         server_cpu_us_per_acq: m(|f| f.server_cpu_us_per_acq),
+        client_cpu_us_per_acq: m(|f| f.client_cpu_us_per_acq),
         overlaps: reps.iter().map(|f| f.overlaps).sum(),
         lost_updates: reps.iter().map(|f| f.lost_updates).sum(),
         ping_p50_us: m(|f| Some(f.ping_p50_us)).unwrap_or_default(),

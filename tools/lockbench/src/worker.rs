@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::Res;
+use crate::cpu::measure_window;
 use crate::deployment::{Deployment, Store};
 use crate::helpers::{now_us, sleep_until};
 use crate::locks::{Backend, KeyLock};
@@ -74,6 +75,7 @@ pub(crate) async fn execute(prepared: Prepared, schedule: Schedule) -> Res<Proce
         section,
     } = prepared;
     warn_if_late(spec.process, schedule);
+    let cpu = measure_window(schedule);
     let round_trips_before = backend.round_trips();
     let mut workers = Vec::new();
     for (index, worker) in spec.workload.workers_of(spec.process).enumerate() {
@@ -95,11 +97,13 @@ pub(crate) async fn execute(prepared: Prepared, schedule: Schedule) -> Res<Proce
         .round_trips()
         .zip(round_trips_before)
         .map(|(after, before)| after - before);
+    let cpu = cpu.await?;
     backend.shutdown().await;
     Ok(ProcessResult {
         records,
         round_trips,
         increments: section.increments.load(Ordering::Relaxed),
+        cpu,
     })
 }
 

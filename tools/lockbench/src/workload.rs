@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cpu::CpuWindow;
 use crate::deployment::Deployment;
 use crate::helpers::{micros, now_us};
 
@@ -233,4 +234,6 @@ pub(crate) struct ProcessResult {
     pub(crate) round_trips: Option<u64>,
     /// Critical sections run (one GET and one SET each): the benchmark's own commands.
     pub(crate) increments: u64,
+    /// The process's CPU time over the measured window; `None` if it could not be read.
+    pub(crate) cpu: Option<CpuWindow>,
 }
