@@ -14,9 +14,14 @@
 # last one, by taskset) and the benchmark's processes on the others, as when Redis runs on a
 # machine of its own; e.g. ./scripts/bench.sh --pin --reps 3 --workload uncontended-w16.
 #
-# lockbench prints its tables on stderr and one JSON line per run, summary row and target on
-# stdout. The script exits with lockbench's status (1: a mutual-exclusion violation) after
-# the criterion benches have run.
+# lockbench prints its tables on stderr and one JSON line per run, summary row and
+# target on stdout. A run whose 1-minute load average was at or over --max-load (default 0.25
+# per core) when lockbench started has its ratios marked loaded (`loaded: true` in the JSON):
+# they converge toward 1 on a busy machine. The build this script runs first raises it, so for
+# figures to quote pass --wait-quiet SECS (wait up to SECS for the load to fall first), e.g.
+# ./scripts/bench.sh --pin --wait-quiet 300 --reps 3 --seconds 3 --workload uncontended-w16.
+# The script exits with lockbench's status (1: a mutual-exclusion violation) after the
+# criterion benches have run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh

@@ -11,9 +11,10 @@ use crate::child::ChildProcess;
 use crate::cpu::client_cpu_us_per_acq;
 use crate::deployment::Control;
 use crate::figures::{Figures, analyse, count_commands};
-use crate::helpers::{load_average, now_us, percentile};
+use crate::helpers::{now_us, percentile};
+use crate::load::{StartLoad, default_max_load, load_average, online_cores, shown, wait_quiet};
 use crate::output::{
-    emit, print_row, print_run_header, print_summary, print_target, run_json, target_json,
+    emit, merged, print_row, print_run_header, print_summary, print_target, run_json, target_json,
 };
 use crate::settings::Settings;
 use crate::summary::{summarise, targets};
@@ -58,30 +59,43 @@ pub(crate) struct RunReport {
     pub(crate) lock: Implementation,
     pub(crate) workload: Workload,
     pub(crate) rep: usize,
+    /// The 1-minute load when this repetition of the workload began: after the first, it
+    /// includes the benchmark's own earlier runs (the average lags by about a minute).
+    pub(crate) load_before: Option<f64>,
     pub(crate) figures: Figures,
 }
 
 /// The whole benchmark; `Ok(false)` when some run broke mutual exclusion.
 pub(crate) async fn bench(settings: &Settings) -> Res<bool> {
+    let max = settings
+        .max_load
+        .unwrap_or_else(|| default_max_load(online_cores()));
+    let load = match settings.wait_quiet {
+        Some(seconds) => wait_quiet(max, seconds).await,
+        None => load_average(),
+    };
+    let start = StartLoad { load, max };
     let mut control = settings.deployment.control().await?;
     let where_ = if settings.deployment.is_cluster() {
         format!("a Redis Cluster of {} masters", control.masters())
     } else {
         "one Redis server".to_owned()
     };
-    emit(json!({"deployment": where_}));
+    emit(merged(json!({"deployment": where_}), start.json()));
     let ping = ping_probe(&mut control.probe, PINGS).await?;
     eprintln!(
-        "on {where_}; PING round trip (start): p50 {:.1} µs, p99 {:.1} µs; load average {}",
+        "on {where_}; PING round trip (start): p50 {:.1} µs, p99 {:.1} µs; load average {} \
+         (quiet below {max:.2})",
         ping.p50_us,
         ping.p99_us,
-        load_average()
+        shown(start.load)
     );
     let nonce = now_us();
     let mut reports = Vec::new();
     for rep in 1..=settings.reps {
         for workload in &settings.workloads {
-            print_run_header(rep, settings.reps, workload);
+            let load_before = load_average();
+            print_run_header(rep, settings.reps, workload, load_before);
             for &lock in settings.locks.iter().filter(|lock| lock.runs(workload)) {
                 let tag = format!(
                     "lockbench:{nonce}:r{rep}:{}:{}",
@@ -93,20 +107,21 @@ pub(crate) async fn bench(settings: &Settings) -> Res<bool> {
                     lock,
                     workload: *workload,
                     rep,
+                    load_before,
                     figures,
                 };
                 print_row(lock.name(), &report.figures, lock);
-                emit(run_json(&report));
+                emit(run_json(&report, &start));
                 reports.push(report);
             }
         }
     }
     let ping_end = ping_probe(&mut control.probe, PINGS).await?;
     let rows = summarise(&reports);
-    print_summary(&rows, ping, ping_end);
+    print_summary(&rows, ping, ping_end, &start);
     for target in targets(&rows, ping) {
-        print_target(&target);
-        emit(target_json(&target));
+        print_target(&target, &start);
+        emit(target_json(&target, &start));
     }
     Ok(reports
         .iter()

@@ -22,14 +22,6 @@ pub(crate) fn now_us() -> i64 {
         .map_or(0, |since| since.as_micros() as i64)
 }
 
-/// The machine's 1-minute load average, for the record: other work on it skews every figure.
-pub(crate) fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "unknown".into())
-}
-
 pub(crate) fn micros(duration: Duration) -> i64 {
     duration.as_micros() as i64
 }

@@ -31,6 +31,10 @@
 //! command statistics. Human-readable tables go to stderr; stdout carries only JSON lines,
 //! one per run, per summary row and per target, so `> results.jsonl` keeps the data.
 //! The summary is the median of the repetitions; overlaps and lost updates are summed.
+//! Every JSON line carries the 1-minute load average at the start (`load_start`), the
+//! threshold (`max_load`, `--max-load`) and `loaded`: a run that started at or over it is
+//! marked next to every ratio, as its ratios converge toward 1 (`--wait-quiet SECS` waits
+//! for the load to fall first).
 //!
 //! Exit codes: 0 done, 1 a mutual-exclusion violation in some run, 2 usage, 3 the benchmark
 //! could not run (Redis or the child process failed).
@@ -43,6 +47,7 @@ mod cpu;
 mod deployment;
 mod figures;
 mod helpers;
+mod load;
 mod locks;
 mod output;
 mod settings;

@@ -5,7 +5,8 @@ use serde_json::json;
 
 use crate::bench::{Ping, RunReport};
 use crate::figures::Figures;
-use crate::helpers::{fixed, load_average, round, us};
+use crate::helpers::{fixed, round, us};
+use crate::load::{StartLoad, load_average, shown};
 use crate::summary::{Comparison, SummaryRow, Target};
 use crate::workload::{Implementation, Workload};
 
@@ -75,7 +76,7 @@ fn print_labelled_row(label: &str, width: usize, f: &Figures, lock: Implementati
     eprintln!("{line}");
 }
 
-pub(crate) fn print_run_header(rep: usize, reps: usize, workload: &Workload) {
+pub(crate) fn print_run_header(rep: usize, reps: usize, workload: &Workload, load: Option<f64>) {
     eprintln!(
         "\n== rep {rep}/{reps}: {} ({} worker{}, {} process{}; load average {})",
         workload.name(),
@@ -83,12 +84,12 @@ pub(crate) fn print_run_header(rep: usize, reps: usize, workload: &Workload) {
         if workload.workers == 1 { "" } else { "s" },
         workload.processes,
         if workload.processes == 1 { "" } else { "es" },
-        load_average()
+        shown(load)
     );
     print_header("lock", 8);
 }
 
-pub(crate) fn print_summary(rows: &[SummaryRow], ping: Ping, ping_end: Ping) {
+pub(crate) fn print_summary(rows: &[SummaryRow], ping: Ping, ping_end: Ping, start: &StartLoad) {
     eprintln!(
         "\n== summary: median of {} repetition(s); latencies in µs; overlaps and lost updates summed",
         rows.first().map_or(0, |row| row.reps)
@@ -100,13 +101,14 @@ pub(crate) fn print_summary(rows: &[SummaryRow], ping: Ping, ping_end: Ping) {
         ping.p99_us,
         ping_end.p50_us,
         ping_end.p99_us,
-        load_average()
+        shown(load_average())
     );
+    eprintln!("{}", start.verdict());
     print_header("workload / lock", 28);
     for row in rows {
         let label = format!("{} {}", row.workload.name(), row.lock.name());
         print_labelled_row(&label, 28, &row.figures, row.lock);
-        emit(summary_json(row));
+        emit(summary_json(row, start));
     }
     eprintln!(
         "wait = acquire called -> returned (waitmax: longest wait overlapping the window, \
@@ -123,7 +125,7 @@ pub(crate) fn print_summary(rows: &[SummaryRow], ping: Ping, ping_end: Ping) {
     eprintln!("\n== targets (ours; measured on the summary medians)");
 }
 
-pub(crate) fn print_target(target: &Target) {
+pub(crate) fn print_target(target: &Target, start: &StartLoad) {
     let verdict = match target.met() {
         Some(true) => "met",
         Some(false) => "NOT MET",
@@ -136,10 +138,11 @@ pub(crate) fn print_target(target: &Target) {
         None => String::new(),
     };
     eprintln!(
-        "[{verdict:>7}] {:<20} {}: {}{goal}; {}",
+        "[{verdict:>7}] {:<20} {}: {}{goal}{}; {}",
         target.workload,
         target.name,
         fixed(target.measured, 3),
+        marked(&start.mark()),
         target.detail
     );
 }
@@ -172,18 +175,34 @@ fn figures_json(f: &Figures) -> serde_json::Value {
     })
 }
 
-/// `base` with the figures' fields added.
-fn with_figures(mut base: serde_json::Value, figures: &Figures) -> serde_json::Value {
-    if let (Some(base), serde_json::Value::Object(fields)) =
-        (base.as_object_mut(), figures_json(figures))
-    {
+/// A mark, with the space before it when there is one.
+pub(crate) fn marked(mark: &str) -> String {
+    if mark.is_empty() {
+        String::new()
+    } else {
+        format!(" {mark}")
+    }
+}
+
+/// `base` with the fields of the object `extra` added.
+pub(crate) fn merged(mut base: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    if let (Some(base), serde_json::Value::Object(fields)) = (base.as_object_mut(), extra) {
         base.extend(fields);
     }
     base
 }
 
+/// `base` with the figures' fields and the start's load added.
+fn with_figures(
+    base: serde_json::Value,
+    figures: &Figures,
+    start: &StartLoad,
+) -> serde_json::Value {
+    merged(merged(base, figures_json(figures)), start.json())
+}
+
 /// The JSON line of one run, for `> results.jsonl`.
-pub(crate) fn run_json(report: &RunReport) -> serde_json::Value {
+pub(crate) fn run_json(report: &RunReport, start: &StartLoad) -> serde_json::Value {
     with_figures(
         json!({
             "kind": "run",
@@ -192,13 +211,15 @@ pub(crate) fn run_json(report: &RunReport) -> serde_json::Value {
             "workers": report.workload.workers,
             "processes": report.workload.processes,
             "rep": report.rep,
+            "load_before": report.load_before,
             "round_trips_counted_by": report.lock.round_trips_counted_by(),
         }),
         &report.figures,
+        start,
     )
 }
 
-fn summary_json(row: &SummaryRow) -> serde_json::Value {
+fn summary_json(row: &SummaryRow, start: &StartLoad) -> serde_json::Value {
     with_figures(
         json!({
             "kind": "summary",
@@ -207,20 +228,22 @@ fn summary_json(row: &SummaryRow) -> serde_json::Value {
             "workers": row.workload.workers,
             "processes": row.workload.processes,
             "reps": row.reps,
+            "load_before": row.loads_before,
             "round_trips_counted_by": row.lock.round_trips_counted_by(),
         }),
         &row.figures,
+        start,
     )
 }
 
 /// The JSON line of one target, with its verdict.
-pub(crate) fn target_json(target: &Target) -> serde_json::Value {
+pub(crate) fn target_json(target: &Target, start: &StartLoad) -> serde_json::Value {
     let (comparison, limit) = match target.limit {
         Some((Comparison::AtMost, limit)) => (Some("<="), Some(limit)),
         Some((Comparison::AtLeast, limit)) => (Some(">="), Some(limit)),
         None => (None, None),
     };
-    json!({
+    let target = json!({
         "kind": "target",
         "target": target.name,
         "workload": target.workload,
@@ -229,7 +252,8 @@ pub(crate) fn target_json(target: &Target) -> serde_json::Value {
         "limit": limit,
         "met": target.met(),
         "detail": target.detail,
-    })
+    });
+    merged(target, start.json())
 }
 
 /// Stdout carries only JSON lines, one value each, so the record stays machine-readable.

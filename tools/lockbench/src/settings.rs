@@ -1,14 +1,18 @@
 //! The command line: which locks and workloads run (`--only`, `--workload`), for how long
-//! (`--seconds`, `--reps`), and on which Redis (`--redis`, `--cluster`).
+//! (`--seconds`, `--reps`), on which Redis (`--redis`, `--cluster`), and how loaded the
+//! machine may be at the start (`--max-load`, `--wait-quiet`).
 
 use crate::deployment::Deployment;
 use crate::workload::{Implementation, Workload};
 
 /// Printed after every usage error, so a wrong flag shows the right ones.
 pub(crate) const USAGE: &str = "usage: lockbench --redis URL [--seconds 2] [--reps 3] \
-[--only ours,ours-pw,rslock,naive,bare] [--workload NAME,...]
+[--only ours,ours-pw,rslock,naive,bare] [--workload NAME,...] [--max-load L] [--wait-quiet SECS]
        lockbench --cluster --redis SEED [--redis SEED ...] [--seconds 2] [--reps 3] \
-[--workload NAME,...]
+[--workload NAME,...] [--max-load L] [--wait-quiet SECS]
+--max-load: a 1-minute load average at the start at or over it marks the run loaded \
+(default 0.25 per online core)
+--wait-quiet: wait up to SECS for the load average to fall below it before starting
 workloads: uncontended-w1 uncontended-w16 contended-w2 contended-w8 contended-w32
            contended-w2-2proc contended-w8-2proc contended-w32-2proc";
 
@@ -19,6 +23,10 @@ pub(crate) struct Settings {
     pub(crate) reps: usize,
     pub(crate) locks: Vec<Implementation>,
     pub(crate) workloads: Vec<Workload>,
+    /// The load threshold; `None` for the default of the machine's cores.
+    pub(crate) max_load: Option<f64>,
+    /// How long to wait for a quiet machine before starting; `None`: start at once.
+    pub(crate) wait_quiet: Option<f64>,
 }
 
 /// The settings `args` ask for, or what is wrong with them (`help` for `-h`, so the usage
@@ -33,6 +41,8 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Settings, String> {
         reps: 3,
         locks: Vec::new(),
         workloads: Workload::ALL.to_vec(),
+        max_load: None,
+        wait_quiet: None,
     };
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
@@ -50,6 +60,8 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Settings, String> {
             "--reps" => settings.reps = positive_count(&flag, &value)?,
             "--only" => only = Some(list(&value, Implementation::from_name)?),
             "--workload" => settings.workloads = list(&value, Workload::from_name)?,
+            "--max-load" => settings.max_load = Some(positive_number(&flag, &value)?),
+            "--wait-quiet" => settings.wait_quiet = Some(positive_number(&flag, &value)?),
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -94,4 +106,26 @@ fn list<T>(value: &str, lookup: fn(&str) -> Option<T>) -> Result<Vec<T>, String>
         .split(',')
         .map(|name| lookup(name.trim()).ok_or(format!("unknown name {name:?}")))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    fn args(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn the_load_flags_are_optional_positive_numbers() {
+        let settings = parse(args("--redis redis://r")).unwrap();
+        assert_eq!((settings.max_load, settings.wait_quiet), (None, None));
+        let settings = parse(args("--redis redis://r --max-load 0.8 --wait-quiet 120")).unwrap();
+        assert_eq!(
+            (settings.max_load, settings.wait_quiet),
+            (Some(0.8), Some(120.0))
+        );
+        assert!(parse(args("--redis redis://r --max-load 0")).is_err());
+        assert!(parse(args("--redis redis://r --wait-quiet")).is_err());
+    }
 }

@@ -11,6 +11,8 @@ pub(crate) struct SummaryRow {
     pub(crate) lock: Implementation,
     pub(crate) workload: Workload,
     pub(crate) reps: usize,
+    /// The load when each repetition of the workload began, in order.
+    pub(crate) loads_before: Vec<Option<f64>>,
     pub(crate) figures: Figures,
 }
 
@@ -25,15 +27,16 @@ pub(crate) fn summarise(reports: &[RunReport]) -> Vec<SummaryRow> {
         {
             continue;
         }
-        let reps: Vec<&Figures> = reports
+        let same: Vec<&RunReport> = reports
             .iter()
             .filter(|other| other.lock == report.lock && other.workload == report.workload)
-            .map(|other| &other.figures)
             .collect();
+        let reps: Vec<&Figures> = same.iter().map(|other| &other.figures).collect();
         rows.push(SummaryRow {
             lock: report.lock,
             workload: report.workload,
             reps: reps.len(),
+            loads_before: same.iter().map(|other| other.load_before).collect(),
             figures: median_figures(&reps),
         });
     }
