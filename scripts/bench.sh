@@ -14,8 +14,8 @@
 # last one, by taskset) and the benchmark's processes on the others, as when Redis runs on a
 # machine of its own; e.g. ./scripts/bench.sh --pin --reps 3 --workload uncontended-w16.
 #
-# lockbench prints its tables on stderr and one JSON line per run, summary row and
-# target on stdout. A run whose 1-minute load average was at or over --max-load (default 0.25
+# lockbench prints its tables on stderr and one JSON line per run, summary row, ratio against
+# rslock and target on stdout. A run whose 1-minute load average was at or over --max-load (default 0.25
 # per core) when lockbench started has its ratios marked loaded (`loaded: true` in the JSON):
 # they converge toward 1 on a busy machine. The build this script runs first raises it, so for
 # figures to quote pass --wait-quiet SECS (wait up to SECS for the load to fall first), e.g.

@@ -14,8 +14,10 @@ use crate::figures::{Figures, analyse, count_commands};
 use crate::helpers::{now_us, percentile};
 use crate::load::{StartLoad, default_max_load, load_average, online_cores, shown, wait_quiet};
 use crate::output::{
-    emit, merged, print_row, print_run_header, print_summary, print_target, run_json, target_json,
+    emit, merged, print_ratios, print_row, print_run_header, print_summary, print_target,
+    print_targets_header, run_json, target_json,
 };
+use crate::ratios::against_rslock;
 use crate::settings::Settings;
 use crate::summary::{summarise, targets};
 use crate::worker::{execute, prepare};
@@ -119,6 +121,8 @@ pub(crate) async fn bench(settings: &Settings) -> Res<bool> {
     let ping_end = ping_probe(&mut control.probe, PINGS).await?;
     let rows = summarise(&reports);
     print_summary(&rows, ping, ping_end, &start);
+    print_ratios(&against_rslock(&rows), &start);
+    print_targets_header();
     for target in targets(&rows, ping) {
         print_target(&target, &start);
         emit(target_json(&target, &start));

@@ -31,6 +31,8 @@
 //! command statistics. Human-readable tables go to stderr; stdout carries only JSON lines,
 //! one per run, per summary row and per target, so `> results.jsonl` keeps the data.
 //! The summary is the median of the repetitions; overlaps and lost updates are summed.
+//! Beside it, per workload, every lock's rate and CPU per acquisition (client and Redis)
+//! over rslock's, from the same run's medians.
 //! Every JSON line carries the 1-minute load average at the start (`load_start`), the
 //! threshold (`max_load`, `--max-load`) and `loaded`: a run that started at or over it is
 //! marked next to every ratio, as its ratios converge toward 1 (`--wait-quiet SECS` waits
@@ -50,6 +52,7 @@ mod helpers;
 mod load;
 mod locks;
 mod output;
+mod ratios;
 mod settings;
 mod summary;
 mod worker;

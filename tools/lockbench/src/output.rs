@@ -7,6 +7,7 @@ use crate::bench::{Ping, RunReport};
 use crate::figures::Figures;
 use crate::helpers::{fixed, round, us};
 use crate::load::{StartLoad, load_average, shown};
+use crate::ratios::Ratio;
 use crate::summary::{Comparison, SummaryRow, Target};
 use crate::workload::{Implementation, Workload};
 
@@ -122,6 +123,37 @@ pub(crate) fn print_summary(rows: &[SummaryRow], ping: Ping, ping_end: Ping, sta
          and SET; ping50 = PING p50 just before the run. Round trips and commands per \
          acquisition cover the whole run, warm-up included."
     );
+}
+
+/// The ratios against rslock, with the start's mark on each, and their JSON lines.
+pub(crate) fn print_ratios(ratios: &[Ratio], start: &StartLoad) {
+    if ratios.is_empty() {
+        return;
+    }
+    eprintln!(
+        "\n== against rslock, from this run's medians (acq/s: above 1 is faster; CPU per \
+         acquisition: above 1 costs more)"
+    );
+    eprintln!(
+        "{:<20} {:<8} {:>7} {:>10} {:>10}",
+        "workload", "lock", "acq/s", "client cpu", "redis cpu"
+    );
+    let times = |value: Option<f64>| value.map_or_else(|| "-".into(), |v| format!("{v:.2}x"));
+    for ratio in ratios {
+        eprintln!(
+            "{:<20} {:<8} {:>7} {:>10} {:>10}{}",
+            ratio.workload.name(),
+            ratio.lock.name(),
+            times(ratio.acq_per_s),
+            times(ratio.client_cpu_per_acq),
+            times(ratio.server_cpu_per_acq),
+            marked(&start.mark())
+        );
+        emit(ratio_json(ratio, start));
+    }
+}
+
+pub(crate) fn print_targets_header() {
     eprintln!("\n== targets (ours; measured on the summary medians)");
 }
 
@@ -234,6 +266,19 @@ fn summary_json(row: &SummaryRow, start: &StartLoad) -> serde_json::Value {
         &row.figures,
         start,
     )
+}
+
+fn ratio_json(ratio: &Ratio, start: &StartLoad) -> serde_json::Value {
+    let line = json!({
+        "kind": "ratio",
+        "against": "rslock",
+        "lock": ratio.lock.name(),
+        "workload": ratio.workload.name(),
+        "acq_per_s": ratio.acq_per_s.map(|v| round(v, 4)),
+        "client_cpu_per_acq": ratio.client_cpu_per_acq.map(|v| round(v, 4)),
+        "server_cpu_per_acq": ratio.server_cpu_per_acq.map(|v| round(v, 4)),
+    });
+    merged(line, start.json())
 }
 
 /// The JSON line of one target, with its verdict.
