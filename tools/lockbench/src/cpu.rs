@@ -44,17 +44,10 @@ fn sleep_until(at_us: i64) {
 
 /// User plus system CPU µs this process has used so far, its ended threads included.
 fn process_cpu_us() -> Option<i64> {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes a whole `rusage` to the pointer it is given, which points to
-    // one; on success every field is an integer it wrote (zeroed before, in any case).
-    let usage = unsafe {
-        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
-            return None;
-        }
-        usage.assume_init()
-    };
-    let micros = |time: libc::timeval| time.tv_sec * 1_000_000 + time.tv_usec;
-    Some(micros(usage.ru_utime) + micros(usage.ru_stime))
+    use nix::sys::resource::{UsageWho, getrusage};
+    use nix::sys::time::TimeValLike;
+    let usage = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    Some(usage.user_time().num_microseconds() + usage.system_time().num_microseconds())
 }
 
 /// Client CPU µs per acquisition over every process: the CPU of their windows summed, over
