@@ -14,6 +14,7 @@ use crate::engine::shared::ClientState;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{DEFAULT_PREFIX, validate_prefix};
 use crate::lease::MAX_LEASE;
+use crate::wire::cluster_node::url_of;
 use crate::wire::conn::Connections;
 use crate::wire::endpoint::Endpoint;
 use crate::wire::scripts;
@@ -78,7 +79,9 @@ impl LockClient {
     /// Connections are made lazily: a Redis that is down at start makes operations fail
     /// with [`ErrorKind::RedisUnavailable`] until it is back, and the client recovers on its
     /// own; credentials or certificates Redis refuses make them fail with
-    /// [`ErrorKind::AccessDenied`]. Must be called within a Tokio runtime.
+    /// [`ErrorKind::AccessDenied`], and a node of a Redis Cluster (each connection it opens
+    /// asks `INFO cluster`) with [`ErrorKind::InvalidConfig`]: use [`Self::builder_cluster`].
+    /// Must be called within a Tokio runtime.
     ///
     /// # Cancel safety
     ///
@@ -145,7 +148,7 @@ impl LockClient {
         builder
     }
 
-    /// A builder for a client of the Redis at `url`.
+    /// A builder for a client of the Redis at `url` (not a cluster node: see [`Self::connect`]).
     pub fn builder(url: &str) -> LockClientBuilder {
         LockClientBuilder {
             endpoint: Endpoint::new(url),
@@ -532,12 +535,14 @@ impl LockClientBuilder {
         let redis_client = self.endpoint.client()?;
         let info = redis_client.get_connection_info();
         let server = format!("{}/{}", info.addr(), info.redis_settings().db());
+        let url = url_of(info);
         let pool = match self.pool {
             Some(pool) => pool,
             None => create_pool(&redis_client, &config)?,
         };
         let connections = Arc::new(Connections::new(
             pool,
+            url,
             config.connections,
             config.command_timeout,
         ));

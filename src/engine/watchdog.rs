@@ -416,7 +416,7 @@ impl WatchdogActor {
                 self.connections.note_sent();
                 // A failed checkout was counted by `get`; a failed command is counted here.
                 script(conn).await.map_err(|err| {
-                    let err = LockError::from(err);
+                    let err = self.connections.error_of(err);
                     meter::redis_error(err.kind());
                     err
                 })

@@ -24,6 +24,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::error::{ErrorKind, LockError, Result};
 use crate::meter;
+use crate::wire::cluster_node::{cluster_node_error, is_cluster_answer, is_cluster_node};
 use crate::wire::sentinel::Dialer;
 
 /// A connection to the server, or to the cluster (boxed: waiters keep one, and most
@@ -86,7 +87,11 @@ impl ConnectionLike for Conn {
 
 /// Where connections come from.
 enum Source {
-    Pool(Pool),
+    /// One server, at `url` (without credentials, for messages).
+    Pool {
+        pool: Pool,
+        url: String,
+    },
     Cluster(Box<ClusterClient>),
     /// New connections go to the master Sentinel names at the time.
     Sentinel(Dialer),
@@ -130,10 +135,11 @@ impl Shard {
 }
 
 impl Connections {
-    /// Commands over `shards` connections of `pool` (at most its size), kept checked out.
-    pub(crate) fn new(pool: Pool, shards: usize, command_timeout: Duration) -> Self {
+    /// Commands over `shards` connections of `pool` (at most its size), kept checked out,
+    /// to the one server at `url` (without credentials, for messages).
+    pub(crate) fn new(pool: Pool, url: String, shards: usize, command_timeout: Duration) -> Self {
         let shards = shards.clamp(1, pool.status().max_size.max(1));
-        Self::of(Source::Pool(pool), shards, command_timeout)
+        Self::of(Source::Pool { pool, url }, shards, command_timeout)
     }
 
     /// Commands over one connection to the cluster of `client`, made when first needed.
@@ -210,7 +216,7 @@ impl Connections {
                 return Ok(shared);
             }
             let checkout = match &self.source {
-                Source::Pool(pool) => {
+                Source::Pool { pool, url } => {
                     let pooled = pool.get().await?;
                     let mut shared = (*pooled).clone();
                     // redis-rs cuts a reply off after its response timeout (500 ms by
@@ -218,6 +224,12 @@ impl Connections {
                     // undone once the caller has gone: only the command timeout, which the
                     // callers apply, bounds a reply.
                     shared.set_response_timeout(Duration::MAX);
+                    // A cluster node would redirect most locks and hide most keys from a
+                    // listing: refused before any command, whichever the operation.
+                    self.note_sent();
+                    if is_cluster_node(&mut shared).await? {
+                        return Err(cluster_node_error(url));
+                    }
                     Checkout {
                         shared: Conn::Server(shared),
                         _pooled: Some(pooled),
@@ -301,8 +313,18 @@ impl Connections {
         for shard in &self.shards {
             shard.cached.lock().expect("connection shard").take();
         }
-        if let Source::Pool(pool) = &self.source {
+        if let Source::Pool { pool, .. } = &self.source {
             pool.close();
+        }
+    }
+
+    /// The error of a failed command: an answer only a cluster node gives (`MOVED`,
+    /// `CROSSSLOT`) says that the server of a single-server client is one, whatever
+    /// `INFO cluster` said.
+    pub(crate) fn error_of(&self, err: redis::RedisError) -> LockError {
+        match &self.source {
+            Source::Pool { url, .. } if is_cluster_answer(&err) => cluster_node_error(url),
+            _ => LockError::from(err),
         }
     }
 }
@@ -332,7 +354,7 @@ impl<T, F: Future<Output = redis::RedisResult<T>>> Future for Bounded<'_, F> {
         }
         let outcome = match ready!(this.command.poll(cx)) {
             Ok(Ok(value)) => return Poll::Ready(Ok(value)),
-            Ok(Err(err)) => LockError::from(err),
+            Ok(Err(err)) => this.connections.error_of(err),
             Err(_) => LockError::command_timeout(),
         };
         meter::redis_error(outcome.kind());

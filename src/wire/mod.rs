@@ -3,6 +3,7 @@
 //! nothing of locks beyond their keys.
 
 pub(crate) mod access;
+pub(crate) mod cluster_node;
 pub(crate) mod conn;
 pub(crate) mod endpoint;
 mod lua;
