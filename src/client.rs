@@ -60,13 +60,13 @@ pub struct LockClient {
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct LockClientBuilder {
-    endpoint: Endpoint,
+    pub(crate) endpoint: Endpoint,
     /// The seed URLs of a cluster, for a client of a Redis Cluster.
     cluster: Option<Vec<String>>,
     /// The sentinel URLs and the master's name, for a client of a master behind Sentinel.
     sentinel: Option<(Vec<String>, String)>,
     pool: Option<Pool>,
-    config: Config,
+    pub(crate) config: Config,
     renew_interval: Option<Duration>,
 }
 
@@ -80,8 +80,9 @@ impl LockClient {
     /// with [`ErrorKind::RedisUnavailable`] until it is back, and the client recovers on its
     /// own; credentials or certificates Redis refuses make them fail with
     /// [`ErrorKind::AccessDenied`], and a node of a Redis Cluster (each connection it opens
-    /// asks `INFO cluster`) with [`ErrorKind::InvalidConfig`]: use [`Self::builder_cluster`].
-    /// Must be called within a Tokio runtime.
+    /// asks `INFO cluster`) with [`ErrorKind::InvalidConfig`]: use [`Self::builder_cluster`], or
+    /// [`LockClientBuilder::points_to_cluster_node`] to tell. Must be called within a Tokio
+    /// runtime.
     ///
     /// # Cancel safety
     ///

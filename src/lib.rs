@@ -143,6 +143,7 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 mod client;
+mod cluster_probe;
 mod engine;
 mod error;
 mod guard;

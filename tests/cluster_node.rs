@@ -8,6 +8,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::RedisServer;
 use support::cluster::RedisCluster;
 use tower_redis_lock::{ErrorKind, LockClient, LockError};
 
@@ -102,4 +103,31 @@ async fn a_single_server_client_of_a_cluster_node_fails_every_operation_naming_b
     for client in [locks, pooled, cluster_locks] {
         client.shutdown().await;
     }
+}
+
+#[tokio::test]
+async fn a_builder_tells_a_cluster_node_from_a_lone_server() {
+    let cluster = RedisCluster::start(3);
+    let server = RedisServer::start();
+    for url in cluster.urls() {
+        let builder = LockClient::builder(&url);
+        assert!(builder.points_to_cluster_node().await.unwrap(), "{url}");
+    }
+    let lone = LockClient::builder(&server.url());
+    assert!(!lone.points_to_cluster_node().await.unwrap());
+    // And the lone server's client works as ever.
+    let locks = lone.build().await.unwrap();
+    locks
+        .lock("plain")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let nobody = LockClient::builder(&format!("redis://127.0.0.1:{}", support::free_port()))
+        .command_timeout(Duration::from_millis(500));
+    let err = nobody.points_to_cluster_node().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RedisUnavailable, "{err}");
 }
