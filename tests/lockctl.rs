@@ -1175,3 +1175,91 @@ fn assert_semaphore_json(sem: &Value, acquired: &Value) {
         "{sem}"
     );
 }
+
+/// Runs lockctl with one `--url` per entry of `urls` and no `--cluster`, stdin closed: its
+/// exit code, stdout and stderr.
+async fn ctl_plain_urls(urls: &[String], args: &[&str]) -> (i32, String, String) {
+    let mut command = tokio::process::Command::new(support::lockctl_path());
+    for url in urls {
+        command.arg("--url").arg(url);
+    }
+    let output = command
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("lockctl runs");
+    (
+        output.status.code().expect("exit code"),
+        String::from_utf8(output.stdout).expect("UTF-8 output"),
+        String::from_utf8(output.stderr).expect("UTF-8 errors"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_cluster_node_without_cluster_lockctl_switches_to_cluster_mode_and_says_so() {
+    let cluster = support::cluster::RedisCluster::start(3);
+    let urls = cluster.urls();
+    let node = [urls[0].clone()];
+    let note = format!(
+        "note: {} is a Redis Cluster node; using cluster mode (pass --cluster to say so)",
+        urls[0]
+    );
+
+    // Every slot's epoch, on every node, not a redirection from the one named.
+    let (code, stdout, stderr) = ctl_plain_urls(&node, &["waive-quarantine"]).await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(
+        json_lines(&stdout),
+        [json!({"event": "quarantine-waived", "waived": true})]
+    );
+    assert_eq!(stderr.trim_end(), note);
+    assert_eq!(cluster.keys(), 16384, "one epoch per slot");
+
+    let names: Vec<String> = (0..12).map(|n| format!("tenant-{n}")).collect();
+    let nodes: std::collections::HashSet<u16> = names
+        .iter()
+        .map(|name| cluster.node_of(&format!("lock:{{{name}}}")))
+        .collect();
+    assert_eq!(nodes.len(), 3, "the locks do not reach every node");
+    let locks = LockClient::builder_cluster(&urls)
+        .instance_name("orders-7f9c")
+        .build()
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(locks.lock(name).unwrap().acquire().await.unwrap());
+    }
+    // From one node, and from several given as plain URLs: every node's locks, JSON alone on
+    // stdout.
+    for given in [&node[..], &urls[..]] {
+        let (code, stdout, stderr) = ctl_plain_urls(given, &["list", "--json"]).await;
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        assert_eq!(stderr.trim_end(), note);
+        let lines = json_lines(&stdout);
+        let (page, listed) = lines.split_last().expect("the page line");
+        assert_eq!(page["next_cursor"], Value::Null, "{stdout}");
+        let mut listed: Vec<&str> = listed
+            .iter()
+            .map(|lock| lock["name"].as_str().expect("a name"))
+            .collect();
+        listed.sort_unstable();
+        let mut wanted: Vec<&str> = names.iter().map(String::as_str).collect();
+        wanted.sort_unstable();
+        assert_eq!(listed, wanted);
+    }
+    // The table too.
+    let (code, stdout, _) = ctl_plain_urls(&node, &["list"]).await;
+    assert_eq!(code, 0, "{stdout}");
+    for name in &names {
+        assert_eq!(
+            row(&stdout, name)[..3],
+            [&**name, "exclusive", "orders-7f9c(1)"]
+        );
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    locks.shutdown().await;
+}

@@ -1,6 +1,7 @@
 //! The command line: the global options (which Redis, the clients' settings), the command
 //! and the options it takes, checked together so that a mistake is a usage error before any
-//! connection is made.
+//! connection is made (but for several plain `--url`, which are a cluster's seeds when the
+//! first is a node of one: see `connect::settle`).
 
 use std::time::Duration;
 
@@ -57,7 +58,8 @@ impl Kind {
 
 /// Which Redis the URLs name.
 pub(crate) enum Topology {
-    /// One server (or, for `--kind redlock`, independent servers).
+    /// One server (or, for `--kind redlock`, independent servers); before `connect::settle`,
+    /// also the plain `--url`s that may be nodes of a cluster.
     Servers,
     /// Seeds of one Redis Cluster.
     Cluster,
@@ -278,9 +280,6 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Parsed, String> {
         }
     );
     match topology {
-        Topology::Servers if urls.len() > 1 && !redlock => {
-            return Err("several --url are for --kind redlock, --cluster or --sentinel".into());
-        }
         Topology::Cluster | Topology::Sentinel(_) if redlock => {
             return Err(
                 "--kind redlock takes independent servers, not --cluster or --sentinel".into(),
@@ -301,6 +300,10 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Parsed, String> {
 fn pem_file(path: &str) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|err| format!("cannot read {path}: {err}"))
 }
+
+/// The usage error of several plain `--url` whose first is no cluster node.
+pub(crate) const SEVERAL_URLS: &str =
+    "several --url are for --kind redlock, --cluster or --sentinel (or nodes of a cluster)";
 
 /// A number option's value, or a usage error that quotes it.
 fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tower_redis_lock::{LockClient, LockClientBuilder, LockError, RedLock};
 
-use crate::args::{Command, Kind, Topology};
+use crate::args::{Command, Kind, SEVERAL_URLS, Topology};
 use crate::dispatch::run_on;
 use crate::hold::{hold_redlock, lease_of};
 
@@ -45,6 +45,54 @@ impl Settings {
         }
         builder
     }
+}
+
+/// What plain `--url`s (no `--cluster`, `--sentinel` or `--kind redlock`) name: the seeds of a
+/// cluster when the first URL's server is a node of one (`INFO cluster`), so that an operator
+/// pointing lockctl at any node sees and changes the whole cluster (a note on stderr says so;
+/// stdout stays the command's); one server otherwise. Several URLs of no cluster are a usage
+/// error, returned. A server that cannot be asked is taken as one server: the command then
+/// meets what keeps it away, as before (and `hold --wait` rides out a server still down).
+pub(crate) async fn settle(
+    urls: &[String],
+    topology: Topology,
+    settings: &Settings,
+    command: &Command,
+) -> Result<Topology, String> {
+    let redlock = matches!(
+        command,
+        Command::Hold {
+            kind: Kind::RedLock,
+            ..
+        }
+    );
+    if !matches!(topology, Topology::Servers) || redlock {
+        return Ok(topology);
+    }
+    let first = settings.apply(LockClient::builder(&urls[0]));
+    if let Ok(true) = first.points_to_cluster_node().await {
+        eprintln!(
+            "note: {} is a Redis Cluster node; using cluster mode (pass --cluster to say so)",
+            without_credentials(&urls[0])
+        );
+        return Ok(Topology::Cluster);
+    }
+    if urls.len() > 1 {
+        return Err(SEVERAL_URLS.into());
+    }
+    Ok(Topology::Servers)
+}
+
+/// `url`'s scheme and host only (no user, password, database or options), for a message.
+fn without_credentials(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}")
 }
 
 /// Connects the clients `topology` asks for (one per server for a quorum lock), runs

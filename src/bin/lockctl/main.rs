@@ -27,8 +27,9 @@
 //! unless `--lease` fixes it. `idempotent` shows what the idempotency layer stored for KEY:
 //! each `--scope` is one part of the layer's scope (a tenant, say; none: the default scope),
 //! `--layer-prefix` the layer's `key_prefix`.
-//! With `--cluster`, the URLs are seeds of one Redis Cluster; with `--sentinel MASTER`, they
-//! are the sentinels that name that master; `--prefix` is the clients' key prefix and
+//! With `--cluster`, the URLs are seeds of one Redis Cluster (without it too, when the first
+//! URL's server is a node of a cluster: a note on stderr says so); with `--sentinel MASTER`,
+//! they are the sentinels that name that master; `--prefix` is the clients' key prefix and
 //! `--instance-name` names lockctl's own instance (what others see holding or waiting).
 //! A `rediss://` URL is checked against the system's roots unless `--tls-ca FILE` names the
 //! CA (PEM) to trust; `--tls-cert FILE --tls-key FILE` present a client certificate to a
@@ -50,7 +51,7 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use crate::args::{Command, HELP, USAGE, parse};
-use crate::connect::run;
+use crate::connect::{run, settle};
 
 /// Parses, refuses a force-unlock it cannot confirm, runs the command and turns the outcome
 /// into the exit code; an error is a JSON event where the command prints JSON.
@@ -78,6 +79,13 @@ async fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    let topology = match settle(&urls, topology, &settings, &command).await {
+        Ok(topology) => topology,
+        Err(problem) => {
+            eprintln!("lockctl: {problem}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
     let json_errors = match &command {
         Command::Hold { .. } | Command::WaiveQuarantine => true,
         Command::Inspect { json, .. }
