@@ -8,9 +8,15 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Instant;
 
+mod labels;
+
 use crate::error::ErrorKind;
 use crate::lease::LostReason;
 use crate::lock_kind::LockKind;
+pub(crate) use labels::{HandOverPath, IdempotentOutcome, Renewal, kind_label, lost_label};
+#[cfg(feature = "metrics")]
+use labels::{KINDS, LOST_REASONS, OUTCOMES, REDIS_ERROR_KINDS};
+use labels::{outcome_of, redis_error_label};
 
 /// Every metric's name, kind and meaning, as [`describe_metrics`] registers them.
 const METRICS: [(&str, Shape, &str); 11] = [
@@ -105,6 +111,10 @@ enum Shape {
 /// Registers every metric's description (and, for the wait and hold times, the unit) with
 /// the recorder installed now, so an exporter can print them (Prometheus's `# HELP`). Call it
 /// once after installing the recorder; without it the metrics are recorded all the same.
+///
+/// Install the recorder before building a client: each client records every counter series
+/// it can count, and the gauges, at 0 when it is built, so an alert on
+/// `increase(redis_lock_lost_total[5m]) > 0` sees the first lost lease of a process.
 pub fn describe_metrics() {
     #[cfg(feature = "metrics")]
     for (name, shape, help) in METRICS {
@@ -120,42 +130,43 @@ pub fn describe_metrics() {
     let _ = METRICS;
 }
 
-/// The label of a lock kind, or of a composite lock (`multi`, `redlock`, `segmented`).
-pub(crate) fn kind_label(kind: LockKind) -> &'static str {
-    match kind {
-        LockKind::Exclusive => "exclusive",
-        LockKind::Fair => "fair",
-        LockKind::Read => "read",
-        LockKind::Write => "write",
-        LockKind::Semaphore { .. } => "semaphore",
+/// Records every counter series whose labels are known at 0, and the gauges at 0, with the
+/// recorder installed now: a series that first appears at 1 shows no increase, so an alert on
+/// `increase(redis_lock_lost_total[5m]) > 0` would miss a process's first lost lease
+/// (Prometheus's advice: start the series you know at 0). It adds 0, so what another client
+/// of the process counted stays. Called once per client.
+pub(crate) fn start_at_zero() {
+    #[cfg(feature = "metrics")]
+    {
+        for kind in KINDS {
+            for outcome in OUTCOMES {
+                let key = kind_outcome_key(ACQUISITIONS, kind, outcome);
+                metrics::with_recorder(|recorder| recorder.register_counter(&key, &METADATA))
+                    .increment(0);
+            }
+        }
+        for path in HandOverPath::ALL {
+            metrics::counter!(HANDOVERS, "path" => path.as_str()).increment(0);
+        }
+        for reason in LOST_REASONS {
+            metrics::counter!(LOST, "reason" => lost_label(reason)).increment(0);
+        }
+        for outcome in Renewal::ALL {
+            metrics::counter!(RENEWALS, "outcome" => outcome.as_str()).increment(0);
+        }
+        for kind in REDIS_ERROR_KINDS {
+            metrics::counter!(REDIS_ERRORS, "kind" => kind).increment(0);
+        }
+        for reason in crate::layer::RejectionKind::ALL {
+            metrics::counter!(LAYER_REJECTIONS, "reason" => reason.as_str()).increment(0);
+        }
+        for outcome in IdempotentOutcome::ALL {
+            metrics::counter!(IDEMPOTENT, "outcome" => outcome.as_str()).increment(0);
+        }
+        metrics::gauge!(HELD).increment(0.0);
+        metrics::gauge!(WAITING).increment(0.0);
     }
 }
-
-/// Every value of the `kind` label: the lock kinds ([`kind_label`]) and the composite locks.
-#[cfg(feature = "metrics")]
-const KINDS: [&str; 8] = [
-    "exclusive",
-    "fair",
-    "read",
-    "write",
-    "semaphore",
-    "multi",
-    "redlock",
-    "segmented",
-];
-
-/// Every value of the `outcome` label of `redis_lock_acquisitions_total`.
-#[cfg(feature = "metrics")]
-const OUTCOMES: [&str; 8] = [
-    "acquired",
-    "busy",
-    "timeout",
-    "unavailable",
-    "denied",
-    "cancelled",
-    "shut_down",
-    "error",
-];
 
 /// What the `metrics` macros give a metric recorded in this module.
 #[cfg(feature = "metrics")]
@@ -206,21 +217,6 @@ fn kind_outcome_key(name: &'static str, kind: &'static str, outcome: &'static st
             name,
             vec![Label::new("kind", kind), Label::new("outcome", outcome)],
         ),
-    }
-}
-
-/// How one acquisition ended, as `redis_lock_acquisitions_total` counts it.
-fn outcome_of<T>(result: Result<Option<&T>, &crate::LockError>) -> &'static str {
-    match result {
-        Ok(Some(_)) => "acquired",
-        Ok(None) => "busy",
-        Err(err) => match err.kind() {
-            ErrorKind::Timeout | ErrorKind::RestartQuarantine => "timeout",
-            ErrorKind::RedisUnavailable | ErrorKind::QuorumUnreachable => "unavailable",
-            ErrorKind::AccessDenied => "denied",
-            ErrorKind::ShutDown => "shut_down",
-            _ => "error",
-        },
     }
 }
 
@@ -313,42 +309,12 @@ impl Drop for HoldMeter {
     }
 }
 
-/// How a waiter got a lock from the holder before it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HandOverPath {
-    /// From a task of the same client, without Redis.
-    Local,
-    /// Granted from the Redis queue by the holder's release (or found granted by a look).
-    Redis,
-}
-
-impl HandOverPath {
-    /// The label `redis_lock_handovers_total` and the lock span show.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Local => "local",
-            Self::Redis => "redis",
-        }
-    }
-}
-
 /// Counts a lock handed to a waiter along `path`.
 pub(crate) fn handed_over(path: HandOverPath) {
     #[cfg(feature = "metrics")]
     metrics::counter!(HANDOVERS, "path" => path.as_str()).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = path;
-}
-
-/// The label of a lost lease's reason.
-pub(crate) fn lost_label(reason: LostReason) -> &'static str {
-    match reason {
-        LostReason::Expired => "expired",
-        LostReason::Taken => "taken",
-        LostReason::Unreachable => "unreachable",
-        LostReason::ShutDown => "shut_down",
-        LostReason::DataLost => "data_lost",
-    }
 }
 
 /// Counts a lease lost while held.
@@ -359,31 +325,22 @@ pub(crate) fn lost(reason: LostReason) {
     let _ = reason;
 }
 
-/// Counts `count` lease renewals that ended with `outcome` (`renewed`, `taken`, `failed`).
-pub(crate) fn renewals(outcome: &'static str, count: usize) {
+/// Counts `count` lease renewals that ended with `outcome`.
+pub(crate) fn renewals(outcome: Renewal, count: usize) {
     #[cfg(feature = "metrics")]
     if count > 0 {
-        metrics::counter!(RENEWALS, "outcome" => outcome).increment(count as u64);
+        metrics::counter!(RENEWALS, "outcome" => outcome.as_str()).increment(count as u64);
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (outcome, count);
+    let _ = (outcome.as_str(), count);
 }
 
 /// Counts a failed Redis command by the kind of its error.
 pub(crate) fn redis_error(kind: ErrorKind) {
     #[cfg(feature = "metrics")]
-    {
-        let label = match kind {
-            ErrorKind::RedisUnavailable => "unavailable",
-            ErrorKind::AccessDenied => "denied",
-            ErrorKind::ShutDown => "shut_down",
-            ErrorKind::InvalidConfig => "invalid_config",
-            _ => "redis",
-        };
-        metrics::counter!(REDIS_ERRORS, "kind" => label).increment(1);
-    }
+    metrics::counter!(REDIS_ERRORS, "kind" => redis_error_label(kind)).increment(1);
     #[cfg(not(feature = "metrics"))]
-    let _ = kind;
+    let _ = redis_error_label(kind);
 }
 
 /// Counts a request the layer answered itself, by the rejection's kind.
@@ -392,54 +349,6 @@ pub(crate) fn layer_rejection(reason: &'static str) {
     metrics::counter!(LAYER_REJECTIONS, "reason" => reason).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = reason;
-}
-
-/// What the idempotency layer did with a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum IdempotentOutcome {
-    /// Ran first for its key, and its response was stored.
-    First,
-    /// Answered with the stored response of its key.
-    Replayed,
-    /// Its key was first used with another request: 422.
-    Mismatch,
-    /// The first request for its key still ran when the wait bound passed: 409.
-    InProgress,
-    /// Ran, and its response is not kept (a server error, 429, or a body that failed).
-    NotStored,
-    /// Ran, and its response was over the store's bound: only that it ran is kept.
-    OverBound,
-    /// Ran, and the store refused its response: the lock was no longer its.
-    Refused,
-    /// Cancelled: its lock's lease was lost while it ran.
-    LeaseLost,
-    /// Ran, and its response could not be stored (Redis failed).
-    StoreFailed,
-    /// Ran without its key, Redis being unreachable and the policy failing open.
-    Unguarded,
-    /// Had no key (or no scope) and ran as if the layer were not there.
-    NoKey,
-    /// Answered by the layer: a bad key or body, or Redis unreachable.
-    Rejected,
-}
-
-impl IdempotentOutcome {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::First => "first",
-            Self::Replayed => "replayed",
-            Self::Mismatch => "mismatch",
-            Self::InProgress => "in_progress",
-            Self::NotStored => "not_stored",
-            Self::OverBound => "over_bound",
-            Self::Refused => "refused",
-            Self::LeaseLost => "lease_lost",
-            Self::StoreFailed => "store_failed",
-            Self::Unguarded => "unguarded",
-            Self::NoKey => "no_key",
-            Self::Rejected => "rejected",
-        }
-    }
 }
 
 /// Counts a request of the idempotency layer, by what it did.
@@ -476,23 +385,6 @@ pub(crate) async fn counted_try<T>(
 #[cfg(all(test, feature = "metrics"))]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_lock_kind_has_its_labels_in_the_table() {
-        let kinds = [
-            LockKind::Exclusive,
-            LockKind::Fair,
-            LockKind::Read,
-            LockKind::Write,
-            LockKind::Semaphore {
-                permits: 2,
-                take: 1,
-            },
-        ];
-        for kind in kinds {
-            assert!(KINDS.contains(&kind_label(kind)), "{kind:?}");
-        }
-    }
 
     #[test]
     fn a_key_from_the_tables_is_the_key_the_macros_build() {

@@ -80,6 +80,14 @@ impl Recorded {
             .unwrap_or(0.0) as u64
     }
 
+    /// The total of the series `name` with `labels`, if it was recorded at all (0 included).
+    fn series(&mut self, kind: MetricKind, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.take();
+        self.totals
+            .get(&(kind, name.to_owned(), sorted(labels)))
+            .copied()
+    }
+
     fn gauge(&mut self, name: &str) -> f64 {
         self.take();
         self.totals
@@ -129,6 +137,133 @@ const ACQUISITIONS: &str = "redis_lock_acquisitions_total";
 
 fn outcome(kind: &'static str, outcome: &'static str) -> [(&'static str, &'static str); 2] {
     [("kind", kind), ("outcome", outcome)]
+}
+
+/// Every counter series a client can count, by name, label and the label's values.
+const COUNTER_SERIES: [(&str, &str, &[&str]); 6] = [
+    ("redis_lock_handovers_total", "path", &["local", "redis"]),
+    (
+        "redis_lock_lost_total",
+        "reason",
+        &["taken", "unreachable", "expired", "data_lost", "shut_down"],
+    ),
+    (
+        "redis_lock_renewals_total",
+        "outcome",
+        &["renewed", "taken", "failed"],
+    ),
+    (
+        "redis_lock_redis_errors_total",
+        "kind",
+        &[
+            "unavailable",
+            "denied",
+            "shut_down",
+            "invalid_config",
+            "redis",
+        ],
+    ),
+    (
+        "redis_lock_layer_rejections_total",
+        "reason",
+        &[
+            "timeout",
+            "redis_unavailable",
+            "lease_lost",
+            "missing_key",
+            "invalid_key",
+            "too_many_keys",
+            "shut_down",
+            "restart_quarantine",
+            "permits_mismatch",
+            "body_too_large",
+            "body_unreadable",
+            "invalid_idempotency_key",
+            "idempotency_key_reused",
+            "idempotency_in_progress",
+            "response_not_stored",
+        ],
+    ),
+    (
+        "redis_lock_idempotent_total",
+        "outcome",
+        &[
+            "first",
+            "replayed",
+            "mismatch",
+            "in_progress",
+            "not_stored",
+            "over_bound",
+            "refused",
+            "lease_lost",
+            "store_failed",
+            "unguarded",
+            "no_key",
+            "rejected",
+        ],
+    ),
+];
+
+#[tokio::test]
+async fn a_client_just_built_shows_every_series_it_can_count_at_zero() {
+    let mut recorded = Recorded::start();
+    let server = RedisServer::start();
+    let _locks = client(&server).await;
+
+    // Before any acquisition: an alert on `increase(...) > 0` sees the first count.
+    let kinds = [
+        "exclusive",
+        "fair",
+        "read",
+        "write",
+        "semaphore",
+        "multi",
+        "redlock",
+        "segmented",
+    ];
+    let outcomes = [
+        "acquired",
+        "busy",
+        "timeout",
+        "unavailable",
+        "denied",
+        "cancelled",
+        "shut_down",
+        "error",
+    ];
+    let mut missing = Vec::new();
+    let mut check = |name: &str, labels: &[(&str, &str)], kind: MetricKind| {
+        let total = recorded.series(kind, name, labels);
+        if total != Some(0.0) {
+            missing.push(format!("{name}{labels:?}: {total:?}"));
+        }
+    };
+    for kind in kinds {
+        for outcome in outcomes {
+            check(
+                ACQUISITIONS,
+                &[("kind", kind), ("outcome", outcome)],
+                MetricKind::Counter,
+            );
+        }
+    }
+    for (name, label, values) in COUNTER_SERIES {
+        for value in values {
+            check(name, &[(label, value)], MetricKind::Counter);
+        }
+    }
+    check("redis_lock_held", &[], MetricKind::Gauge);
+    check("redis_lock_waiting", &[], MetricKind::Gauge);
+    assert!(missing.is_empty(), "not at 0: {missing:#?}");
+
+    // A second client of the process adds nothing: a count stays as it was.
+    let second = client(&server).await;
+    drop(second.lock("a").unwrap().acquire().await.unwrap());
+    let _third = client(&server).await;
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("exclusive", "acquired")),
+        1
+    );
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@ use crate::engine::pubsub::{PubSub, WakeSource};
 use crate::engine::watchdog::Watchdog;
 use crate::error::{LockError, Result};
 use crate::keys::LockKeys;
+use crate::meter;
 use crate::scopes::{Placement, ScopeKeys};
 use crate::wire::conn::Connections;
 
@@ -43,7 +44,7 @@ pub(crate) struct ClientState {
 impl ClientState {
     /// Starts the watchdog and the pub/sub actor on the current runtime, for a client of
     /// `server` (its wake-ups heard through `wake_source`) with a random instance id (after its name, if
-    /// it has one).
+    /// it has one), and the client's metric series at 0.
     pub(crate) fn start(
         config: Config,
         connections: Arc<Connections>,
@@ -75,6 +76,7 @@ impl ClientState {
             instance_id.clone(),
             config.command_timeout,
         );
+        meter::start_at_zero();
         Self {
             connections,
             watchdog,

@@ -33,7 +33,7 @@ use crate::engine::epoch::Epoch;
 use crate::error::{ErrorKind, LockError};
 use crate::keys::{LockKeys, display_name};
 use crate::lease::{Lease, LostReason};
-use crate::meter;
+use crate::meter::{self, Renewal};
 use crate::scopes::Placement;
 use crate::wire::conn::{Conn, Connections};
 use crate::wire::scripts::{self, ReleaseScope, RenewReply};
@@ -301,7 +301,7 @@ impl WatchdogActor {
                         break;
                     }
                     None => {
-                        meter::renewals("failed", chunk.len());
+                        meter::renewals(Renewal::Failed, chunk.len());
                         break;
                     }
                 }
@@ -354,8 +354,11 @@ impl WatchdogActor {
                 })
                 .collect()
         };
-        meter::renewals("renewed", renewed.iter().filter(|held| **held).count());
-        meter::renewals("taken", taken.len());
+        meter::renewals(
+            Renewal::Renewed,
+            renewed.iter().filter(|held| **held).count(),
+        );
+        meter::renewals(Renewal::Taken, taken.len());
         for entry in taken {
             entry.lease.fire(entry.keys.hash(), LostReason::Taken);
         }

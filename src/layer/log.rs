@@ -10,7 +10,8 @@ use std::time::Duration;
 use http::Request;
 use tokio::time::Instant;
 
-use super::reject::{Rejection, RejectionKind};
+use super::reject::Rejection;
+use super::rejection_kind::RejectionKind;
 use crate::keys::{display_name, display_names};
 
 /// Shortest time between two log lines of one kind.

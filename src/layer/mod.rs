@@ -13,6 +13,7 @@ mod layer;
 mod log;
 mod policy;
 pub(crate) mod reject;
+mod rejection_kind;
 mod service;
 
 pub mod future;
@@ -34,5 +35,6 @@ pub use policy::{
     DEFAULT_MAX_KEYS, DEFAULT_RETRY_AFTER, DEFAULT_WAIT, OnLeaseLost, OnMissingKey,
     OnRedisUnavailable, Sharing,
 };
-pub use reject::{DefaultRejection, ProblemJson, Reject, Rejection, RejectionKind};
+pub use reject::{DefaultRejection, ProblemJson, Reject, Rejection};
+pub use rejection_kind::RejectionKind;
 pub use service::LockService;

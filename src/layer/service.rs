@@ -10,7 +10,8 @@ use super::extract::KeyExtractor;
 use super::future::ResponseFuture;
 use super::log::LayerLog;
 use super::policy::{OnMissingKey, Policy};
-use super::reject::{Reject, Rejection, RejectionKind, is_grpc};
+use super::reject::{Reject, Rejection, is_grpc};
+use super::rejection_kind::RejectionKind;
 use crate::client::LockClient;
 
 /// The service [`LockLayer`](super::LockLayer) wraps around an inner service.

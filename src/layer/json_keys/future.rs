@@ -18,7 +18,8 @@ use tower::Service;
 use super::super::buffer::{BufferedBody, ReadBody, ReadError};
 use super::super::log::LayerLog;
 use super::super::policy::DEFAULT_RETRY_AFTER;
-use super::super::reject::{Reject, Rejection, RejectionKind, is_grpc};
+use super::super::reject::{Reject, Rejection, is_grpc};
+use super::super::rejection_kind::RejectionKind;
 use super::find::JsonKeys;
 use crate::meter;
 
