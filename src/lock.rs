@@ -335,6 +335,7 @@ impl LockClient {
     /// already taken are released.
     ///
     /// Bound the wait with `tokio::time::timeout`: dropping the future releases what it took.
+    /// The metrics count it as one `multi` acquisition, as a [`MultiLock`](crate::MultiLock).
     ///
     /// # Cancel safety
     ///
@@ -351,7 +352,7 @@ impl LockClient {
         lease: Lease,
     ) -> Result<Vec<LockGuard>> {
         let acquiring = self.acquire_all_of_kind(names, lease, LockKind::Exclusive);
-        counted(kind_label(LockKind::Exclusive), acquiring).await
+        counted("multi", acquiring).await
     }
 
     /// [`LockClient::acquire_all`] with a bound on the wait: when `wait` passes first, the
@@ -377,12 +378,13 @@ impl LockClient {
         lease: Lease,
         wait: Duration,
     ) -> Result<Vec<LockGuard>> {
-        self.acquire_all_of_kind_within(names, lease, LockKind::Exclusive, wait)
-            .await
+        let bounded = self.acquire_all_of_kind_until(names, lease, LockKind::Exclusive, wait);
+        counted("multi", bounded).await
     }
 
     /// [`LockClient::acquire_all_timeout`] for locks of `kind` (the layer's sharing mode; of
-    /// a semaphore's kind, one permit of each name's semaphore: the layer's per-key limit).
+    /// a semaphore's kind, one permit of each name's semaphore: the layer's per-key limit),
+    /// counted as one acquisition of `kind`, whatever the number of names: one per request.
     pub(crate) async fn acquire_all_of_kind_within<N: AsRef<str>>(
         &self,
         names: &[N],
@@ -390,27 +392,32 @@ impl LockClient {
         kind: LockKind,
         wait: Duration,
     ) -> Result<Vec<LockGuard>> {
-        let bounded = async {
-            match wait_bound::until(
-                Instant::now() + wait,
-                self.acquire_all_of_kind(names, lease, kind),
-            )
-            .await
-            {
-                Ok(acquired) => acquired,
-                Err(_) => {
-                    let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
-                    Err(self.wait_bound_error(&format!(
-                        "locks {} not acquired within {wait:?}",
-                        display_names(&names)
-                    )))
-                }
-            }
-        };
+        let bounded = self.acquire_all_of_kind_until(names, lease, kind, wait);
         counted(kind_label(kind), bounded).await
     }
 
-    /// [`LockClient::acquire_all`] for locks of `kind`.
+    /// [`LockClient::acquire_all_of_kind`] bounded by `wait`, uncounted.
+    async fn acquire_all_of_kind_until<N: AsRef<str>>(
+        &self,
+        names: &[N],
+        lease: Lease,
+        kind: LockKind,
+        wait: Duration,
+    ) -> Result<Vec<LockGuard>> {
+        let acquiring = self.acquire_all_of_kind(names, lease, kind);
+        match wait_bound::until(Instant::now() + wait, acquiring).await {
+            Ok(acquired) => acquired,
+            Err(_) => {
+                let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
+                Err(self.wait_bound_error(&format!(
+                    "locks {} not acquired within {wait:?}",
+                    display_names(&names)
+                )))
+            }
+        }
+    }
+
+    /// [`LockClient::acquire_all`] for locks of `kind`, uncounted.
     async fn acquire_all_of_kind<N: AsRef<str>>(
         &self,
         names: &[N],

@@ -23,7 +23,7 @@ use support::logs::CapturedLogs;
 use support::{RedisServer, client, client_with_lease};
 use tower::{Layer, ServiceExt, service_fn};
 use tower_redis_lock::{
-    HeaderKey, IdempotencyLayer, Lease, LockClient, LockGuard, LockLayer, LostReason,
+    HeaderKey, IdempotencyLayer, Lease, LockClient, LockGuard, LockLayer, LostReason, MultiLock,
 };
 
 /// Bound for what normally takes milliseconds; generous because CI machines are shared.
@@ -311,6 +311,91 @@ async fn an_acquisition_counts_its_outcome_wait_and_hold_and_the_gauges_return_t
             "a lock name as a label: {labels:?}"
         );
     }
+}
+
+/// How many acquisitions of `kind` were counted, whatever their outcome.
+fn acquisitions_of(recorded: &mut Recorded, kind: &'static str) -> u64 {
+    let outcomes = [
+        "acquired",
+        "busy",
+        "timeout",
+        "unavailable",
+        "denied",
+        "cancelled",
+        "shut_down",
+        "error",
+    ];
+    outcomes
+        .into_iter()
+        .map(|outcome_label| recorded.counter(ACQUISITIONS, &outcome(kind, outcome_label)))
+        .sum()
+}
+
+#[tokio::test]
+async fn acquire_all_counts_one_multi_acquisition_as_a_multi_lock_does_not_its_parts() {
+    let mut recorded = Recorded::start();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let names = ["account-1", "account-2"];
+
+    let guards = locks.acquire_all(&names, Lease::Watchdog).await.unwrap();
+    drop(guards);
+    let guards = locks
+        .acquire_all_timeout(&names, Lease::Watchdog, SLACK)
+        .await
+        .unwrap();
+    drop(guards);
+    let both = MultiLock::new(names.map(|name| locks.lock(name).unwrap()));
+    drop(both.acquire().await.unwrap());
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("multi", "acquired")),
+        3
+    );
+    assert_eq!(acquisitions_of(&mut recorded, "exclusive"), 0);
+    let waits = |recorded: &mut Recorded, kind| {
+        recorded
+            .histogram("redis_lock_wait_seconds", &[("kind", kind)])
+            .len()
+    };
+    assert_eq!(waits(&mut recorded, "multi"), 3);
+    assert_eq!(waits(&mut recorded, "exclusive"), 0);
+
+    // A wait bound that passes is one multi timeout.
+    let other = client(&server).await;
+    let held = other.lock("account-2").unwrap().acquire().await.unwrap();
+    let err = locks
+        .acquire_all_timeout(&names, Lease::Watchdog, Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), tower_redis_lock::ErrorKind::Timeout);
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("multi", "timeout")),
+        1
+    );
+    // The one exclusive acquisition is `held`'s.
+    assert_eq!(acquisitions_of(&mut recorded, "exclusive"), 1);
+    drop(held);
+
+    // The layer counts a request with two keys once, under its sharing mode.
+    let layer = LockLayer::new(
+        locks.clone(),
+        (HeaderKey::new("x-from"), HeaderKey::new("x-to")),
+    );
+    let service = layer.layer(service_fn(|_: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    }));
+    let request = Request::builder()
+        .header("x-from", "account-1")
+        .header("x-to", "account-2")
+        .body(String::new())
+        .unwrap();
+    let answer = service.oneshot(request).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(
+        recorded.counter(ACQUISITIONS, &outcome("exclusive", "acquired")),
+        2
+    );
+    assert_eq!(acquisitions_of(&mut recorded, "multi"), 4);
 }
 
 #[tokio::test]
