@@ -1,5 +1,6 @@
 //! What a holder gets: the guard, its fencing token and its lost signal.
 
+use futures_util::future::select_all;
 use tokio::sync::watch;
 
 use crate::engine::reenter;
@@ -58,6 +59,24 @@ impl LostSignal {
             None => std::future::pending().await,
         }
     }
+}
+
+/// Resolves when the lease of any of `guards` is lost, with its reason; never while all are
+/// held, nor for no guard. For a handler that holds locks itself (from
+/// [`LockClient::acquire_all`](crate::LockClient::acquire_all)) and must stop its work when
+/// another owner may take them: `tokio::select!` its work against it.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: it only waits.
+pub async fn any_lost(guards: &[LockGuard]) -> LostReason {
+    let signals: Vec<LostSignal> = guards.iter().map(LockGuard::lost_signal).collect();
+    if signals.is_empty() {
+        return std::future::pending().await;
+    }
+    select_all(signals.iter().map(|signal| Box::pin(signal.lost())))
+        .await
+        .0
 }
 
 /// Proof of holding a lock. Release it with [`LockGuard::release`] to see the result;

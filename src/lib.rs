@@ -168,7 +168,7 @@ pub use client::{
 };
 pub use engine::config::{MAX_CONNECTIONS, MAX_LOCAL_HANDOFF_LIMIT};
 pub use error::{ErrorKind, LockError, Result};
-pub use guard::{LockGuard, LostSignal};
+pub use guard::{LockGuard, LostSignal, any_lost};
 pub use guarded_write::{GuardedWrites, MAX_WRITE_ARGS};
 pub use idempotency::IdempotencyLayer;
 pub use inspect::{LockPage, LockSnapshot};

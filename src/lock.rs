@@ -360,7 +360,9 @@ impl LockClient {
     /// whose names a handler finds where no key extractor looks (a body that is not JSON;
     /// keys in a JSON body are `JsonKeys`'s, feature `json`): take them with the layer's
     /// `key_prefix`, and answer a failure as the layer would with
-    /// [`Rejection::from_lock_error`](crate::layer::Rejection::from_lock_error).
+    /// [`Rejection::from_lock_error`](crate::layer::Rejection::from_lock_error); stop the work
+    /// when a lease is lost ([`any_lost`](crate::any_lost)) and answer
+    /// [`Rejection::from_lost_lease`](crate::layer::Rejection::from_lost_lease).
     ///
     /// # Cancel safety
     ///

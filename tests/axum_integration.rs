@@ -1,11 +1,12 @@
 //! The layer inside axum routers against a real redis-server: `PathParamKey` under `nest`,
 //! `route_layer` and a layer on the router itself; `LockContext` and `Option<LockContext>`
 //! as handler arguments; locks a handler takes for keys in the body, answered as the layer
-//! would; and the layer's answers with readable bodies.
+//! would (its keys named) and given up when a lease is lost; and the layer's answers with
+//! readable bodies.
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -15,10 +16,10 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use serde::Deserialize;
 use support::logs::CapturedLogs;
-use support::{RedisServer, client, eventually};
+use support::{RedisServer, client, client_with_lease, eventually};
 use tower::ServiceExt;
 use tower_redis_lock::layer::{PathParamKey, ProblemJson, Rejection, RouteParamKey};
-use tower_redis_lock::{HeaderKey, Lease, LockClient, LockContext, LockLayer};
+use tower_redis_lock::{HeaderKey, Lease, LockClient, LockContext, LockLayer, any_lost};
 
 /// Bound for what normally takes milliseconds; generous because CI machines are shared.
 const SLACK: Duration = Duration::from_secs(5);
@@ -122,10 +123,19 @@ async fn a_template_that_misses_the_nest_prefix_runs_unlocked_and_says_so() {
 struct Transfer {
     from: String,
     to: String,
+    /// For the tests: how long the work under the locks takes.
+    #[serde(default)]
+    work_ms: u64,
 }
 
 /// How long the transfer handler waits for its locks: short, so the test sees the answer.
 const WAIT: Duration = Duration::from_millis(300);
+
+/// The work under both locks, a stand-in: it takes as long as the body says.
+async fn move_money(transfer: &Transfer) -> String {
+    tokio::time::sleep(Duration::from_millis(transfer.work_ms)).await;
+    format!("moved from {} to {}", transfer.from, transfer.to)
+}
 
 const ACCOUNTS: &str = "accounts:"; // the layer's .key_prefix(ACCOUNTS) too
 
@@ -140,40 +150,66 @@ async fn transfer(
     let guards = locks
         .acquire_all_timeout(&names, Lease::Watchdog, WAIT)
         .await
-        .map_err(|err| Rejection::from_lock_error(&err))?; // the layer's 503, as a response
-    // Both accounts are ours until `guards` is dropped.
-    Ok(format!("moved under {} locks", guards.len()))
+        .map_err(|err| Rejection::from_lock_error(&err, &names))?; // the layer's 503
+    // Both accounts are ours while `guards` lives; a lost lease stops the work, as the layer.
+    tokio::select! {
+        moved = move_money(&transfer) => Ok(moved),
+        lost = any_lost(&guards) => Err(Rejection::from_lost_lease(lost, &names)),
+    }
+}
+
+/// The transfers route with the handler above, its locks taken with `locks`.
+fn transfers(locks: &LockClient) -> Router {
+    Router::new()
+        .route("/transfers", post(transfer))
+        .with_state(locks.clone())
+}
+
+/// Posts a transfer whose work takes `work_ms`; the status, `Retry-After` and the body.
+async fn send_transfer(
+    app: &Router,
+    from: &str,
+    to: &str,
+    work_ms: u64,
+) -> (StatusCode, Option<String>, String) {
+    let body = format!(r#"{{"from":"{from}","to":"{to}","work_ms":{work_ms}}}"#);
+    let request = Request::post("/transfers")
+        .header(CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let retry_after = response
+        .headers()
+        .get(RETRY_AFTER)
+        .map(|value| value.to_str().unwrap().to_owned());
+    let (status, body) = text(response).await;
+    (status, retry_after, body)
 }
 
 #[tokio::test]
 async fn keys_in_the_body_are_locked_by_the_handler_and_answered_as_the_layer_would() {
     let server = RedisServer::start();
     let locks = client(&server).await;
-    let app = Router::new()
-        .route("/transfers", post(transfer))
-        .with_state(locks.clone());
-    let send = |from: &str, to: &str| {
-        let body = format!(r#"{{"from":"{from}","to":"{to}"}}"#);
-        let request = Request::post("/transfers")
-            .header(CONTENT_TYPE, "application/json")
-            .body(Body::from(body))
-            .unwrap();
-        app.clone().oneshot(request)
-    };
-    let (status, body) = text(send("a", "b").await.unwrap()).await;
+    let app = transfers(&locks);
+    let (status, _, body) = send_transfer(&app, "a", "b", 0).await;
     assert_eq!(
         (status, body.as_str()),
-        (StatusCode::OK, "moved under 2 locks")
+        (StatusCode::OK, "moved from a to b")
     );
 
-    // Another instance holds account b: the handler's wait ends, answered 503 like the layer.
+    // Another instance holds account b: the handler's wait ends, answered 503 like the
+    // layer, naming the keys.
     let other = client(&server).await;
     let held = other.lock("accounts:b").unwrap().acquire().await.unwrap();
-    let response = send("a", "b").await.unwrap();
-    assert_eq!(response.headers()[RETRY_AFTER], "1");
-    let (status, body) = text(response).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(body, "lock wait timed out; retry later\n");
+    let answer = send_transfer(&app, "a", "b", 0).await;
+    assert_eq!(
+        answer,
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("1".to_owned()),
+            "lock wait timed out for [accounts:a, accounts:b]; retry later\n".to_owned()
+        )
+    );
     // What it took is released, in the background as a dropped guard is: account a is free.
     assert!(
         eventually(SLACK, || server
@@ -183,6 +219,61 @@ async fn keys_in_the_body_are_locked_by_the_handler_and_answered_as_the_layer_wo
         "account a was released"
     );
     held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_handler_whose_lock_is_force_unlocked_stops_and_answers_503_naming_its_keys() {
+    let server = RedisServer::start();
+    // Renewed every 200 ms: a lock taken from under the handler is found within that.
+    let locks = client_with_lease(&server.url(), Duration::from_millis(600)).await;
+    let app = transfers(&locks);
+    let work = Duration::from_secs(30);
+    let started = Instant::now();
+    let answer = tokio::spawn({
+        let app = app.clone();
+        async move { send_transfer(&app, "a", "b", work.as_millis() as u64).await }
+    });
+    assert!(
+        eventually(SLACK, || server.cmd::<i64>(&[
+            "EXISTS",
+            "lock:{accounts:a}",
+            "lock:{accounts:b}"
+        ]) == 2)
+        .await,
+        "the handler holds both accounts"
+    );
+
+    // An operator takes account b away while the handler works.
+    let operator = client(&server).await;
+    assert!(
+        operator
+            .lock("accounts:b")
+            .unwrap()
+            .force_unlock()
+            .await
+            .unwrap()
+    );
+    let answer = tokio::time::timeout(SLACK, answer)
+        .await
+        .expect("the handler stops well before its work would end")
+        .unwrap();
+    assert!(started.elapsed() < work);
+    assert_eq!(
+        answer,
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("1".to_owned()),
+            "lock lost while the request ran for [accounts:a, accounts:b]; retry\n".to_owned()
+        )
+    );
+    // The handler's other lock is given back.
+    assert!(
+        eventually(SLACK, || server
+            .cmd::<i64>(&["EXISTS", "lock:{accounts:a}"])
+            == 0)
+        .await,
+        "account a was released"
+    );
 }
 
 #[tokio::test]

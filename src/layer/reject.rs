@@ -40,12 +40,21 @@ impl Rejection {
         }
     }
 
-    /// What the layer answers when taking locks fails with `error`, for an HTTP request with
-    /// the default `Retry-After`: for a handler that takes locks itself (keys found where no
-    /// key extractor looks, such as a body that is not JSON) and answers a failure as the
-    /// layer would, `Rejection::from_lock_error(&err).default_response()`.
-    pub fn from_lock_error(error: &LockError) -> Self {
-        Self::from_error(error, false, Vec::new(), DEFAULT_RETRY_AFTER)
+    /// What the layer answers when taking the locks `names` fails with `error`, for an HTTP
+    /// request with the default `Retry-After`: for a handler that takes locks itself (keys
+    /// found where no key extractor looks, such as a body that is not JSON) and answers a
+    /// failure as the layer would, keys named: `Rejection::from_lock_error(&err, &names)`
+    /// (a response in axum, or `.default_response()`).
+    pub fn from_lock_error<N: AsRef<str>>(error: &LockError, names: &[N]) -> Self {
+        Self::from_error(error, false, owned(names), DEFAULT_RETRY_AFTER)
+    }
+
+    /// What the layer answers when a lease of the locks `names` is lost while the handler
+    /// runs (503 with `Retry-After`): for a handler that holds locks itself and stops when
+    /// [`any_lost`](crate::any_lost) says one was lost,
+    /// `Rejection::from_lost_lease(reason, &names)`.
+    pub fn from_lost_lease<N: AsRef<str>>(reason: LostReason, names: &[N]) -> Self {
+        Self::lease_lost(reason, false, owned(names), DEFAULT_RETRY_AFTER)
     }
 
     pub(crate) fn from_error(
@@ -289,6 +298,11 @@ pub(crate) fn is_grpc<B>(request: &Request<B>) -> bool {
         .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
 }
 
+/// `names` as the keys of a rejection.
+fn owned<N: AsRef<str>>(names: &[N]) -> Vec<String> {
+    names.iter().map(|name| name.as_ref().to_owned()).collect()
+}
+
 /// `text` as a JSON string, quotes included.
 fn json_string(text: &str) -> String {
     let mut json = String::with_capacity(text.len() + 2);
@@ -362,12 +376,38 @@ mod tests {
     #[test]
     fn a_503_body_never_names_the_redis_failure_behind_it() {
         let error = LockError::new(ErrorKind::RedisUnavailable, "connect 10.0.0.7:6379 refused");
-        let rejection = Rejection::from_lock_error(&error);
+        let rejection = Rejection::from_lock_error(&error, &["acme"]);
         assert_eq!(rejection.kind(), RejectionKind::RedisUnavailable);
         assert!(rejection.detail().contains("10.0.0.7"));
         let answer: Response<Vec<u8>> = rejection.default_response();
         assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(answer.body(), b"lock service unavailable; retry later\n");
+        assert_eq!(
+            answer.body(),
+            b"lock service unavailable for [acme]; retry later\n"
+        );
+    }
+
+    #[test]
+    fn a_handler_that_takes_locks_itself_names_its_keys_as_the_layer_does() {
+        let names = ["accounts:a".to_owned(), "accounts:b".to_owned()];
+        let timeout = Rejection::from_lock_error(&LockError::timeout("locks"), &names);
+        assert_eq!(timeout.keys(), names);
+        let answer: Response<String> = timeout.default_response();
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            answer.body(),
+            "lock wait timed out for [accounts:a, accounts:b]; retry later\n"
+        );
+        let lost = Rejection::from_lost_lease(LostReason::Taken, &names);
+        assert_eq!(lost.kind(), RejectionKind::LeaseLost);
+        let answer: Response<String> = lost.default_response();
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(answer.headers()[RETRY_AFTER], "1");
+        assert_eq!(
+            answer.body(),
+            "lock lost while the request ran for [accounts:a, accounts:b]; retry\n"
+        );
+        assert!(lost.detail().contains("Taken"), "{}", lost.detail());
     }
 
     #[test]
