@@ -1,11 +1,14 @@
-//! The README's code can never drift from the API: every block marked `<!-- from FILE -->` is
-//! a piece of that file (an example or a test), which `cargo test` compiles, and the axum
-//! quick start runs here against a real redis-server.
+//! The documented code can never drift from the API: every block of the README or of a
+//! rustdoc page under `src/` marked `<!-- from FILE -->` is a piece of that file (an example
+//! or a test), which `cargo test` compiles and runs, and the axum quick start runs here
+//! against a real redis-server. (Blocks on rustdoc pages also compile as doc tests; their
+//! hidden `# ` lines are the scaffolding, not the piece.)
 
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,11 +16,17 @@ use support::{ChildGuard, RedisServer, example_path};
 
 const MARKER: &str = "<!-- from ";
 
-/// The README's marked blocks: the example each comes from, and its lines.
-fn marked_blocks() -> Vec<(String, Vec<String>)> {
-    let readme = include_str!("../README.md");
+/// A marked block: the page it is on, the file it comes from, and its shown lines.
+struct MarkedBlock {
+    page: String,
+    source: String,
+    lines: Vec<String>,
+}
+
+/// The marked blocks of `page`: a rustdoc page hides lines starting with `# `.
+fn marked_blocks_of(page: &str, text: &str) -> Vec<MarkedBlock> {
     let mut blocks = Vec::new();
-    let mut lines = readme.lines();
+    let mut lines = text.lines();
     while let Some(line) = lines.next() {
         let Some(source) = line
             .strip_prefix(MARKER)
@@ -25,40 +34,81 @@ fn marked_blocks() -> Vec<(String, Vec<String>)> {
         else {
             continue;
         };
-        assert_eq!(lines.next(), Some("```rust"), "a code block follows {line}");
-        let block = lines
+        let fence = lines.next().unwrap_or_default();
+        assert!(
+            fence == "```rust" || fence == "```no_run",
+            "{page}: a Rust code block follows {line}"
+        );
+        let shown = lines
             .by_ref()
             .take_while(|line| *line != "```")
+            .filter(|line| *line != "#" && !line.starts_with("# "))
             .map(str::to_owned)
             .collect();
-        blocks.push((source.to_owned(), block));
+        blocks.push(MarkedBlock {
+            page: page.to_owned(),
+            source: source.to_owned(),
+            lines: shown,
+        });
     }
     blocks
 }
 
+/// Every Markdown page under `folder`.
+fn pages_under(folder: &Path) -> Vec<PathBuf> {
+    let mut pages = Vec::new();
+    for entry in std::fs::read_dir(folder).expect("a readable folder") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            pages.extend(pages_under(&path));
+        } else if path.extension().is_some_and(|ext| ext == "md") {
+            pages.push(path);
+        }
+    }
+    pages
+}
+
+/// The README's marked blocks, then those of every rustdoc page under `src/`.
+fn marked_blocks() -> (Vec<MarkedBlock>, Vec<MarkedBlock>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = marked_blocks_of("README.md", include_str!("../README.md"));
+    let mut docs = Vec::new();
+    for page in pages_under(&root.join("src")) {
+        let text = std::fs::read_to_string(&page).expect("a readable page");
+        let name = page.strip_prefix(root).unwrap().display().to_string();
+        docs.extend(marked_blocks_of(&name, &text));
+    }
+    (readme, docs)
+}
+
 #[test]
-fn every_marked_readme_block_is_a_piece_of_its_compiled_example() {
-    let blocks = marked_blocks();
+fn every_marked_block_is_a_piece_of_its_compiled_example() {
+    let (readme, docs) = marked_blocks();
     assert!(
-        blocks.len() >= 2,
+        readme.len() >= 2,
         "the axum and tonic quick starts are marked"
     );
-    for (source, block) in blocks {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(&source);
+    assert!(
+        docs.len() >= 2,
+        "the layer page's JSON keys and handler recipe are marked"
+    );
+    for block in readme.into_iter().chain(docs) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(&block.source);
         let file = std::fs::read_to_string(&path)
-            .unwrap_or_else(|err| panic!("{source} named in the README: {err}"));
+            .unwrap_or_else(|err| panic!("{} named in {}: {err}", block.source, block.page));
         // Indentation aside: an excerpt may come from inside a function.
         let trimmed = |lines: &[String]| -> Vec<String> {
             lines.iter().map(|line| line.trim().to_owned()).collect()
         };
-        let wanted = trimmed(&block);
+        let wanted = trimmed(&block.lines);
         let lines: Vec<String> = file.lines().map(str::to_owned).collect();
         let found = trimmed(&lines)
             .windows(wanted.len())
             .any(|window| window == wanted.as_slice());
         assert!(
             found,
-            "the README block from {source} is not in it:\n{block:#?}"
+            "the block of {} from {} is not in it:\n{:#?}",
+            block.page, block.source, block.lines
         );
     }
 }
