@@ -73,14 +73,7 @@ fn certificate_refused(err: &rustls::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The error redis-rs makes of a reply line such as `-NOPERM ...`.
-    fn reply(line: &str) -> RedisError {
-        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
-            Ok(redis::Value::ServerError(err)) => err.into(),
-            other => panic!("not an error reply: {other:?}"),
-        }
-    }
+    use crate::wire::error_reply as reply;
 
     fn io_error(inner: rustls::Error) -> RedisError {
         io::Error::new(io::ErrorKind::InvalidData, inner).into()

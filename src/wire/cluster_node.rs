@@ -60,14 +60,7 @@ mod tests {
     use redis::IntoConnectionInfo;
 
     use super::*;
-
-    /// The error redis-rs makes of a reply line such as `-MOVED ...`.
-    fn reply(line: &str) -> RedisError {
-        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
-            Ok(redis::Value::ServerError(err)) => err.into(),
-            other => panic!("not an error reply: {other:?}"),
-        }
-    }
+    use crate::wire::error_reply as reply;
 
     #[test]
     fn only_a_node_with_cluster_enabled_is_one() {

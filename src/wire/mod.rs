@@ -18,3 +18,13 @@ pub(crate) mod scripts;
 pub(crate) mod sentinel;
 pub(crate) mod snapshot;
 pub(crate) mod tls;
+
+/// The error redis-rs makes of a reply line such as `-MOVED ...`, for the tests that
+/// classify Redis's failures.
+#[cfg(test)]
+pub(crate) fn error_reply(line: &str) -> redis::RedisError {
+    match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
+        Ok(redis::Value::ServerError(err)) => err.into(),
+        other => panic!("not an error reply: {other:?}"),
+    }
+}
