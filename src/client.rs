@@ -384,8 +384,8 @@ impl LockClientBuilder {
     /// when it saw that epoch).
     ///
     /// A Redis that lost its data is found by the first script that runs there (its epoch
-    /// key is gone, see the crate's README), and quarantined so that every lease granted
-    /// before has run out before any lock is granted again: a holder cut off from Redis
+    /// key is gone, see [`crate::guide::internals`]), and quarantined so that every lease
+    /// granted before has run out before any lock is granted again: a holder cut off from Redis
     /// (which no client can tell) is told by its own lost signal first. Holders that can reach
     /// Redis hear of the loss sooner, at their next command or watchdog tick (their lost
     /// signals fire with [`LostReason::DataLost`](crate::LostReason::DataLost)).

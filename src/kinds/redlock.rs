@@ -52,8 +52,8 @@ const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 /// across independent servers, so [`RedLockGuard::fencing_tokens`] gives one per server.
 ///
 /// **Limits.** The safety of Redlock rests on bounded clock drift and on servers that keep
-/// their data (or stay down longer than a lease after a restart); see "Safety, plainly" in
-/// the README. Fencing tokens remain the way to make a stale holder harmless.
+/// their data (or stay down longer than a lease after a restart); see
+/// [`crate::guide::safety`]. Fencing tokens remain the way to make a stale holder harmless.
 ///
 /// ```no_run
 /// # async fn demo(urls: [&str; 5]) -> Result<(), tower_redis_lock::LockError> {

@@ -107,7 +107,7 @@ impl LayerLog {
             route = %display_name(route),
             "the key extractor found no lock key in a request, so it runs unlocked \
              (OnMissingKey::PassThrough; logged once per route). If requests here must be \
-             locked, the extractor does not match what this layer sees (see the README on \
+             locked, the extractor does not match what this layer sees (see the layer's docs on \
              nest and route_layer, or use PathParamKey); to run them unlocked without this \
              warning, choose .on_missing_key(OnMissingKey::PassThrough)"
         );

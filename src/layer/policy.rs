@@ -56,7 +56,7 @@ pub enum OnLeaseLost {
 /// contention every fair, read-write or limited waiter waits in Redis on its own (a
 /// heartbeat script per waiting client each second, a re-poll per waiter), where exclusive
 /// waiters of one instance queue locally behind one; and a read lock's scripts read every
-/// reader of the key. The README gives measured figures.
+/// reader of the key. `docs/benchmarks.md` in the repository gives measured figures.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Sharing {
