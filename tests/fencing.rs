@@ -14,7 +14,8 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use support::clock::FakeClock;
 use support::cluster::RedisCluster;
-use support::{RedisServer, client, eventually};
+use support::proxy::FaultProxy;
+use support::{RedisServer, client, eventually, queued};
 use tower_redis_lock::{ErrorKind, LockClient, MAX_LOCAL_HANDOFF_LIMIT};
 
 /// Bound for what normally takes milliseconds; generous because CI machines are shared.
@@ -259,6 +260,78 @@ async fn a_local_hand_over_limit_past_its_bound_is_refused() {
 /// second (every step here is larger), and fails when it is not within `SLACK`: the shim
 /// works, so a test that passes is not passing on a clock that never moved. Valkey reads the
 /// clock into a cache that a command may find a few milliseconds old, hence the wait.
+/// A grant the waiter hears only after it lapsed, and after a look that found the lock held by
+/// another: the server's clock stepped back between the grant and that look, so the grant's
+/// server time is later than the look's. It must be refused as the stale grant it is (its
+/// token is older than the holder's), never handed out while another client holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_heard_after_it_lapsed_is_refused_though_the_servers_clock_stepped_back() {
+    /// The waiter's lease: its grant lapses while its message is held back.
+    const WAITER_LEASE: Duration = Duration::from_millis(1000);
+    /// The waiter looks again only this long after its first look, with the lock taken by
+    /// then (the holder's lease is far longer, so this bound is the waiter's nap).
+    const REPOLL: Duration = Duration::from_secs(4);
+    let clock = FakeClock::new();
+    let server = RedisServer::start_with_clock(&clock, 0, &[]);
+    server.provision_epoch("lock:");
+    let proxy = FaultProxy::start(server.port()).await;
+    let holder = client(&server).await;
+    let waiter = LockClient::builder(&proxy.url())
+        .watchdog_lease(WAITER_LEASE)
+        .repoll_interval(REPOLL)
+        .build()
+        .await
+        .unwrap();
+    let first = holder.lock("late").unwrap().acquire().await.unwrap();
+    let lock = waiter.lock("late").unwrap();
+    let mut waiting = tokio::spawn(async move { lock.acquire_timeout(SLACK * 10).await });
+    assert!(eventually(SLACK, || queued(&server, "late").len() == 1).await);
+    assert!(eventually(SLACK, || proxy.subscribed_connections() == 1).await);
+
+    // The grant to the waiter is published while its messages are held back, and lapses.
+    proxy.hold_pubsub();
+    first.release().await.unwrap();
+    let taken = holder
+        .lock("late")
+        .unwrap()
+        .acquire_timeout(SLACK)
+        .await
+        .expect("the lapsed grant frees the lock for the holder's client");
+    let taken_token = taken.fencing_token();
+    assert!(!waiting.is_finished(), "the waiter heard nothing yet");
+
+    // The clock steps back; the waiter's next look finds the lock held and queues again.
+    clock.step_back(Duration::from_secs(30));
+    await_server_clock_off_by(&server, clock.offset()).await;
+    assert!(
+        eventually(REPOLL + SLACK, || queued(&server, "late").len() == 1).await,
+        "the waiter looked again and queued behind the holder"
+    );
+    proxy.release_pubsub();
+
+    // The old grant now arrives: the waiter keeps waiting while the holder holds the lock.
+    let early = tokio::time::timeout(SLACK, &mut waiting).await;
+    if let Ok(result) = early {
+        let guard = result.unwrap().unwrap();
+        panic!(
+            "the waiter holds token {} while the holder holds {taken_token}",
+            guard.fencing_token()
+        );
+    }
+    taken.release().await.unwrap();
+    let guard = tokio::time::timeout(SLACK, waiting)
+        .await
+        .expect("the waiter gets the lock once it is free")
+        .unwrap()
+        .unwrap();
+    assert!(
+        guard.fencing_token() > taken_token,
+        "{} after {taken_token}",
+        guard.fencing_token()
+    );
+    guard.release().await.unwrap();
+}
+
 async fn await_server_clock_off_by(server: &RedisServer, offset_us: i64) {
     await_clock_off_by(|| server.cmd(&["TIME"]), offset_us).await;
 }

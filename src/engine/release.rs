@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::engine::deadlines::{Registration, lost_deadline};
 use crate::engine::hold::{Budget, PassedOn, PassingHold, RedisHold, TaskHold};
-use crate::engine::waiter::Waiter;
+use crate::engine::waiter::{LastLook, Waiter};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::display_name;
 use crate::wire::scripts::{self, HandoffReply, ReleaseScope};
@@ -164,14 +164,21 @@ async fn hand_over_through_redis(holder: &TaskHold) -> Result<()> {
             keep_for_next_task(holder, token, sent_at);
             Ok(())
         }
-        HandoffReply::Passed { server_ms } => {
+        HandoffReply::Passed {
+            server_ms,
+            last_token,
+        } => {
+            let queued_by = LastLook {
+                sent_at,
+                server_ms,
+                last_token,
+            };
             let queued = Waiter::queued(
                 shared,
                 acquisition.keys.clone(),
                 next_owner,
                 slot,
-                sent_at,
-                server_ms,
+                queued_by,
                 acquisition.terms.lease_ms,
             );
             match acquisition.lease.take_turn_if(|_| true) {

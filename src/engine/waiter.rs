@@ -106,6 +106,19 @@ struct Answer {
     asked_in: Option<u64>,
 }
 
+/// The last look that found the lock held (or the release that queued this owner): a grant
+/// heard of later is checked and dated against it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LastLook {
+    /// When it was sent.
+    pub(crate) sent_at: Instant,
+    /// The server's clock when it ran.
+    pub(crate) server_ms: u64,
+    /// The last fencing token reserved in the lock's scope when it ran: every grant after
+    /// it reserves tokens above this one, whatever the server's clock did.
+    pub(crate) last_token: u64,
+}
+
 /// One owner's wait. Dropping it before the lock is held (cancelled, failed, shut down)
 /// leaves the queue, and releases the lock if Redis granted it unseen.
 #[derive(Debug)]
@@ -115,9 +128,8 @@ pub(crate) struct Waiter {
     kind: LockKind,
     owner: Arc<str>,
     slot: WakeSlot,
-    /// When the last look that found the lock held was sent, and the server's clock when it
-    /// ran: a later grant is dated against these.
-    last_look: Option<(Instant, u64)>,
+    /// The last look that found the lock held: a later grant is checked and dated against it.
+    last_look: Option<LastLook>,
     /// The connection of the last attempt: the undo goes out after it on the same one.
     conn: Option<Conn>,
     /// What Redis may keep of this owner, which dropping the waiter gives back.
@@ -150,14 +162,13 @@ impl Waiter {
         }
     }
 
-    /// An owner a release already queued (sent at `sent_at`, run at `server_ms`).
+    /// An owner a release already queued (`queued_by`: that release, as a look).
     pub(crate) fn queued(
         shared: &Arc<ClientState>,
         keys: Arc<LockKeys>,
         owner: Arc<str>,
         slot: WakeSlot,
-        sent_at: Instant,
-        server_ms: u64,
+        queued_by: LastLook,
         lease_ms: u64,
     ) -> Self {
         let mut queued = Self {
@@ -167,7 +178,7 @@ impl Waiter {
             kind: LockKind::Exclusive,
             owner,
             slot,
-            last_look: Some((sent_at, server_ms)),
+            last_look: Some(queued_by),
             conn: None,
             kept: Kept::PlaceOrGrant,
             undo_within: Duration::from_millis(lease_ms),
@@ -364,8 +375,16 @@ impl Waiter {
     fn record(&mut self, terms: &AcquireTerms, mode: AcquireMode, answer: &Answer) {
         let shared = &self.shared;
         match answer.reply {
-            AcquireReply::Waiting { server_ms, .. } if mode == AcquireMode::Wait => {
-                self.last_look = Some((answer.sent_at, server_ms));
+            AcquireReply::Waiting {
+                server_ms,
+                last_token,
+                ..
+            } if mode == AcquireMode::Wait => {
+                self.last_look = Some(LastLook {
+                    sent_at: answer.sent_at,
+                    server_ms,
+                    last_token,
+                });
                 self.keep_place();
             }
             // Held elsewhere and not queued, or refused (a semaphore's refusal drops a place an
@@ -410,15 +429,23 @@ impl Waiter {
         self.slot.wait(bound).await
     }
 
-    /// When the holder of a granted lock must be told it is lost unless renewed: the grant
-    /// came after the last look ran, so dating it from when that look was sent never
-    /// overstates the lease. `None` when the grant cannot be vouched for: older than the last
-    /// look (it lapsed, and this owner queued again), or already past that deadline (this
-    /// task or its runtime stalled); the lock must then be looked at again.
+    /// When the holder of a granted lock must be told it is lost unless renewed, or `None`
+    /// when the grant cannot be vouched for and the lock must be looked at again: a grant
+    /// older than the last look (it lapsed unheard, and this owner queued again), or one
+    /// already past that deadline (this task or its runtime stalled).
+    ///
+    /// Its token says whether the grant came after the last look; the server's clock cannot
+    /// (stepped back in between, it dates an older grant after the look). A grant after the
+    /// look is dated from when the look was sent plus the server time between the two, never
+    /// less than nothing: that never overstates the lease but by a forward step of the
+    /// server's clock, which shortens every lease in Redis as much (see the safety chapter).
     pub(crate) fn grant_deadline(&self, grant: Grant) -> Option<Instant> {
-        let (sent_at, server_ms) = self.last_look?;
-        let since_look = grant.server_ms.checked_sub(server_ms)?;
-        let granted = sent_at + Duration::from_millis(since_look);
+        let look = self.last_look?;
+        if grant.token <= look.last_token {
+            return None;
+        }
+        let since_look = grant.server_ms.saturating_sub(look.server_ms);
+        let granted = look.sent_at + Duration::from_millis(since_look);
         let deadline = lost_deadline(granted, Duration::from_millis(grant.lease_ms));
         (Instant::now() < deadline).then_some(deadline)
     }

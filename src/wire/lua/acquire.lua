@@ -5,10 +5,10 @@
 -- longest lease the client knows (see epoch.lua); LEASE_WITHIN_KNOWN is 'yes' when the lease
 -- asked for is no longer than that longest lease.
 -- Replies: {ACQUIRED, first token, lease left ms} when this owner holds the lock (token 0 on
--- a re-entry); {WAITING, holder's lease left ms, server ms} when it does not; {NOT_OWNER}
--- when a re-entry finds the lock no longer held by this owner; {EPOCH_CHANGED, epoch,
--- longest lease ms} when the client must learn them first; {QUARANTINED, left ms, server
--- ms} during a restart quarantine.
+-- a re-entry); {WAITING, holder's lease left ms, server ms, last token reserved in the scope}
+-- when it does not; {NOT_OWNER} when a re-entry finds the lock no longer held by this owner;
+-- {EPOCH_CHANGED, epoch, longest lease ms} when the client must learn them first;
+-- {QUARANTINED, left ms, server ms} during a restart quarantine.
 -- A lock taken at once answers with its first token alone, which stands for {ACQUIRED,
 -- token, the lease asked for}: Redis builds and sends a table at about a tenth of an
 -- uncontended acquire and release.
@@ -120,4 +120,4 @@ if MODE == 'wait' or MODE == 'join' then
   end
   enqueue(OWNER, now, tonumber(ALIVE_MS), lease, block, nil, fresh)
 end
-return {WAITING, left, now}
+return {WAITING, left, now, last_token()}

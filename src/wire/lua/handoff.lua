@@ -1,8 +1,8 @@
 -- Release the last hold of an exclusive lock while another task of this instance waits
 -- (NEXT_OWNER): pass the lock to the first live waiter and queue NEXT_OWNER behind it, or,
 -- when nobody else waits, keep it with a fresh token block on a lease of LEASE_MS.
--- Replies: {PASSED, server ms} when the lock was passed on, {KEPT, first token} when it was
--- kept, {NOT_HELD} when the owner no longer held it.
+-- Replies: {PASSED, server ms, last token reserved in the scope} when the lock was passed on,
+-- {KEPT, first token} when it was kept, {NOT_HELD} when the owner no longer held it.
 
 --#include clock
 --#include tokens
@@ -22,4 +22,4 @@ end
 redis.call('hdel', LOCK, OWNER)
 grant_to(head, now, grant_lease, head_block)
 enqueue(NEXT_OWNER, now, tonumber(ALIVE_MS), tonumber(LEASE_MS), block)
-return {PASSED, now}
+return {PASSED, now, last_token()}

@@ -124,4 +124,4 @@ if first_left and first_left < left then
   -- Readers hold it: the first of their leases to run out may free the lock.
   left = first_left
 end
-return {WAITING, left, now}
+return {WAITING, left, now, last_token()}

@@ -56,4 +56,4 @@ local left = -2
 if first then
   left = math.max(1, tonumber(first) - now)
 end
-return {WAITING, left, now}
+return {WAITING, left, now, last_token()}

@@ -16,7 +16,7 @@ reply_statuses! {
     acquired {
         /// This owner holds the lock: `{ACQUIRED, first token, lease left ms}`.
         ACQUIRED = 1,
-        /// Another owner holds it: `{WAITING, holder's lease left ms, server ms}`.
+        /// Another owner holds it: `{WAITING, holder's lease left ms, server ms, last token}`.
         WAITING = 0,
         /// A re-entry found the lock no longer held by this owner.
         NOT_OWNER = -1,
@@ -129,8 +129,13 @@ pub(crate) enum AcquireReply {
     /// lease left.
     Acquired { token: u64, lease_left_ms: i64 },
     /// Another owner holds it (lease left, negative when it has no expiry or is gone); the
-    /// server's clock when the script ran.
-    Waiting { lease_left_ms: i64, server_ms: u64 },
+    /// server's clock when the script ran, and the last fencing token reserved in the lock's
+    /// scope by then (a grant with a token not above it came before this look).
+    Waiting {
+        lease_left_ms: i64,
+        server_ms: u64,
+        last_token: u64,
+    },
     /// A re-entry found the lock no longer held by this owner.
     NotOwner,
     /// The server is in another epoch than the client knows, or granted a longer lease in it:
@@ -214,6 +219,7 @@ fn acquire_reply(reply: &ScriptReply, lease_ms: i64) -> redis::RedisResult<Acqui
         acquired::WAITING => AcquireReply::Waiting {
             lease_left_ms: reply.value(0),
             server_ms: reply.non_negative(1),
+            last_token: reply.non_negative(2),
         },
         acquired::NOT_OWNER => AcquireReply::NotOwner,
         acquired::PERMITS_MISMATCH => AcquireReply::PermitsMismatch {

@@ -23,7 +23,7 @@ reply_statuses! {
 reply_statuses! {
     /// What a hand-over answers besides [`released::NOT_HELD`].
     handed_off {
-        /// `{PASSED, server ms}`: another instance got the lock.
+        /// `{PASSED, server ms, last token}`: another instance got the lock.
         PASSED = 2,
         /// `{KEPT, first token}`: nobody else waits, the owner keeps it.
         KEPT = 3,
@@ -130,8 +130,9 @@ pub(crate) enum ReleaseScope {
 /// What a hand-over release answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HandoffReply {
-    /// Another instance got the lock; the next owner is queued behind it (server clock).
-    Passed { server_ms: u64 },
+    /// Another instance got the lock; the next owner is queued behind it (the server's clock
+    /// and the last fencing token reserved in the lock's scope then, as a look's).
+    Passed { server_ms: u64, last_token: u64 },
     /// Nobody else waits: still held by the same owner, with a fresh token block.
     Kept { token: u64 },
     /// The owner no longer held the lock.
@@ -199,6 +200,7 @@ pub(crate) async fn handoff(
     Ok(match reply.status() {
         handed_off::PASSED => HandoffReply::Passed {
             server_ms: reply.non_negative(0),
+            last_token: reply.non_negative(1),
         },
         handed_off::KEPT => HandoffReply::Kept {
             token: reply.non_negative(0),

@@ -29,6 +29,14 @@ local function next_tokens(block)
   return first
 end
 
+-- The last token reserved in the scope (0 before the first): what a waiter's look reads, so
+-- that a grant it hears of later is known to come after that look only when its first token
+-- is above this one. The server's clock cannot tell: a clock that stepped back between a grant
+-- and a later look dates the grant after the look.
+local function last_token()
+  return tonumber(redis.call('get', TOKEN_COUNTER) or '0')
+end
+
 -- Reserves a block for a grant to `owner` that its waiter may find by a look: LAST_GRANT keeps
 -- '<last token of the block> <owner>' for `ttl_ms`, the grant's lease (a look reads it
 -- back, and takes it only when it names the owner that looks). `ttl_ms` is best given as a
