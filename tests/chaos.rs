@@ -302,8 +302,9 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
             kind.as_str(),
             "timeout" | "redis_unavailable" | "restart_quarantine"
         )),
-        "failed acquisitions: {:?}",
-        verdict.failures
+        "failed acquisitions: {:?}, the first of each kind: {:#?}",
+        verdict.failures,
+        verdict.failure_details
     );
     assert_eq!(verdict.stuck, 0, "no acquisition outlived its bound");
     assert!(keys_left.is_empty(), "locks left in Redis: {keys_left:?}");
@@ -371,6 +372,7 @@ fn the_checker_finds_overlaps_token_regressions_and_stuck_waiters() {
         process: 1,
         key: "k".into(),
         error: "timeout".into(),
+        detail: "lock wait timed out".into(),
         asked: 0,
         failed: 9_000,
         stalled: 0,
@@ -381,6 +383,10 @@ fn the_checker_finds_overlaps_token_regressions_and_stuck_waiters() {
         "the failure waited 9,000 ns for a bound of 1,000"
     );
     assert_eq!(verdict.failures.get("timeout"), Some(&1));
+    assert_eq!(
+        verdict.failure_details.get("timeout").map(String::as_str),
+        Some("lock wait timed out")
+    );
 
     // A wait its runtime was blocked for on purpose has that much more time.
     let stalled = [Failure {

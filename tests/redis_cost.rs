@@ -79,6 +79,30 @@ async fn an_uncontended_acquire_and_release_touch_neither_the_queue_nor_the_epoc
 }
 
 /// Waits until `locks` has a task queued in Redis: the look that queued it has returned.
+#[tokio::test]
+async fn a_refused_try_acquire_neither_queues_nor_reads_the_token_counter() {
+    let server = RedisServer::start();
+    let holder = support::client(&server).await;
+    let other = support::client(&server).await;
+    let _held = holder.lock("tenant-1").unwrap().acquire().await.unwrap();
+    let lock = other.lock("tenant-1").unwrap();
+    assert!(lock.try_acquire().await.unwrap().is_none());
+
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..ROUNDS {
+        assert!(lock.try_acquire().await.unwrap().is_none());
+    }
+    let calls = calls(&server);
+    let per_round = per_round(&calls);
+    println!("commands per refused try_acquire: {per_round:?}");
+
+    // One script; a waiter's look reads the token counter to check a later grant against,
+    // and an owner that does not wait is never granted one.
+    assert_eq!(calls.get("evalsha"), Some(&ROUNDS), "{per_round:?}");
+    assert_eq!(calls.get("get"), None, "{per_round:?}");
+    assert_eq!(calls.get("zadd"), None, "{per_round:?}");
+}
+
 async fn until_queued(locks: &tower_redis_lock::LockClient) {
     let queued = support::eventually(std::time::Duration::from_secs(10), || {
         locks.queued_waiters() == 1

@@ -434,17 +434,19 @@ impl Waiter {
     /// older than the last look (it lapsed unheard, and this owner queued again), or one
     /// already past that deadline (this task or its runtime stalled).
     ///
-    /// Its token says whether the grant came after the last look; the server's clock cannot
-    /// (stepped back in between, it dates an older grant after the look). A grant after the
-    /// look is dated from when the look was sent plus the server time between the two, never
-    /// less than nothing: that never overstates the lease but by a forward step of the
-    /// server's clock, which shortens every lease in Redis as much (see the safety chapter).
+    /// A grant after the look has a token above the last one the look read: the server's
+    /// clock alone cannot tell (stepped back in between, it dates an older grant after the
+    /// look). A grant the server's clock dates before the look is looked at again too, which
+    /// covers a look that read no token counter (one evicted, say). A grant after the look is
+    /// dated from when the look was sent plus the server time between the two: that never
+    /// overstates the lease but by a forward step of the server's clock, which shortens every
+    /// lease in Redis as much (see the safety chapter).
     pub(crate) fn grant_deadline(&self, grant: Grant) -> Option<Instant> {
         let look = self.last_look?;
         if grant.token <= look.last_token {
             return None;
         }
-        let since_look = grant.server_ms.saturating_sub(look.server_ms);
+        let since_look = grant.server_ms.checked_sub(look.server_ms)?;
         let granted = look.sent_at + Duration::from_millis(since_look);
         let deadline = lost_deadline(granted, Duration::from_millis(grant.lease_ms));
         (Instant::now() < deadline).then_some(deadline)

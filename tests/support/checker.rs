@@ -42,6 +42,8 @@ pub struct Failure {
     pub process: usize,
     pub key: String,
     pub error: String,
+    /// The error's text.
+    pub detail: String,
     pub asked: i64,
     pub failed: i64,
     /// As [`Section::stalled`].
@@ -53,6 +55,8 @@ pub struct Failure {
 pub struct Verdict {
     pub sections: usize,
     pub failures: BTreeMap<String, usize>,
+    /// The text of the first failure of each kind, for the failure message.
+    pub failure_details: BTreeMap<String, String>,
     /// Sections that started while another one still believed it held the same key.
     pub overlaps: usize,
     /// Sections whose token was not larger than the token of the section before them.
@@ -83,6 +87,7 @@ pub fn read_log(process: usize, text: &str) -> (Vec<Section>, Vec<Failure>) {
                 process,
                 key,
                 error: error.to_owned(),
+                detail: record["detail"].as_str().unwrap_or_default().to_owned(),
                 asked: number("asked"),
                 failed: number("failed"),
                 stalled,
@@ -169,6 +174,10 @@ pub fn check(sections: &[Section], failures: &[Failure], bound_ns: i64) -> Verdi
     }
     for failure in failures {
         *verdict.failures.entry(failure.error.clone()).or_default() += 1;
+        verdict
+            .failure_details
+            .entry(failure.error.clone())
+            .or_insert_with(|| failure.detail.clone());
         if failure.failed - failure.asked > bound_ns + failure.stalled {
             verdict.stuck += 1;
         }

@@ -150,8 +150,9 @@ pub fn report_and_assert(
             kind.as_str(),
             "timeout" | "redis_unavailable" | "restart_quarantine" | "replicas_behind"
         )),
-        "failed acquisitions: {:?}",
-        verdict.failures
+        "failed acquisitions: {:?}, the first of each kind: {:#?}",
+        verdict.failures,
+        verdict.failure_details
     );
     assert_eq!(verdict.stuck, 0, "no acquisition outlived its bound");
     assert!(keys_left.is_empty(), "locks left in Redis: {keys_left:?}");

@@ -5,10 +5,10 @@
 -- longest lease the client knows (see epoch.lua); LEASE_WITHIN_KNOWN is 'yes' when the lease
 -- asked for is no longer than that longest lease.
 -- Replies: {ACQUIRED, first token, lease left ms} when this owner holds the lock (token 0 on
--- a re-entry); {WAITING, holder's lease left ms, server ms, last token reserved in the scope}
--- when it does not; {NOT_OWNER} when a re-entry finds the lock no longer held by this owner;
--- {EPOCH_CHANGED, epoch, longest lease ms} when the client must learn them first;
--- {QUARANTINED, left ms, server ms} during a restart quarantine.
+-- a re-entry); {WAITING, holder's lease left ms, server ms, last token reserved in the scope
+-- (0 when this owner did not queue)} when it does not; {NOT_OWNER} when a re-entry finds the
+-- lock no longer held by this owner; {EPOCH_CHANGED, epoch, longest lease ms} when the client
+-- must learn them first; {QUARANTINED, left ms, server ms} during a restart quarantine.
 -- A lock taken at once answers with its first token alone, which stands for {ACQUIRED,
 -- token, the lease asked for}: Redis builds and sends a table at about a tenth of an
 -- uncontended acquire and release.
@@ -110,7 +110,8 @@ if free then
   left = grant_to(head, now, grant_lease, head_block)
 end
 
--- 6. Not this owner's: a waiting owner joins the queue, or keeps its place in it.
+-- 6. Not this owner's: a waiting owner joins the queue, or keeps its place in it, and is told
+-- the last token reserved (see `last_token`); an owner that does not wait is told 0.
 if MODE == 'wait' or MODE == 'join' then
   -- A held lock that was the only key of the two found has nobody queued yet: its holder's
   -- release must now look at the queue. (A lock held while others wait says so already.)
@@ -119,5 +120,6 @@ if MODE == 'wait' or MODE == 'join' then
     mark_queued()
   end
   enqueue(OWNER, now, tonumber(ALIVE_MS), lease, block, nil, fresh)
+  return {WAITING, left, now, last_token()}
 end
-return {WAITING, left, now, last_token()}
+return {WAITING, left, now, 0}

@@ -108,6 +108,9 @@ if state == nil or state == 'read' then
     end
   end
 end
+-- An owner that queues is told the last token reserved (see `last_token`); one that does not,
+-- 0.
+local last = 0
 if mode == 'wait' then
   local queued_role = 'w'
   if role == 'read' then
@@ -118,10 +121,11 @@ if mode == 'wait' then
     mark_queued()
   end
   enqueue(owner, now, tonumber(ALIVE_MS), lease, block, queued_role)
+  last = last_token()
 end
 local left = redis.call('pttl', LOCK)
 if first_left and first_left < left then
   -- Readers hold it: the first of their leases to run out may free the lock.
   left = first_left
 end
-return {WAITING, left, now, last_token()}
+return {WAITING, left, now, last}

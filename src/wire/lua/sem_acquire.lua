@@ -47,8 +47,12 @@ end
 if not waiting and used + take <= permits then
   return {ACQUIRED, sem_add(owner, now, lease, block, take, permits), lease}
 end
+-- An owner that queues is told the last token reserved (see `last_token`); one that does not,
+-- 0.
+local last = 0
 if mode ~= 'try' then
   enqueue(owner, now, tonumber(ALIVE_MS), lease, block, tostring(take))
+  last = last_token()
 end
 -- The first holder whose lease runs out may free permits.
 local first = redis.call('zrange', HOLDERS, 0, 0, 'WITHSCORES')[2]
@@ -56,4 +60,4 @@ local left = -2
 if first then
   left = math.max(1, tonumber(first) - now)
 end
-return {WAITING, left, now, last_token()}
+return {WAITING, left, now, last}

@@ -130,7 +130,8 @@ pub(crate) enum AcquireReply {
     Acquired { token: u64, lease_left_ms: i64 },
     /// Another owner holds it (lease left, negative when it has no expiry or is gone); the
     /// server's clock when the script ran, and the last fencing token reserved in the lock's
-    /// scope by then (a grant with a token not above it came before this look).
+    /// scope by then (a grant with a token not above it came before this look; 0 when the
+    /// owner did not queue).
     Waiting {
         lease_left_ms: i64,
         server_ms: u64,
