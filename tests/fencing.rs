@@ -256,10 +256,6 @@ async fn a_local_hand_over_limit_past_its_bound_is_refused() {
         .expect("the bound itself is allowed");
 }
 
-/// Waits until the server's wall clock (TIME) is `offset_us` off the real one, within a
-/// second (every step here is larger), and fails when it is not within `SLACK`: the shim
-/// works, so a test that passes is not passing on a clock that never moved. Valkey reads the
-/// clock into a cache that a command may find a few milliseconds old, hence the wait.
 /// A grant the waiter hears only after it lapsed, and after a look that found the lock held by
 /// another: the server's clock stepped back between the grant and that look, so the grant's
 /// server time is later than the look's. It must be refused as the stale grant it is (its
@@ -332,6 +328,10 @@ async fn a_grant_heard_after_it_lapsed_is_refused_though_the_servers_clock_stepp
     guard.release().await.unwrap();
 }
 
+/// Waits until the server's wall clock (TIME) is `offset_us` off the real one, within a
+/// second (every step here is larger), and fails when it is not within `SLACK`: the shim
+/// works, so a test that passes is not passing on a clock that never moved. Valkey reads the
+/// clock into a cache that a command may find a few milliseconds old, hence the wait.
 async fn await_server_clock_off_by(server: &RedisServer, offset_us: i64) {
     await_clock_off_by(|| server.cmd(&["TIME"]), offset_us).await;
 }

@@ -78,7 +78,6 @@ async fn an_uncontended_acquire_and_release_touch_neither_the_queue_nor_the_epoc
     );
 }
 
-/// Waits until `locks` has a task queued in Redis: the look that queued it has returned.
 #[tokio::test]
 async fn a_refused_try_acquire_neither_queues_nor_reads_the_token_counter() {
     let server = RedisServer::start();
@@ -103,6 +102,7 @@ async fn a_refused_try_acquire_neither_queues_nor_reads_the_token_counter() {
     assert_eq!(calls.get("zadd"), None, "{per_round:?}");
 }
 
+/// Waits until `locks` has a task queued in Redis: the look that queued it has returned.
 async fn until_queued(locks: &tower_redis_lock::LockClient) {
     let queued = support::eventually(std::time::Duration::from_secs(10), || {
         locks.queued_waiters() == 1
