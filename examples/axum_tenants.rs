@@ -25,8 +25,9 @@
 //! `POST /payments` is an idempotent route (`IdempotencyLayer`, scoped by `x-tenant-id`):
 //! see `axum_tenants/payments.rs`, and `./scripts/demo.sh --idempotent`. For the tests that
 //! pause and kill instances: `--watchdog-lease-ms` (the client's watchdog lease, renewed
-//! every third of it), `--idempotency-wait-ms` (how long a duplicate waits for the first)
-//! and `--idempotency-ttl-ms` (how long a response is kept).
+//! every third of it), `--idempotency-wait-ms` (how long a duplicate waits for the first),
+//! `--idempotency-ttl-ms` (how long a response is kept) and `--payments-commit no` (the
+//! charge made without `IdempotencyContext::commit`, under the layer's at-most-once default).
 
 #[path = "axum_tenants/payments.rs"]
 mod payments;
@@ -152,6 +153,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--watchdog-lease-ms" => watchdog_lease = Some(millis(&value)?),
             "--idempotency-wait-ms" => idempotency.wait = Some(millis(&value)?),
             "--idempotency-ttl-ms" => idempotency.ttl = Some(millis(&value)?),
+            "--payments-commit" => idempotency.commit = value != "no",
             _ => return Err(format!("unknown option {flag}").into()),
         }
     }

@@ -65,6 +65,11 @@ pub enum ErrorKind {
     /// ([`LockGuard::write_if_held`](crate::LockGuard::write_if_held)) by a read guard or a
     /// semaphore's permit, which others hold beside it. Nothing was sent.
     UnsupportedGuard,
+    /// An idempotent request's outcome was committed already
+    /// ([`IdempotencyContext::commit`](crate::idempotency::IdempotencyContext::commit)), by
+    /// this run or by an earlier attempt with the same key: its effect must not be made
+    /// again. Nothing was sent.
+    AlreadyCommitted,
 }
 
 impl fmt::Display for ErrorKind {
@@ -84,6 +89,7 @@ impl fmt::Display for ErrorKind {
             Self::PermitsMismatch => "the semaphore is held with another permit count",
             Self::WrongSlot => "a key outside the lock's cluster slot",
             Self::UnsupportedGuard => "not supported by this kind of guard",
+            Self::AlreadyCommitted => "the idempotent request's outcome was committed already",
         })
     }
 }

@@ -111,6 +111,12 @@ impl GuardedWrites {
         self.command("PEXPIRE", key, [millis_at_least_one(ttl)])
     }
 
+    /// These writes, then `more`.
+    pub(crate) fn then(mut self, more: GuardedWrites) -> Self {
+        self.commands.extend(more.commands);
+        self
+    }
+
     /// How many commands there are.
     pub fn len(&self) -> usize {
         self.commands.len()

@@ -170,7 +170,7 @@ pub use engine::config::{MAX_CONNECTIONS, MAX_LOCAL_HANDOFF_LIMIT};
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostSignal, any_lost};
 pub use guarded_write::{GuardedWrites, MAX_WRITE_ARGS};
-pub use idempotency::IdempotencyLayer;
+pub use idempotency::{IdempotencyContext, IdempotencyLayer};
 pub use inspect::{LockPage, LockSnapshot};
 pub use keys::{DEFAULT_PREFIX, LockKeys, MAX_NAME_LEN};
 pub use kinds::{

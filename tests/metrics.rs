@@ -182,6 +182,7 @@ const COUNTER_SERIES: [(&str, &str, &[&str]); 6] = [
             "idempotency_key_reused",
             "idempotency_in_progress",
             "response_not_stored",
+            "idempotency_outcome_unknown",
         ],
     ),
     (
@@ -200,6 +201,7 @@ const COUNTER_SERIES: [(&str, &str, &[&str]); 6] = [
             "unguarded",
             "no_key",
             "rejected",
+            "outcome_unknown",
         ],
     ),
 ];

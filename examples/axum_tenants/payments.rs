@@ -9,38 +9,64 @@
 //!      -H 'Idempotency-Key: 8e03978e-40d5' -d '{"amount":1200,"currency":"EUR"}'
 //! ```
 //!
-//! The handler counts its runs per key in Redis (`INCR payments:executions:{<tenant>:<key>}`,
-//! one slot per key on a cluster) and puts the count in its answer, with a new payment id and
-//! the instance that ran it: a key whose count passes 1 was paid twice. A request header
-//! `x-work-ms: N` makes the handler work N ms after it counted itself, so that a test can
-//! pause or kill the instance while the handler runs (the count says it started).
+//! The charge is a write in Redis, `INCR payments:charges:<tag>` (with `<tag>` the key
+//! record's hash tag, so that it shares the record's slot on a cluster): a key whose count
+//! passes 1 was charged twice. The handler commits it with the key's outcome in one step
+//! (`IdempotencyContext::commit`), so an attempt that paused past its lease charges nothing,
+//! and a retry of an attempt that charged is answered from what it committed; the layer runs
+//! a retry of an attempt whose outcome is unknown again (`OnUnknownOutcome::RunAgain`).
+//! `--payments-commit no` charges with a plain `INCR` instead, under the layer's default
+//! (`OnUnknownOutcome::Refuse`: such a retry is answered 500, at most once).
+//!
+//! The handler counts its runs per key (`INCR payments:runs:<tag>`) before it works
+//! `x-work-ms` and charges, and waits `x-after-charge-ms` after the charge: a test pauses or
+//! kills the instance there, knowing from the counts where the handler stands. Each answer
+//! says which run made it (`execution`) and on which instance.
 
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
+use tower_redis_lock::idempotency::OnUnknownOutcome;
 use tower_redis_lock::layer::OnMissingKey;
-use tower_redis_lock::{HeaderKey, IdempotencyLayer, LockClient};
+use tower_redis_lock::{
+    GuardedWrites, HeaderKey, IdempotencyContext, IdempotencyLayer, LockClient,
+};
 
 use crate::Data;
 
 /// The layer's settings the command line may change (`--idempotency-wait-ms`,
-/// `--idempotency-ttl-ms`); the library's defaults otherwise (10 s, 24 h).
-#[derive(Debug, Default)]
+/// `--idempotency-ttl-ms`); the library's defaults otherwise (10 s, 24 h). `--payments-commit
+/// no` turns `commit` off.
+#[derive(Debug)]
 pub(crate) struct Idempotency {
     pub(crate) wait: Option<Duration>,
     pub(crate) ttl: Option<Duration>,
+    pub(crate) commit: bool,
+}
+
+impl Default for Idempotency {
+    fn default() -> Self {
+        Self {
+            wait: None,
+            ttl: None,
+            commit: true,
+        }
+    }
 }
 
 #[derive(Clone)]
 struct Payments {
     instance: String,
     data: Data,
+    /// Whether the charge is committed with the key's outcome.
+    commit: bool,
 }
 
 /// The `/payments` route behind its idempotency layer. A request without a key or without a
@@ -54,6 +80,11 @@ pub(crate) fn router(
     let mut layer = IdempotencyLayer::new(locks)
         .scope(HeaderKey::new("x-tenant-id"))
         .on_missing_key(OnMissingKey::Reject);
+    if idem.commit {
+        // The handler keeps its charge to once itself: a retry of an attempt that charged
+        // nothing may charge.
+        layer = layer.on_unknown_outcome(OnUnknownOutcome::RunAgain);
+    }
     if let Some(wait) = idem.wait {
         layer = layer.wait_timeout(wait);
     }
@@ -62,51 +93,93 @@ pub(crate) fn router(
     }
     Router::new()
         .route("/payments", post(create_payment))
-        .with_state(Payments { instance, data })
+        .with_state(Payments {
+            instance,
+            data,
+            commit: idem.commit,
+        })
         .layer(layer)
 }
 
-/// The Redis key that counts the runs of the handler for `key` of `tenant`.
-pub(crate) fn executions_key(tenant: &str, key: &str) -> String {
-    format!("payments:executions:{{{tenant}:{key}}}")
+/// The Redis key that counts the charges of the payment whose key record has `tag`.
+pub(crate) fn charges_key(tag: &str) -> String {
+    format!("payments:charges:{tag}")
+}
+
+/// The Redis key that counts the runs of the handler for the payment whose record has `tag`.
+pub(crate) fn runs_key(tag: &str) -> String {
+    format!("payments:runs:{tag}")
 }
 
 /// Makes a payment of `{"amount": <minor units>, "currency": "EUR"}`: counts the run, works
-/// `x-work-ms`, answers 201 with the new payment.
-async fn create_payment(State(app): State<Payments>, headers: HeaderMap, body: String) -> Response {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or_default()
+/// `x-work-ms`, charges, waits `x-after-charge-ms`, answers 201 with the new payment.
+async fn create_payment(
+    State(app): State<Payments>,
+    Extension(idem): Extension<IdempotencyContext>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let millis = |name: &str| {
+        let value = headers.get(name).and_then(|value| value.to_str().ok());
+        Duration::from_millis(value.and_then(|v| v.parse().ok()).unwrap_or(0))
     };
-    // The layer let the request in, so both are there; the key as the client wrote it,
-    // bare or quoted.
-    let tenant = text("x-tenant-id").to_owned();
-    let key = text("idempotency-key").trim_matches('"').to_owned();
-    let work = Duration::from_millis(text("x-work-ms").parse().unwrap_or(0));
     let payment: Value = match serde_json::from_str(&body) {
         Ok(payment @ Value::Object(_)) => payment,
         // A 4xx is the request's outcome: stored, and replayed to its retries.
         _ => return (StatusCode::BAD_REQUEST, "the body is no JSON object").into_response(),
     };
+    if let Some(earlier) = idem.committed() {
+        // An earlier attempt charged and stopped before its answer was stored: answer what
+        // it committed, and charge nothing.
+        return created(earlier.clone());
+    }
 
     let mut data = app.data.clone();
-    let execution: u64 = match data.incr(executions_key(&tenant, &key), 1_u64).await {
+    let tag = idem.hash_tag();
+    let execution: u64 = match data.incr(runs_key(tag), 1_u64).await {
         Ok(execution) => execution,
         // A 5xx is not stored: the retry runs again.
         Err(err) => return (StatusCode::SERVICE_UNAVAILABLE, err.to_string()).into_response(),
     };
-    tokio::time::sleep(work).await;
+    tokio::time::sleep(millis("x-work-ms")).await;
     let id = format!("pay_{:016x}", rand::random::<u64>());
     let answer = json!({
         "payment": id,
-        "tenant": tenant,
+        "tenant": idem.scope().first(),
         "amount": payment["amount"],
         "currency": payment["currency"],
         "instance": app.instance,
         "execution": execution,
     });
-    let location = [(header::LOCATION, format!("/payments/{id}"))];
-    (StatusCode::CREATED, location, Json(answer)).into_response()
+    let answer = Bytes::from(answer.to_string());
+    let charge = GuardedWrites::new().command("INCR", &charges_key(tag), [] as [&str; 0]);
+    if app.commit {
+        match idem.commit(charge, answer.clone()).await {
+            Ok(true) => {}
+            // The lock was lost (a pause past the lease): nothing was charged, and a retry
+            // may charge in this attempt's place.
+            Ok(false) => {
+                let lost = "the payment's lock was lost; nothing was charged";
+                return (StatusCode::SERVICE_UNAVAILABLE, lost).into_response();
+            }
+            Err(err) => return (StatusCode::SERVICE_UNAVAILABLE, err.to_string()).into_response(),
+        }
+    } else if let Err(err) = data.incr::<_, _, u64>(charges_key(tag), 1_u64).await {
+        return (StatusCode::SERVICE_UNAVAILABLE, err.to_string()).into_response();
+    }
+    tokio::time::sleep(millis("x-after-charge-ms")).await;
+    created(answer)
+}
+
+/// The 201 of a payment, from its JSON.
+fn created(payment: Bytes) -> Response {
+    let id = serde_json::from_slice::<Value>(&payment)
+        .ok()
+        .and_then(|payment| payment["payment"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let headers = [
+        (header::LOCATION, format!("/payments/{id}")),
+        (header::CONTENT_TYPE, "application/json".to_owned()),
+    ];
+    (StatusCode::CREATED, headers, payment).into_response()
 }

@@ -1,7 +1,8 @@
 //! One idempotent request, step by step: fingerprint it, answer from the store if its key
 //! has a response, else take the key's lock, look again (the first may have finished while
-//! this one waited), run it, and store its response with a write only the lock's holder can
-//! make.
+//! this one waited), mark the key started, run it, and store its response with a write only
+//! the lock's holder can make. A key found started with no outcome is an earlier attempt
+//! that ended without one: refused or run again, as the settings say.
 
 use std::future::poll_fn;
 use std::sync::Arc;
@@ -11,13 +12,18 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, response};
 use tower::Service;
 
 use super::capture::{Captured, capture};
+use super::context::{ContextParts, IdempotencyContext};
 use super::fingerprint::fingerprint;
-use super::record::{IdempotencyRecords, StoredResponse, read, record_key};
+use super::record::{
+    IdempotencyRecords, KeyRecord, StoredResponse, read, record_key, started_writes,
+};
 use super::replay_body::ReplayableBody;
-use super::settings::{REPLAYED_HEADER, Settings};
+use super::settings::{OnUnknownOutcome, REPLAYED_HEADER, Settings};
 use crate::error::{ErrorKind, LockError};
-use crate::guard::LockGuard;
+use crate::guard::LostSignal;
+use crate::guarded_write::GuardedWrites;
 use crate::layer::buffer::{ReadBody, ReadError, declared_over};
+use crate::layer::held::HeldGuards;
 use crate::layer::{BufferedBody, OnRedisUnavailable, Reject, Rejection, RejectionKind};
 use crate::lock::Lock;
 use crate::meter::{self, IdempotentOutcome};
@@ -79,14 +85,14 @@ impl<R> Flow<R> {
                 return self.rejected(RejectionKind::InvalidIdempotencyKey, detail);
             }
         };
-        let guard = match self.look_then_lock(&lock, &fingerprint).await {
-            Ok(guard) => guard,
+        let locked = match self.look_then_lock(&lock, &fingerprint).await {
+            Ok(locked) => locked,
             Err(LookedUp::Answer(answer)) => return answer,
             Err(LookedUp::Unavailable(error)) => {
                 return self.unavailable(&error, inner, request).await;
             }
         };
-        self.run_first(inner, request, fingerprint, &lock, guard)
+        self.run_first(inner, request, fingerprint, &lock, locked)
             .await
     }
 
@@ -126,19 +132,26 @@ impl<R> Flow<R> {
     }
 
     /// Answers from the store, or takes the key's lock and looks once more; the stored
-    /// response is read before the lock so that a late duplicate never waits.
+    /// response is read before the lock so that a late duplicate never waits. A key found
+    /// with no record is marked started before its handler runs.
     async fn look_then_lock<ResB, E>(
         &self,
         lock: &Lock,
         fingerprint: &str,
-    ) -> Result<LockGuard, LookedUp<ResB, E>>
+    ) -> Result<Locked, LookedUp<ResB, E>>
     where
         R: Reject<ResB>,
         ResB: ReplayableBody,
     {
-        let stored = read(lock).await.map_err(LookedUp::Unavailable)?;
-        if let Some(stored) = stored {
-            return Err(LookedUp::Answer(self.answer_stored(&stored, fingerprint)));
+        match read(lock).await.map_err(LookedUp::Unavailable)? {
+            Some(KeyRecord::Answered(stored)) => {
+                return Err(LookedUp::Answer(self.answer_stored(&stored, fingerprint)));
+            }
+            Some(started) if started.fingerprint() != fingerprint => {
+                return Err(LookedUp::Answer(self.mismatch()));
+            }
+            // Started: it runs still (wait for its lock) or ended without an outcome.
+            _ => {}
         }
         let guard = match lock.acquire_timeout(self.settings.wait).await {
             Ok(guard) => guard,
@@ -151,34 +164,81 @@ impl<R> Flow<R> {
             }
             Err(error) => return Err(LookedUp::Unavailable(error)),
         };
-        match read(lock).await {
-            Ok(None) => Ok(guard),
-            Ok(Some(stored)) => Err(LookedUp::Answer(self.answer_stored(&stored, fingerprint))),
-            Err(error) => Err(LookedUp::Unavailable(error)),
-        }
+        let lost = guard.lost_signal();
+        let held = HeldGuards::new(vec![guard]);
+        let earlier = match read(lock).await.map_err(LookedUp::Unavailable)? {
+            None => {
+                let mark = started_writes(&record_key(lock), fingerprint, self.settings.ttl);
+                match held.writes().write_if_held(None, &mark).await {
+                    Ok(true) => None,
+                    Ok(false) => return Err(LookedUp::Answer(Ok(self.lease_lost_before_run()))),
+                    Err(error) => return Err(LookedUp::Unavailable(error)),
+                }
+            }
+            Some(KeyRecord::Answered(stored)) => {
+                return Err(LookedUp::Answer(self.answer_stored(&stored, fingerprint)));
+            }
+            Some(started) if started.fingerprint() != fingerprint => {
+                return Err(LookedUp::Answer(self.mismatch()));
+            }
+            Some(KeyRecord::Started {
+                committed: Some(outcome),
+                ..
+            }) => Some(outcome),
+            Some(KeyRecord::Started { .. }) => match self.settings.unknown_outcome {
+                OnUnknownOutcome::RunAgain => None,
+                OnUnknownOutcome::Refuse => return Err(LookedUp::Answer(self.unknown_outcome())),
+            },
+        };
+        Ok(Locked {
+            held,
+            lost,
+            earlier,
+        })
     }
 
-    /// Runs the first request for the key under its lock, and stores its response.
+    /// Runs the first request for the key under its lock, with its [`IdempotencyContext`],
+    /// and stores its response.
     async fn run_first<S, ReqB, ResB>(
         &self,
         inner: S,
-        request: Request<ReqB>,
+        mut request: Request<ReqB>,
         fingerprint: String,
         lock: &Lock,
-        guard: LockGuard,
+        locked: Locked,
     ) -> Result<Response<ResB>, S::Error>
     where
         S: Service<Request<ReqB>, Response = Response<ResB>>,
         R: Reject<ResB>,
         ResB: ReplayableBody + Unpin,
     {
-        let lost = guard.lost_signal();
+        let Locked {
+            held,
+            lost,
+            earlier,
+        } = locked;
+        let context = IdempotencyContext::new(ContextParts {
+            key: self.key.clone(),
+            scope: self.scope.clone(),
+            fingerprint: fingerprint.clone(),
+            hash_tag: lock.keys().hash_tag().to_owned(),
+            record_key: record_key(lock),
+            ttl: self.settings.ttl,
+            earlier,
+            writes: held.writes(),
+        });
+        request.extensions_mut().insert(context.clone());
+        let handler = run_unguarded(inner, request);
+        tokio::pin!(handler);
         let ran = tokio::select! {
-            response = run_unguarded(inner, request) => Ok(response),
+            response = &mut handler => Ok(response),
             reason = lost.lost() => Err(reason),
         };
         let response = match ran {
             Ok(response) => response?,
+            // Its effect is committed (or its commit refused): all that is left is its
+            // answer, which only it can build.
+            Err(_) if context.has_committed() => handler.await?,
             Err(reason) => {
                 meter::idempotent(IdempotentOutcome::LeaseLost);
                 let detail = format!("the lock lease was lost ({reason:?}) while the handler ran");
@@ -188,6 +248,7 @@ impl<R> Flow<R> {
         let (parts, body) = response.into_parts();
         if !storable(parts.status, &parts.headers, None) {
             meter::idempotent(IdempotentOutcome::NotStored);
+            self.forget_start(&held, &context, lock).await;
             return Ok(Response::from_parts(parts, body));
         }
         let captured = match capture(body, self.settings.max_stored_body).await {
@@ -200,7 +261,21 @@ impl<R> Flow<R> {
                 return Ok(broken);
             }
         };
-        self.store(parts, captured, fingerprint, lock, &guard).await
+        self.store(parts, captured, fingerprint, lock, &held, &context)
+            .await
+    }
+
+    /// A handler that answered that it did not do its work (a server error, 429) and
+    /// committed nothing leaves its key new again, while its lock is still held: its retry
+    /// runs. Anything else keeps the mark, and a retry finds the outcome unknown.
+    async fn forget_start(&self, held: &HeldGuards, context: &IdempotencyContext, lock: &Lock) {
+        if context.has_committed() || context.committed().is_some() {
+            return;
+        }
+        let forget = GuardedWrites::new().del(&record_key(lock));
+        if let Err(error) = held.writes().write_if_held(None, &forget).await {
+            tracing::warn!(key = %self.key, %error, "the start of a request that did not do its work could not be forgotten: its retry finds the outcome unknown");
+        }
     }
 
     /// Stores a response whose body was read (or found over the bound), then answers it.
@@ -210,7 +285,8 @@ impl<R> Flow<R> {
         captured: Captured<ResB>,
         fingerprint: String,
         lock: &Lock,
-        guard: &LockGuard,
+        held: &HeldGuards,
+        context: &IdempotencyContext,
     ) -> Result<Response<ResB>, E>
     where
         R: Reject<ResB>,
@@ -220,6 +296,7 @@ impl<R> Flow<R> {
             Captured::Whole { data, trailers } => {
                 if !storable(parts.status, &parts.headers, trailers.as_ref()) {
                     meter::idempotent(IdempotentOutcome::NotStored);
+                    self.forget_start(held, context, lock).await;
                     return Ok(Response::from_parts(parts, ResB::replay(data, trailers)));
                 }
                 let body = ResB::replay(data.clone(), trailers.clone());
@@ -232,15 +309,18 @@ impl<R> Flow<R> {
         let headers = kept_headers(&parts.headers, &self.settings);
         let (data, trailers) = kept.map_or((None, None), |(data, trailers)| (Some(data), trailers));
         let stored = StoredResponse::new(fingerprint, parts.status, headers, trailers, data);
-        match guard
-            .write_if_held(&stored.writes(&record_key(lock), self.settings.ttl))
-            .await
-        {
+        let writes = stored.writes(&record_key(lock), self.settings.ttl);
+        match held.writes().write_if_held(None, &writes).await {
             Ok(true) => {
                 if outcome == IdempotentOutcome::OverBound {
                     tracing::error!(key = %self.key, bound = self.settings.max_stored_body, "a response over the store's bound ran and was not kept: its duplicates are answered 500");
                 }
                 meter::idempotent(outcome);
+                Ok(Response::from_parts(parts, body))
+            }
+            Ok(false) if context.has_committed() || context.committed().is_some() => {
+                meter::idempotent(IdempotentOutcome::Refused);
+                tracing::warn!(key = %self.key, "the lock was lost before the response was stored: the handler's committed outcome stands, and its retries are answered from it");
                 Ok(Response::from_parts(parts, body))
             }
             Ok(false) => {
@@ -268,9 +348,7 @@ impl<R> Flow<R> {
         ResB: ReplayableBody,
     {
         if stored.fingerprint() != fingerprint {
-            meter::idempotent(IdempotentOutcome::Mismatch);
-            let detail = "the key was first used with another request".to_owned();
-            return Ok(self.rejection(RejectionKind::IdempotencyKeyReused, detail));
+            return self.mismatch();
         }
         let Some(body) = stored.body() else {
             meter::idempotent(IdempotentOutcome::Rejected);
@@ -285,6 +363,37 @@ impl<R> Flow<R> {
             .headers_mut()
             .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
         Ok(response)
+    }
+
+    /// The answer to a key first used with another request: 422.
+    fn mismatch<ResB, E>(&self) -> Result<Response<ResB>, E>
+    where
+        R: Reject<ResB>,
+    {
+        meter::idempotent(IdempotentOutcome::Mismatch);
+        let detail = "the key was first used with another request".to_owned();
+        Ok(self.rejection(RejectionKind::IdempotencyKeyReused, detail))
+    }
+
+    /// The answer to a key whose earlier attempt ended without an outcome, at most once.
+    fn unknown_outcome<ResB, E>(&self) -> Result<Response<ResB>, E>
+    where
+        R: Reject<ResB>,
+    {
+        meter::idempotent(IdempotentOutcome::OutcomeUnknown);
+        tracing::warn!(key = %self.key, "an earlier attempt with this key started and ended without an outcome: not run again");
+        let detail = "an earlier attempt started and ended without an outcome".to_owned();
+        Ok(self.rejection(RejectionKind::IdempotencyOutcomeUnknown, detail))
+    }
+
+    /// The answer when the key's lock was lost before its handler started: nothing ran.
+    fn lease_lost_before_run<ResB>(&self) -> Response<ResB>
+    where
+        R: Reject<ResB>,
+    {
+        meter::idempotent(IdempotentOutcome::LeaseLost);
+        let detail = "the lock lease was lost before the handler started".to_owned();
+        self.rejection(RejectionKind::LeaseLost, detail)
     }
 
     /// Redis could not be reached for the store or the lock: the policy's answer.
@@ -334,6 +443,14 @@ impl<R> Flow<R> {
         meter::idempotent(IdempotentOutcome::Rejected);
         Ok(self.rejection(kind, detail))
     }
+}
+
+/// The key's lock, held for a request that runs: the guard behind the handler's writes,
+/// its lost signal, and the outcome an earlier attempt committed, if one did.
+struct Locked {
+    held: HeldGuards,
+    lost: LostSignal,
+    earlier: Option<Bytes>,
 }
 
 /// Why a look in the store did not end in a held lock.

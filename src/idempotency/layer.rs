@@ -8,7 +8,7 @@ use tower::Layer;
 
 use super::record::IdempotencyRecords;
 use super::service::IdempotencyService;
-use super::settings::Settings;
+use super::settings::{OnUnknownOutcome, Settings};
 use crate::client::LockClient;
 use crate::layer::{ConstantKey, DefaultRejection, OnMissingKey, OnRedisUnavailable};
 use crate::lease::Lease;
@@ -102,6 +102,14 @@ impl<E, R> IdempotencyLayer<E, R> {
     /// nothing, so a duplicate may run again.
     pub fn on_redis_unavailable(self, unavailable: OnRedisUnavailable) -> Self {
         self.with_settings(|settings| settings.redis_unavailable = unavailable)
+    }
+
+    /// What a retry gets when an earlier attempt with its key started and ended without an
+    /// outcome (default [`OnUnknownOutcome::Refuse`]: at most once, answered 500);
+    /// [`OnUnknownOutcome::RunAgain`] runs it again, for handlers that keep their effect to
+    /// once themselves ([`IdempotencyContext`](super::IdempotencyContext)).
+    pub fn on_unknown_outcome(self, unknown: OnUnknownOutcome) -> Self {
+        self.with_settings(|settings| settings.unknown_outcome = unknown)
     }
 
     /// Longest request body the layer reads to fingerprint a request (default 1 MiB); a

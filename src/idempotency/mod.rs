@@ -73,6 +73,7 @@
 //! counts each outcome ([`crate::guide::operating`]).
 
 mod capture;
+mod context;
 mod fingerprint;
 mod flow;
 pub mod future;
@@ -83,12 +84,14 @@ mod request_key;
 mod service;
 mod settings;
 
+pub use context::IdempotencyContext;
 pub use future::ResponseFuture;
 pub use layer::IdempotencyLayer;
-pub use record::{IdempotencyRecords, StoredResponse};
+pub use record::{IdempotencyRecords, KeyRecord, StoredResponse};
 pub use replay_body::ReplayableBody;
 pub use request_key::MAX_IDEMPOTENCY_KEY_LEN;
 pub use service::IdempotencyService;
 pub use settings::{
-    DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_BODY, DEFAULT_TTL, REPLAYED_HEADER,
+    DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_BODY, DEFAULT_TTL, OnUnknownOutcome,
+    REPLAYED_HEADER,
 };

@@ -1,6 +1,7 @@
-//! A stored response: what the first request with an idempotency key was answered, kept in a
-//! Redis hash beside the key's lock (`<lock hash>:response`, in the lock's slot), and read by
-//! every duplicate and by `lockctl idempotent`.
+//! The record of an idempotency key, in a Redis hash beside the key's lock
+//! (`<lock hash>:response`, in the lock's slot), read by every duplicate and by `lockctl
+//! idempotent`: started when the first request's handler starts, with the outcome its
+//! handler committed with its effect, if it did, then the response it was answered.
 
 use std::time::Duration;
 
@@ -21,6 +22,79 @@ const BODY: &str = "body";
 /// `whole`, or `over_bound` for a response whose body was longer than the store's bound:
 /// kept so that a duplicate learns the request ran, not to replay it.
 const KEPT: &str = "kept";
+/// `started` from when a handler starts, `committed` once it committed its outcome: what a
+/// record without a response says of the request that made it.
+const STATE: &str = "state";
+/// What the handler committed with its effect (`IdempotencyContext::commit`).
+const OUTCOME: &str = "outcome";
+
+/// What the store holds for an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyRecord {
+    /// A request with the key started its handler and no response is stored yet: it runs
+    /// still, or it ended without one (its instance stopped, paused past its lease, or its
+    /// client's retry found it so).
+    Started {
+        /// The fingerprint of the request that started.
+        fingerprint: String,
+        /// What its handler committed with its effect, if it did
+        /// ([`IdempotencyContext::commit`](super::IdempotencyContext::commit)).
+        committed: Option<Bytes>,
+    },
+    /// The response the first request was answered.
+    Answered(StoredResponse),
+}
+
+impl KeyRecord {
+    /// The fingerprint of the request that made the record.
+    pub fn fingerprint(&self) -> &str {
+        match self {
+            Self::Started { fingerprint, .. } => fingerprint,
+            Self::Answered(stored) => stored.fingerprint(),
+        }
+    }
+
+    /// Reads it from the fields of its hash; `None` for a hash that holds no record.
+    fn from_fields(fields: Vec<(String, Vec<u8>)>, ttl: Option<Duration>) -> Option<Self> {
+        let field = |name: &str| fields.iter().find(|(field, _)| field == name);
+        if field(STATUS).is_some() {
+            return StoredResponse::from_fields(fields, ttl).map(Self::Answered);
+        }
+        let fingerprint = String::from_utf8(field(FINGERPRINT)?.1.clone()).ok()?;
+        field(STATE)?;
+        let committed = field(OUTCOME).map(|(_, outcome)| Bytes::from(outcome.clone()));
+        Some(Self::Started {
+            fingerprint,
+            committed,
+        })
+    }
+}
+
+/// The writes that mark a key's record started by the request with `fingerprint`.
+pub(crate) fn started_writes(key: &str, fingerprint: &str, ttl: Duration) -> GuardedWrites {
+    let fields = [
+        (FINGERPRINT, fingerprint.as_bytes()),
+        (STATE, b"started".as_slice()),
+    ];
+    GuardedWrites::new().hset(key, fields).pexpire(key, ttl)
+}
+
+/// The writes that keep `outcome` as what the handler of the request with `fingerprint`
+/// committed.
+pub(crate) fn committed_writes(
+    key: &str,
+    fingerprint: &str,
+    outcome: &[u8],
+    ttl: Duration,
+) -> GuardedWrites {
+    let fields = [
+        (FINGERPRINT, fingerprint.as_bytes()),
+        (STATE, b"committed".as_slice()),
+        (OUTCOME, outcome),
+    ];
+    GuardedWrites::new().hset(key, fields).pexpire(key, ttl)
+}
 
 /// What the first request with an idempotency key was answered, as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,6 +274,17 @@ impl IdempotencyRecords {
         self.client.lock(&name)
     }
 
+    /// The cluster hash tag of the record of `key` in `scope`: what
+    /// [`IdempotencyContext::hash_tag`](super::IdempotencyContext::hash_tag) tells its
+    /// handler, for code that reads the keys a handler committed.
+    ///
+    /// # Errors
+    ///
+    /// As [`IdempotencyRecords::lock`].
+    pub fn hash_tag(&self, scope: &[String], key: &str) -> Result<String> {
+        Ok(self.lock(scope, key)?.keys().hash_tag().to_owned())
+    }
+
     /// The stored response of `key` in `scope`, if there is one.
     ///
     /// # Cancel safety
@@ -210,6 +295,22 @@ impl IdempotencyRecords {
     ///
     /// As [`IdempotencyRecords::lock`], and as [`Lock::inspect`] when Redis fails.
     pub async fn get(&self, scope: &[String], key: &str) -> Result<Option<StoredResponse>> {
+        Ok(match self.record(scope, key).await? {
+            Some(KeyRecord::Answered(stored)) => Some(stored),
+            _ => None,
+        })
+    }
+
+    /// The whole record of `key` in `scope`: started, committed, or answered.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    ///
+    /// # Errors
+    ///
+    /// As [`IdempotencyRecords::get`].
+    pub async fn record(&self, scope: &[String], key: &str) -> Result<Option<KeyRecord>> {
         read(&self.lock(scope, key)?).await
     }
 }
@@ -219,9 +320,9 @@ pub(crate) fn record_key(lock: &Lock) -> String {
     format!("{}:response", lock.keys().hash())
 }
 
-/// The stored response beside `lock`, if there is one: its fields and its time to live, in
-/// one round trip.
-pub(crate) async fn read(lock: &Lock) -> Result<Option<StoredResponse>> {
+/// The record beside `lock`, if there is one: its fields and its time to live, in one round
+/// trip.
+pub(crate) async fn read(lock: &Lock) -> Result<Option<KeyRecord>> {
     let key = record_key(lock);
     let connections = &lock.client().engine.shared.connections;
     let (fields, pttl): (Vec<(String, Vec<u8>)>, i64) = connections
@@ -239,7 +340,7 @@ pub(crate) async fn read(lock: &Lock) -> Result<Option<StoredResponse>> {
         })
         .await?;
     let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
-    Ok(StoredResponse::from_fields(fields, ttl))
+    Ok(KeyRecord::from_fields(fields, ttl))
 }
 
 #[cfg(test)]
@@ -274,5 +375,42 @@ mod tests {
         let over = StoredResponse::from_fields(fields("over_bound"), None).unwrap();
         assert_eq!(over.body(), None);
         assert_eq!(StoredResponse::from_fields(Vec::new(), None), None);
+    }
+
+    #[test]
+    fn a_record_is_started_committed_or_answered_by_its_fields() {
+        let field = |name: &str, value: &str| (name.to_owned(), value.as_bytes().to_vec());
+        let started = vec![field(FINGERPRINT, "ab"), field(STATE, "started")];
+        let read = KeyRecord::from_fields(started.clone(), None).unwrap();
+        assert_eq!(
+            read,
+            KeyRecord::Started {
+                fingerprint: "ab".into(),
+                committed: None
+            }
+        );
+        let mut committed = started.clone();
+        committed.push(field(STATE, "committed"));
+        committed.push(field(OUTCOME, "{\"id\":1}"));
+        let read = KeyRecord::from_fields(committed.clone(), None).unwrap();
+        let KeyRecord::Started {
+            committed: Some(outcome),
+            ..
+        } = read
+        else {
+            panic!("not committed: {read:?}");
+        };
+        assert_eq!(outcome, "{\"id\":1}");
+        let mut answered = committed;
+        answered.push(field(STATUS, "201"));
+        answered.push(field(KEPT, "whole"));
+        let read = KeyRecord::from_fields(answered, None).unwrap();
+        assert!(matches!(read, KeyRecord::Answered(ref stored) if stored.status() == 201));
+        assert_eq!(read.fingerprint(), "ab");
+        // A hash with neither a state nor a status is no record (a fingerprint alone).
+        assert_eq!(
+            KeyRecord::from_fields(vec![field(FINGERPRINT, "ab")], None),
+            None
+        );
     }
 }

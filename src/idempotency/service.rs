@@ -53,7 +53,7 @@ impl<S, E, R, ReqB, ResB> Service<Request<ReqB>> for IdempotencyService<S, E, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send,
-    S::Error: Send,
+    S::Error: Send + 'static,
     E: KeyExtractor<ReqB>,
     R: Reject<ResB>,
     ReqB: ReplayableBody,
@@ -108,6 +108,6 @@ where
             settings: settings.clone(),
             grpc,
         };
-        ResponseFuture::new(flow.run(inner, request))
+        ResponseFuture::detached(flow.run(inner, request))
     }
 }

@@ -17,6 +17,27 @@ pub const DEFAULT_MAX_STORED_BODY: usize = 256 * 1024;
 /// The header a replayed response carries, `idempotent-replayed: true`, as Stripe's do.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
+/// What a retry gets when an earlier attempt with its key started its handler and ended
+/// without an outcome: its instance stopped or paused past its lease, its lock was lost, or
+/// it failed in a way that does not say whether its effect was made. The layer cannot know
+/// whether the effect was made; the choice is between making it at most once and at least
+/// once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnUnknownOutcome {
+    /// At most once (the default): the retry is not run, and is answered 500 (gRPC
+    /// `UNKNOWN`) with [`RejectionKind::IdempotencyOutcomeUnknown`](crate::layer::RejectionKind)
+    /// until the key's TTL passes, as payment APIs answer a key whose first attempt failed on
+    /// their side. Reconcile such a key from the resource itself.
+    #[default]
+    Refuse,
+    /// At least once: the retry runs the handler again. Choose it for handlers that keep
+    /// their effect to once themselves: through
+    /// [`IdempotencyContext::commit`](super::IdempotencyContext::commit) for data in Redis,
+    /// or by recording the key in their own transaction.
+    RunAgain,
+}
+
 /// What the layer does, with its documented defaults.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -30,6 +51,7 @@ pub(crate) struct Settings {
     pub(crate) max_request_body: usize,
     pub(crate) max_stored_body: usize,
     pub(crate) stored_headers: Vec<HeaderName>,
+    pub(crate) unknown_outcome: OnUnknownOutcome,
 }
 
 impl Default for Settings {
@@ -51,6 +73,7 @@ impl Default for Settings {
                 HeaderName::from_static("grpc-status"),
                 HeaderName::from_static("grpc-message"),
             ],
+            unknown_outcome: OnUnknownOutcome::Refuse,
         }
     }
 }

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use tower::Service;
 
 use super::context::LockContext;
+use super::held::HeldGuards;
 use super::log::LayerLog;
 use super::policy::{OnLeaseLost, OnRedisUnavailable, Policy};
 use super::reject::{Reject, Rejection, is_grpc};
@@ -70,15 +71,16 @@ where
         /// Taken when the service is called. Boxed, as in `Waiting`: the request is large.
         request: Option<Box<Request<ReqB>>>,
         lost: Option<LeaseWatch>,
-        guards: Vec<LockGuard>,
+        guards: HeldGuards,
     },
     Running {
         #[pin]
         future: S::Future,
         /// Cancels the handler when a lease is lost (`OnLeaseLost::Cancel`).
         lost: Option<LeaseWatch>,
-        // Held, never read: dropping the state releases the locks.
-        guards: Vec<LockGuard>,
+        // Held, never read: dropping the state releases the locks (once the handler's
+        // guarded writes under way are answered).
+        guards: HeldGuards,
     },
     Rejected {
         rejection: Option<Rejection>,
@@ -166,7 +168,7 @@ where
                 service,
                 request: Some(Box::new(request)),
                 lost: None,
-                guards: Vec::new(),
+                guards: HeldGuards::default(),
             },
             reject,
             log,
@@ -307,7 +309,7 @@ where
                 service,
                 request: Some(Box::new(request)),
                 lost: None,
-                guards: Vec::new(),
+                guards: HeldGuards::default(),
             };
         }
         let rejection = Rejection::from_error(&error, grpc, names, policy.retry_after);
@@ -339,6 +341,8 @@ where
         span.record("handover", handovers.join(",").as_str());
         span.record("outcome", "acquired");
         let context = LockContext::new(&guards, waited);
+        let guards = HeldGuards::new(guards);
+        let context = context.writing_through(guards.writes());
         let lost = match policy.lease_lost {
             OnLeaseLost::Cancel => {
                 let context = context.clone();

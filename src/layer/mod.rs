@@ -6,6 +6,7 @@ mod body;
 pub(crate) mod buffer;
 mod context;
 mod extract;
+pub(crate) mod held;
 #[cfg(feature = "json")]
 mod json_keys;
 #[allow(clippy::module_inception)]

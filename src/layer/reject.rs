@@ -146,6 +146,10 @@ impl Rejection {
             RejectionKind::ResponseNotStored => "the request with this idempotency key ran, \
                  but its response was too large to store; it will not run again"
                 .into(),
+            RejectionKind::IdempotencyOutcomeUnknown => "an earlier request with this \
+                 idempotency key started and ended without an outcome; it may have taken \
+                 effect, so it will not run again"
+                .into(),
         }
     }
 
@@ -164,14 +168,15 @@ impl Rejection {
 
     /// The HTTP status of the default answer: 503 for what a retry may cure, 400 for bad
     /// keys, 500 for instances that disagree on a limit and for a response too large to
-    /// store (the server's fault, not the client's), 413 for a body over the bound, and as
-    /// the idempotency draft asks, 422 for a reused idempotency key and 409 (with
-    /// `Retry-After`) while its first request runs.
+    /// store and for an idempotent request whose earlier attempt ended without an outcome
+    /// (the server's fault, not the client's), 413 for a body over the bound, and as the
+    /// idempotency draft asks, 422 for a reused idempotency key and 409 (with `Retry-After`)
+    /// while its first request runs.
     pub fn http_status(&self) -> StatusCode {
         match self.kind {
-            RejectionKind::PermitsMismatch | RejectionKind::ResponseNotStored => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            RejectionKind::PermitsMismatch
+            | RejectionKind::ResponseNotStored
+            | RejectionKind::IdempotencyOutcomeUnknown => StatusCode::INTERNAL_SERVER_ERROR,
             RejectionKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             RejectionKind::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             RejectionKind::IdempotencyInProgress => StatusCode::CONFLICT,
@@ -184,9 +189,11 @@ impl Rejection {
     /// lost lease and for an idempotent request still running, `INVALID_ARGUMENT` (3) for
     /// bad keys and a reused idempotency key, `RESOURCE_EXHAUSTED` (8) for a body over the
     /// bound, `INTERNAL` (13) for instances that disagree on a limit and a response not
-    /// stored.
+    /// stored, `UNKNOWN` (2) for an idempotent request whose earlier attempt ended without
+    /// an outcome.
     pub fn grpc_code(&self) -> u16 {
         match self.kind {
+            RejectionKind::IdempotencyOutcomeUnknown => 2,
             RejectionKind::LeaseLost | RejectionKind::IdempotencyInProgress => 10,
             RejectionKind::PermitsMismatch | RejectionKind::ResponseNotStored => 13,
             RejectionKind::BodyTooLarge => 8,

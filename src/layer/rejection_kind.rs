@@ -42,12 +42,17 @@ pub enum RejectionKind {
     /// The first request with this idempotency key ran, but its response was not stored
     /// (longer than the store's bound), so it can be neither replayed nor run again.
     ResponseNotStored,
+    /// An earlier request with this idempotency key started its handler and ended without
+    /// an outcome (its instance stopped or paused past its lease, or its lock was lost): it
+    /// may have made its effect, so it is not run again
+    /// ([`OnUnknownOutcome::Refuse`](crate::idempotency::OnUnknownOutcome::Refuse)).
+    IdempotencyOutcomeUnknown,
 }
 
 impl RejectionKind {
     /// Every kind, for the metric series started at 0 when a client starts.
     #[cfg(feature = "metrics")]
-    pub(crate) const ALL: [Self; 15] = [
+    pub(crate) const ALL: [Self; 16] = [
         Self::Timeout,
         Self::RedisUnavailable,
         Self::LeaseLost,
@@ -63,13 +68,14 @@ impl RejectionKind {
         Self::IdempotencyKeyReused,
         Self::IdempotencyInProgress,
         Self::ResponseNotStored,
+        Self::IdempotencyOutcomeUnknown,
     ];
 
     /// A short name, for logs, metrics and the `kind` member of a problem+json answer:
     /// `timeout`, `redis_unavailable`, `lease_lost`, `missing_key`, `invalid_key`,
     /// `too_many_keys`, `shut_down`, `restart_quarantine`, `permits_mismatch`,
     /// `body_too_large`, `body_unreadable`, `invalid_idempotency_key`, `idempotency_key_reused`,
-    /// `idempotency_in_progress` or `response_not_stored`.
+    /// `idempotency_in_progress`, `response_not_stored` or `idempotency_outcome_unknown`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Timeout => "timeout",
@@ -87,6 +93,7 @@ impl RejectionKind {
             Self::IdempotencyKeyReused => "idempotency_key_reused",
             Self::IdempotencyInProgress => "idempotency_in_progress",
             Self::ResponseNotStored => "response_not_stored",
+            Self::IdempotencyOutcomeUnknown => "idempotency_outcome_unknown",
         }
     }
 }
@@ -116,6 +123,7 @@ mod tests {
             IdempotencyKeyReused,
             IdempotencyInProgress,
             ResponseNotStored,
+            IdempotencyOutcomeUnknown,
         ];
         for kind in every {
             match kind {
@@ -133,7 +141,8 @@ mod tests {
                 | InvalidIdempotencyKey
                 | IdempotencyKeyReused
                 | IdempotencyInProgress
-                | ResponseNotStored => {}
+                | ResponseNotStored
+                | IdempotencyOutcomeUnknown => {}
             }
         }
         let listed: HashSet<&str> = RejectionKind::ALL.map(RejectionKind::as_str).into();

@@ -178,12 +178,14 @@ pub(crate) enum IdempotentOutcome {
     NoKey,
     /// Answered by the layer: a bad key or body, or Redis unreachable.
     Rejected,
+    /// Not run: an earlier attempt with its key started and ended without an outcome.
+    OutcomeUnknown,
 }
 
 impl IdempotentOutcome {
     /// Every outcome, for the series started at 0.
     #[cfg(feature = "metrics")]
-    pub(crate) const ALL: [Self; 12] = [
+    pub(crate) const ALL: [Self; 13] = [
         Self::First,
         Self::Replayed,
         Self::Mismatch,
@@ -196,6 +198,7 @@ impl IdempotentOutcome {
         Self::Unguarded,
         Self::NoKey,
         Self::Rejected,
+        Self::OutcomeUnknown,
     ];
 
     /// The label `redis_lock_idempotent_total` shows.
@@ -213,6 +216,7 @@ impl IdempotentOutcome {
             Self::Unguarded => "unguarded",
             Self::NoKey => "no_key",
             Self::Rejected => "rejected",
+            Self::OutcomeUnknown => "outcome_unknown",
         }
     }
 }
@@ -345,11 +349,12 @@ mod tests {
             Unguarded,
             NoKey,
             Rejected,
+            OutcomeUnknown,
         ];
         for outcome in every {
             match outcome {
                 First | Replayed | Mismatch | InProgress | NotStored | OverBound | Refused
-                | LeaseLost | StoreFailed | Unguarded | NoKey | Rejected => {}
+                | LeaseLost | StoreFailed | Unguarded | NoKey | Rejected | OutcomeUnknown => {}
             }
         }
         same_set(
@@ -359,7 +364,7 @@ mod tests {
     }
 
     /// Every error kind; a new kind fails to compile in the match until it is listed.
-    fn every_error_kind() -> [ErrorKind; 14] {
+    fn every_error_kind() -> [ErrorKind; 15] {
         let every = [
             ErrorKind::Timeout,
             ErrorKind::RedisUnavailable,
@@ -375,6 +380,7 @@ mod tests {
             ErrorKind::PermitsMismatch,
             ErrorKind::WrongSlot,
             ErrorKind::UnsupportedGuard,
+            ErrorKind::AlreadyCommitted,
         ];
         for kind in every {
             match kind {
@@ -391,7 +397,8 @@ mod tests {
                 | ErrorKind::ReplicasBehind
                 | ErrorKind::PermitsMismatch
                 | ErrorKind::WrongSlot
-                | ErrorKind::UnsupportedGuard => {}
+                | ErrorKind::UnsupportedGuard
+                | ErrorKind::AlreadyCommitted => {}
             }
         }
         every

@@ -9,6 +9,7 @@ pub mod checker;
 pub mod clock;
 pub mod cluster;
 pub mod logs;
+pub mod payments;
 pub mod proxy;
 pub mod sentinel;
 pub mod tls;

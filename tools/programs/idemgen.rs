@@ -3,8 +3,8 @@
 //! Sends `POST /payments` to several instances of the `axum_tenants` example: `--keys`
 //! idempotency keys, each sent `--copies` times at once, its copies spread round-robin over
 //! the instances (copy `j` of key `i` to instance `(i + j) mod n`), with a tenant header.
-//! Then checks, per key: that the handler ran exactly once (its execution counter in
-//! Redis, `payments:executions:{<tenant>:<key>}`), that every copy got the same status and
+//! Then checks, per key: that the payment was charged exactly once (its charge counter in
+//! Redis, `payments:charges:<tag of the key's record>`), that every copy got the same status and
 //! the same body byte for byte, and that all but one carry `idempotent-replayed: true`;
 //! 409s (a duplicate that waited past the layer's bound for the first) are counted apart,
 //! and fail the run too: with the default 10 s wait there should be none. Last, the first
@@ -34,6 +34,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::json;
+use tower_redis_lock::LockClient;
+use tower_redis_lock::idempotency::IdempotencyRecords;
 
 type Http = Client<HttpConnector, Full<Bytes>>;
 
@@ -235,14 +237,22 @@ async fn post(
     })
 }
 
-/// Each key's execution counter, as the handler left it in Redis (0 when it never ran).
-async fn executions(settings: &Settings) -> Result<Vec<u64>, redis::RedisError> {
-    let counters: Vec<String> = (0..settings.keys)
-        .map(|i| {
-            let payment = Payment::new(settings, i);
-            format!("payments:executions:{{{}:{}}}", payment.tenant, payment.key)
-        })
-        .collect();
+/// Each key's charge counter, as the handler left it in Redis (0 when it never charged):
+/// `payments:charges:<tag>`, with the tag of the key's record.
+async fn executions(settings: &Settings) -> Result<Vec<u64>, Box<dyn std::error::Error>> {
+    let locks = if settings.cluster {
+        LockClient::builder_cluster(&settings.redis).build().await?
+    } else {
+        LockClient::connect(&settings.redis[0]).await?
+    };
+    let records = IdempotencyRecords::new(locks.clone(), "");
+    let mut counters = Vec::with_capacity(settings.keys);
+    for i in 0..settings.keys {
+        let payment = Payment::new(settings, i);
+        let tag = records.hash_tag(&[payment.tenant], &payment.key)?;
+        counters.push(format!("payments:charges:{tag}"));
+    }
+    locks.shutdown().await;
     async fn read<C: redis::aio::ConnectionLike + Clone>(
         conn: C,
         counters: &[String],
@@ -269,12 +279,12 @@ async fn executions(settings: &Settings) -> Result<Vec<u64>, redis::RedisError> 
         let conn = redis::cluster::ClusterClient::new(settings.redis.clone())?
             .get_async_connection()
             .await?;
-        read(conn, &counters).await
+        Ok(read(conn, &counters).await?)
     } else {
         let conn = redis::Client::open(settings.redis[0].as_str())?
             .get_multiplexed_async_connection()
             .await?;
-        read(conn, &counters).await
+        Ok(read(conn, &counters).await?)
     }
 }
 

@@ -1,0 +1,275 @@
+//! A payment charged once where the user's code runs: the idempotent route of the axum
+//! example (`POST /payments`) over real HTTP, its instances separate processes behind one
+//! Redis, with a client that gives up mid-handler and retries, and with instances paused
+//! (SIGSTOP) past their lease before and after their charge while the client retries at
+//! another instance.
+//!
+//! The example's handler commits its charge with the key's outcome
+//! (`IdempotencyContext::commit`) under `OnUnknownOutcome::RunAgain`; with
+//! `--payments-commit no` it charges with a plain write under the layer's default,
+//! `OnUnknownOutcome::Refuse`. Either way each key must be charged once. Each pause is made
+//! where the handler stands by the counts it leaves in Redis: a run counted and a long wait
+//! before the charge, or the charge counted and a long wait after it.
+
+mod support;
+
+use support::payments::{
+    Answer, Counters, Instance, SLACK, Timing, assert_replays, paid, pay, pay_within, payment,
+    until,
+};
+use support::{RedisServer, client};
+use tower_redis_lock::Lock;
+use tower_redis_lock::idempotency::{IdempotencyRecords, KeyRecord};
+
+/// The watchdog lease of every instance here: short, so a pause outlasts it soon.
+const LEASE: [&str; 2] = ["--watchdog-lease-ms", "1000"];
+/// How long a handler waits where a test pauses it: long beside the time a test takes to
+/// see where the handler stands (a poll of Redis every 20 ms), on a busy machine too.
+const WAIT_AT_PAUSE_MS: u64 = 3_000;
+
+/// Three instances of the payments route, with `extra` arguments, on `server`.
+fn three_instances(server: &RedisServer, extra: &[&str]) -> [Instance; 3] {
+    let args: Vec<&str> = LEASE.iter().chain(extra).copied().collect();
+    ["a", "b", "c"].map(|name| Instance::start(server, name, &args))
+}
+
+/// Pauses `instance` until the lease of `lock` ran out.
+async fn pause_past_lease(instance: &Instance, lock: &Lock) {
+    instance.signal("-STOP");
+    until(SLACK, "the paused instance's lease runs out", || async {
+        !lock.is_locked().await.unwrap()
+    })
+    .await;
+}
+
+/// Sends `key` to each instance once more: every copy must be `expected`, replayed.
+async fn assert_every_copy_replays(
+    instances: &[Instance],
+    key: &str,
+    body: &str,
+    expected: &Answer,
+) {
+    let mut copies = Vec::new();
+    for instance in instances {
+        copies.push(paid(&instance.url, "acme", key, body, Timing::default()).await);
+    }
+    assert_replays(expected, &copies);
+}
+
+/// A client gives up once `key` was charged at `instances[0]`, and retries there at once:
+/// the first run goes on without its client, and the retry gets its answer.
+async fn give_up_after_the_charge_then_retry(
+    instances: &[Instance],
+    counters: &Counters<'_>,
+    key: &str,
+) {
+    let body = payment(1500);
+    let slow = Timing {
+        work_ms: 0,
+        after_charge_ms: WAIT_AT_PAUSE_MS,
+    };
+    // The client gives up (its timeout, a deadline, a cancel): hyper drops the response
+    // future and closes the connection.
+    let url = instances[0].url.clone();
+    let gave_up = tokio::spawn({
+        let body = body.clone();
+        let key = key.to_owned();
+        async move { pay_within(&url, "acme", &key, &body, slow, SLACK * 3).await }
+    });
+    counters.until_charged("acme", key).await;
+    gave_up.abort();
+    assert!(gave_up.await.unwrap_err().is_cancelled());
+
+    // It waits for the first run, and gets its answer.
+    let retry = paid(&instances[0].url, "acme", key, &body, Timing::default()).await;
+    assert_eq!(
+        (retry.status, retry.replayed),
+        (201, true),
+        "{key}: {retry:?}"
+    );
+    assert_eq!(retry.json()["execution"], 1, "{key}: {retry:?}");
+    assert_eq!(counters.charges("acme", key), 1, "{key}: charged twice");
+    assert_eq!(counters.runs("acme", key), 1, "{key}");
+    assert_every_copy_replays(instances, key, &body, &retry).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_gives_up_after_the_charge_cancels_nothing_and_its_retry_gets_the_answer() {
+    let server = RedisServer::start();
+    let committing = three_instances(&server, &[]);
+    let plain = three_instances(&server, &["--payments-commit", "no"]);
+    let records = IdempotencyRecords::new(client(&server).await, "");
+    let counters = Counters {
+        server: &server,
+        records: &records,
+    };
+    give_up_after_the_charge_then_retry(&committing, &counters, "k-gone").await;
+    give_up_after_the_charge_then_retry(&plain, &counters, "k-gone-plain").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_paused_past_its_lease_before_its_charge_charges_nothing_when_it_resumes() {
+    let server = RedisServer::start();
+    let [a, b, c] = three_instances(&server, &[]);
+    let records = IdempotencyRecords::new(client(&server).await, "");
+    let counters = Counters {
+        server: &server,
+        records: &records,
+    };
+    let lock = records.lock(&["acme".to_owned()], "k-before").unwrap();
+    let body = payment(500);
+
+    let url = a.url.clone();
+    let late = tokio::spawn({
+        let body = body.clone();
+        async move {
+            pay(
+                &url,
+                "acme",
+                "k-before",
+                &body,
+                Timing::work(WAIT_AT_PAUSE_MS),
+            )
+            .await
+        }
+    });
+    counters.until_runs("acme", "k-before", 1).await;
+    pause_past_lease(&a, &lock).await;
+
+    // The retry at another instance finds an attempt that ended without an outcome, and
+    // the handler commits its charge: it runs, and charges in the paused one's place.
+    let retry = paid(&b.url, "acme", "k-before", &body, Timing::default()).await;
+    assert_eq!((retry.status, retry.replayed), (201, false), "{retry:?}");
+    assert_eq!(retry.json()["execution"], 2);
+    assert_eq!(retry.json()["instance"], "b");
+    assert_eq!(counters.charges("acme", "k-before"), 1);
+
+    // The paused instance resumes: its charge is refused (its lock is gone) and so is its
+    // answer's store; it tells its client it charged nothing.
+    a.signal("-CONT");
+    let late = late.await.unwrap().expect("the paused instance answers");
+    assert_eq!(late.status, 503, "{late:?}");
+    assert_eq!(counters.charges("acme", "k-before"), 1, "charged twice");
+    let stored = records.get(&["acme".to_owned()], "k-before").await.unwrap();
+    assert_eq!(stored.expect("stored").body(), Some(&retry.body));
+    assert_every_copy_replays(&[a, b, c], "k-before", &body, &retry).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_paused_past_its_lease_after_its_charge_has_its_retry_answered_from_it() {
+    let server = RedisServer::start();
+    let [a, b, c] = three_instances(&server, &[]);
+    let records = IdempotencyRecords::new(client(&server).await, "");
+    let counters = Counters {
+        server: &server,
+        records: &records,
+    };
+    let scope = ["acme".to_owned()];
+    let lock = records.lock(&scope, "k-after").unwrap();
+    let body = payment(800);
+    let slow = Timing {
+        work_ms: 0,
+        after_charge_ms: WAIT_AT_PAUSE_MS,
+    };
+
+    let url = a.url.clone();
+    let late = tokio::spawn({
+        let body = body.clone();
+        async move { pay(&url, "acme", "k-after", &body, slow).await }
+    });
+    counters.until_charged("acme", "k-after").await;
+    pause_past_lease(&a, &lock).await;
+    let record = records.record(&scope, "k-after").await.unwrap();
+    let Some(KeyRecord::Started {
+        committed: Some(committed),
+        ..
+    }) = record
+    else {
+        panic!("no committed outcome without a response: {record:?}");
+    };
+
+    // The retry at another instance finds the charge committed and no response: it is
+    // answered from what the paused one committed, and charges nothing.
+    let retry = paid(&b.url, "acme", "k-after", &body, Timing::default()).await;
+    assert_eq!(retry.status, 201, "{retry:?}");
+    assert_eq!(retry.body, committed, "not the committed payment");
+    assert_eq!(retry.json()["instance"], "a");
+    assert_eq!(
+        counters.runs("acme", "k-after"),
+        1,
+        "the handler charged again"
+    );
+    assert_eq!(counters.charges("acme", "k-after"), 1, "charged twice");
+
+    // The paused instance resumes: its store is refused, and its client gets the payment it
+    // made, the same one.
+    a.signal("-CONT");
+    let late = late.await.unwrap().expect("the paused instance answers");
+    assert_eq!((late.status, &late.body), (201, &retry.body), "{late:?}");
+    assert_eq!(counters.charges("acme", "k-after"), 1, "charged twice");
+    assert_every_copy_replays(&[a, b, c], "k-after", &body, &retry).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_commit_the_retry_of_a_paused_attempt_gets_the_at_most_once_answer() {
+    let server = RedisServer::start();
+    let [a, b, c] = three_instances(&server, &["--payments-commit", "no"]);
+    let records = IdempotencyRecords::new(client(&server).await, "");
+    let counters = Counters {
+        server: &server,
+        records: &records,
+    };
+    let scope = ["acme".to_owned()];
+    let body = payment(900);
+    let after = Timing {
+        work_ms: 0,
+        after_charge_ms: WAIT_AT_PAUSE_MS,
+    };
+
+    // Paused before the charge (a run counted) and after it (the charge counted).
+    for (key, timing, charged) in [
+        ("k-plain-before", Timing::work(WAIT_AT_PAUSE_MS), false),
+        ("k-plain-after", after, true),
+    ] {
+        let lock = records.lock(&scope, key).unwrap();
+        let url = a.url.clone();
+        let late = tokio::spawn({
+            let body = body.clone();
+            async move { pay(&url, "acme", key, &body, timing).await }
+        });
+        if charged {
+            counters.until_charged("acme", key).await;
+        } else {
+            counters.until_runs("acme", key, 1).await;
+        }
+        pause_past_lease(&a, &lock).await;
+
+        // Whether the paused attempt charged is unknown: its retry, at any instance, is
+        // answered 500 and does not run.
+        for instance in [&b, &c] {
+            let retry = paid(&instance.url, "acme", key, &body, Timing::default()).await;
+            assert_eq!(retry.status, 500, "{key}: {retry:?}");
+            let text = String::from_utf8_lossy(&retry.body);
+            assert!(text.contains("will not run again"), "{key}: {text}");
+        }
+        assert_eq!(counters.runs("acme", key), 1, "{key}: the retry ran");
+
+        a.signal("-CONT");
+        let late = late.await.unwrap().expect("the paused instance answers");
+        assert_eq!(late.status, 503, "{key}: a lost lease: {late:?}");
+        // Before its charge, the resumed handler is cancelled when it hears its lease was
+        // lost, or charges first: at most once.
+        let charges = counters.charges("acme", key);
+        assert!(
+            charges == 1 || (!charged && charges == 0),
+            "{key}: {charges} charges"
+        );
+        let again = paid(&b.url, "acme", key, &body, Timing::default()).await;
+        assert_eq!(again.status, 500, "{key}: {again:?}");
+        assert_eq!(
+            counters.charges("acme", key),
+            charges,
+            "{key}: charged again"
+        );
+    }
+}
