@@ -26,7 +26,9 @@ use support::cluster::RedisCluster;
 use support::{RedisServer, client, client_with_lease, eventually};
 use tokio::sync::Notify;
 use tower::{Layer, ServiceExt};
-use tower_redis_lock::idempotency::{IdempotencyRecords, REPLAYED_HEADER};
+use tower_redis_lock::idempotency::{
+    IdempotencyRecords, KeyRecord, OnUnknownOutcome, REPLAYED_HEADER,
+};
 use tower_redis_lock::layer::{OnMissingKey, OnRedisUnavailable};
 use tower_redis_lock::{HeaderKey, IdempotencyLayer, LockClient};
 
@@ -380,7 +382,7 @@ async fn redis_down_fails_closed_by_default_and_open_runs_unguarded() {
 }
 
 #[tokio::test]
-async fn a_handler_whose_lease_is_lost_is_cancelled_and_stores_nothing() {
+async fn a_handler_whose_lease_is_lost_is_cancelled_and_its_retry_is_refused_or_run_again() {
     let server = RedisServer::start();
     let locks = client_with_lease(&server.url(), Duration::from_millis(600)).await;
     let handlers = Handlers::default();
@@ -411,9 +413,32 @@ async fn a_handler_whose_lease_is_lost_is_cancelled_and_stores_nothing() {
         "nothing stored"
     );
 
-    // The retry runs again, and stores its answer.
+    let started = records.record(&scope, "lost").await.unwrap();
+    assert!(
+        matches!(
+            started,
+            Some(KeyRecord::Started {
+                committed: None,
+                ..
+            })
+        ),
+        "{started:?}"
+    );
+
+    // Whether the cancelled handler made its effect is unknown: by default its retry is
+    // answered 500 and does not run (at most once)...
+    let refused = send(&app, "/slow", "acme", Some("lost"), "").await;
+    assert_eq!(refused.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        String::from_utf8_lossy(&refused.body).contains("ended without an outcome"),
+        "{refused:?}"
+    );
+    assert_eq!(handlers.runs(), 1);
+
+    // ...and under `OnUnknownOutcome::RunAgain` it runs again, and stores its answer.
+    let again = handlers.router(layer(&locks).on_unknown_outcome(OnUnknownOutcome::RunAgain));
     let retry = tokio::spawn({
-        let app = app.clone();
+        let app = again.clone();
         async move { send(&app, "/slow", "acme", Some("lost"), "").await }
     });
     assert!(eventually(SLACK, || handlers.runs() == 2).await);
