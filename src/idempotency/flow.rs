@@ -79,7 +79,10 @@ impl<R> Flow<R> {
             Err(answer) => return answer,
         };
         let lock = match self.records.lock(&self.scope, &self.key) {
-            Ok(lock) => lock.with_lease(self.settings.lease),
+            Ok(lock) => {
+                self.records.check_durability(&lock);
+                lock.with_lease(self.settings.lease)
+            }
             Err(error) => {
                 let detail = format!("the idempotency key makes no lock name: {error}");
                 return self.rejected(RejectionKind::InvalidIdempotencyKey, detail);

@@ -74,6 +74,7 @@
 
 mod capture;
 mod context;
+mod durability;
 mod fingerprint;
 mod flow;
 pub mod future;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
+use super::durability::DurabilityCheck;
 use crate::client::LockClient;
 use crate::error::Result;
 use crate::guarded_write::GuardedWrites;
@@ -242,6 +243,7 @@ fn decode_headers(encoded: &[u8]) -> HeaderMap {
 pub struct IdempotencyRecords {
     client: LockClient,
     key_prefix: String,
+    durability: DurabilityCheck,
 }
 
 impl IdempotencyRecords {
@@ -250,7 +252,14 @@ impl IdempotencyRecords {
         Self {
             client,
             key_prefix: key_prefix.to_owned(),
+            durability: DurabilityCheck::default(),
         }
+    }
+
+    /// Warns once, when the server that keeps `lock`'s record would lose records on a
+    /// restart.
+    pub(crate) fn check_durability(&self, lock: &Lock) {
+        self.durability.once(lock);
     }
 
     /// The client the records are kept with.
