@@ -44,7 +44,7 @@ pub enum KeyRecord {
         committed: Option<Bytes>,
     },
     /// The response the first request was answered.
-    Answered(StoredResponse),
+    Answered(Box<StoredResponse>),
 }
 
 impl KeyRecord {
@@ -60,7 +60,8 @@ impl KeyRecord {
     fn from_fields(fields: Vec<(String, Vec<u8>)>, ttl: Option<Duration>) -> Option<Self> {
         let field = |name: &str| fields.iter().find(|(field, _)| field == name);
         if field(STATUS).is_some() {
-            return StoredResponse::from_fields(fields, ttl).map(Self::Answered);
+            return StoredResponse::from_fields(fields, ttl)
+                .map(|stored| Self::Answered(Box::new(stored)));
         }
         let fingerprint = String::from_utf8(field(FINGERPRINT)?.1.clone()).ok()?;
         field(STATE)?;
@@ -305,7 +306,7 @@ impl IdempotencyRecords {
     /// As [`IdempotencyRecords::lock`], and as [`Lock::inspect`] when Redis fails.
     pub async fn get(&self, scope: &[String], key: &str) -> Result<Option<StoredResponse>> {
         Ok(match self.record(scope, key).await? {
-            Some(KeyRecord::Answered(stored)) => Some(stored),
+            Some(KeyRecord::Answered(stored)) => Some(*stored),
             _ => None,
         })
     }

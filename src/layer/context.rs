@@ -148,7 +148,7 @@ impl LockContext {
     /// As [`LockGuard::write_if_held`];
     /// [`ErrorKind::UnsupportedGuard`](crate::ErrorKind::UnsupportedGuard) for a
     /// [detached](LockContext::detached) context (no lock in Redis) and for a request that
-    /// shares its lock ([`Sharing::Shared`](crate::layer::Sharing::Shared), a per-key
+    /// shares its lock (a reader of [`Sharing::ReadWrite`](crate::layer::Sharing::ReadWrite), a per-key
     /// limit).
     pub async fn write_if_held(&self, writes: &GuardedWrites) -> Result<bool> {
         self.held_writes()?.write_if_held(None, writes).await
