@@ -1,8 +1,8 @@
 //! A payment charged once where the user's code runs: the idempotent route of the axum
 //! example (`POST /payments`) over real HTTP, its instances separate processes behind one
-//! Redis, with a client that gives up mid-handler and retries, and with instances paused
-//! (SIGSTOP) past their lease before and after their charge while the client retries at
-//! another instance.
+//! Redis (and a Redis Cluster), with a client that gives up mid-handler and retries, and with
+//! instances paused (SIGSTOP) past their lease before and after their charge while the
+//! client retries at another instance.
 //!
 //! The example's handler commits its charge with the key's outcome
 //! (`IdempotencyContext::commit`) under `OnUnknownOutcome::RunAgain`; with
@@ -13,13 +13,14 @@
 
 mod support;
 
+use support::cluster::RedisCluster;
 use support::payments::{
-    Answer, Counters, Instance, SLACK, Timing, assert_replays, paid, pay, pay_within, payment,
-    until,
+    Answer, Counters, Instance, SLACK, Store, Timing, assert_replays, paid, pay, pay_within,
+    payment, until,
 };
 use support::{RedisServer, client};
-use tower_redis_lock::Lock;
 use tower_redis_lock::idempotency::{IdempotencyRecords, KeyRecord};
+use tower_redis_lock::{Lock, LockClient};
 
 /// The watchdog lease of every instance here: short, so a pause outlasts it soon.
 const LEASE: [&str; 2] = ["--watchdog-lease-ms", "1000"];
@@ -99,60 +100,76 @@ async fn a_client_that_gives_up_after_the_charge_cancels_nothing_and_its_retry_g
     let committing = three_instances(&server, &[]);
     let plain = three_instances(&server, &["--payments-commit", "no"]);
     let records = IdempotencyRecords::new(client(&server).await, "");
-    let counters = Counters {
-        server: &server,
-        records: &records,
-    };
+    let counters = Counters::on(&server, &records);
     give_up_after_the_charge_then_retry(&committing, &counters, "k-gone").await;
     give_up_after_the_charge_then_retry(&plain, &counters, "k-gone-plain").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_paused_past_its_lease_before_its_charge_charges_nothing_when_it_resumes() {
-    let server = RedisServer::start();
-    let [a, b, c] = three_instances(&server, &[]);
-    let records = IdempotencyRecords::new(client(&server).await, "");
-    let counters = Counters {
-        server: &server,
-        records: &records,
-    };
-    let lock = records.lock(&["acme".to_owned()], "k-before").unwrap();
+/// The first instance of `instances` pauses past its lease before its charge of `key`, and
+/// the client retries at the second.
+async fn pause_before_the_charge(
+    instances: [Instance; 3],
+    records: &IdempotencyRecords,
+    counters: &Counters<'_>,
+    key: &'static str,
+) {
+    let [a, b, c] = instances;
+    let scope = ["acme".to_owned()];
+    let lock = records.lock(&scope, key).unwrap();
     let body = payment(500);
 
     let url = a.url.clone();
     let late = tokio::spawn({
         let body = body.clone();
-        async move {
-            pay(
-                &url,
-                "acme",
-                "k-before",
-                &body,
-                Timing::work(WAIT_AT_PAUSE_MS),
-            )
-            .await
-        }
+        async move { pay(&url, "acme", key, &body, Timing::work(WAIT_AT_PAUSE_MS)).await }
     });
-    counters.until_runs("acme", "k-before", 1).await;
+    counters.until_runs("acme", key, 1).await;
     pause_past_lease(&a, &lock).await;
 
     // The retry at another instance finds an attempt that ended without an outcome, and
     // the handler commits its charge: it runs, and charges in the paused one's place.
-    let retry = paid(&b.url, "acme", "k-before", &body, Timing::default()).await;
+    let retry = paid(&b.url, "acme", key, &body, Timing::default()).await;
     assert_eq!((retry.status, retry.replayed), (201, false), "{retry:?}");
     assert_eq!(retry.json()["execution"], 2);
     assert_eq!(retry.json()["instance"], "b");
-    assert_eq!(counters.charges("acme", "k-before"), 1);
+    assert_eq!(counters.charges("acme", key), 1);
 
     // The paused instance resumes: its charge is refused (its lock is gone) and so is its
     // answer's store; it tells its client it charged nothing.
     a.signal("-CONT");
     let late = late.await.unwrap().expect("the paused instance answers");
     assert_eq!(late.status, 503, "{late:?}");
-    assert_eq!(counters.charges("acme", "k-before"), 1, "charged twice");
-    let stored = records.get(&["acme".to_owned()], "k-before").await.unwrap();
+    assert_eq!(counters.charges("acme", key), 1, "charged twice");
+    let stored = records.get(&scope, key).await.unwrap();
     assert_eq!(stored.expect("stored").body(), Some(&retry.body));
-    assert_every_copy_replays(&[a, b, c], "k-before", &body, &retry).await;
+    assert_every_copy_replays(&[a, b, c], key, &body, &retry).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_paused_past_its_lease_before_its_charge_charges_nothing_when_it_resumes() {
+    let server = RedisServer::start();
+    let records = IdempotencyRecords::new(client(&server).await, "");
+    let counters = Counters::on(&server, &records);
+    let instances = three_instances(&server, &[]);
+    pause_before_the_charge(instances, &records, &counters, "k-before").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_too_an_instance_paused_before_its_charge_charges_nothing() {
+    let cluster = RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let locks = LockClient::builder_cluster(cluster.urls())
+        .build()
+        .await
+        .expect("a cluster client");
+    let records = IdempotencyRecords::new(locks, "");
+    let counters = Counters {
+        store: Store::Cluster(&cluster),
+        records: &records,
+    };
+    let args: Vec<&str> = LEASE.to_vec();
+    let instances = ["a", "b", "c"].map(|name| Instance::start_on_cluster(&cluster, name, &args));
+    pause_before_the_charge(instances, &records, &counters, "k-cluster").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,10 +177,7 @@ async fn an_instance_paused_past_its_lease_after_its_charge_has_its_retry_answer
     let server = RedisServer::start();
     let [a, b, c] = three_instances(&server, &[]);
     let records = IdempotencyRecords::new(client(&server).await, "");
-    let counters = Counters {
-        server: &server,
-        records: &records,
-    };
+    let counters = Counters::on(&server, &records);
     let scope = ["acme".to_owned()];
     let lock = records.lock(&scope, "k-after").unwrap();
     let body = payment(800);
@@ -215,10 +229,7 @@ async fn without_a_commit_the_retry_of_a_paused_attempt_gets_the_at_most_once_an
     let server = RedisServer::start();
     let [a, b, c] = three_instances(&server, &["--payments-commit", "no"]);
     let records = IdempotencyRecords::new(client(&server).await, "");
-    let counters = Counters {
-        server: &server,
-        records: &records,
-    };
+    let counters = Counters::on(&server, &records);
     let scope = ["acme".to_owned()];
     let body = payment(900);
     let after = Timing {

@@ -80,10 +80,7 @@ async fn a_reused_key_is_refused_and_a_key_past_its_ttl_runs_again() {
     let a = Instance::start(&server, "a", &ttl);
     let b = Instance::start(&server, "b", &ttl);
     let records = IdempotencyRecords::new(client(&server).await, "");
-    let counters = Counters {
-        server: &server,
-        records: &records,
-    };
+    let counters = Counters::on(&server, &records);
     let scope = ["acme".to_owned()];
     let (first_body, other_body) = (payment(1200), payment(9900));
     let now = Timing::default();
@@ -125,10 +122,7 @@ async fn a_request_whose_instance_was_killed_runs_again_elsewhere_once_its_lease
     let b = Instance::start(&server, "b", &lease);
     let c = Instance::start(&server, "c", &lease);
     let records = IdempotencyRecords::new(client(&server).await, "");
-    let counters = Counters {
-        server: &server,
-        records: &records,
-    };
+    let counters = Counters::on(&server, &records);
     let scope = ["acme".to_owned()];
     let lock = records.lock(&scope, "k-kill").unwrap();
     let body = payment(700);
@@ -169,10 +163,7 @@ async fn with_redis_down_requests_fail_closed_and_a_record_is_never_half_written
     let mut server = RedisServer::start();
     let a = Instance::start(&server, "a", &[]);
     let records = IdempotencyRecords::new(client(&server).await, "");
-    let counters = Counters {
-        server: &server,
-        records: &records,
-    };
+    let counters = Counters::on(&server, &records);
     let scope = ["acme".to_owned()];
     let redis = server_pid(&server);
     let body = payment(300);

@@ -397,9 +397,16 @@ impl Drop for ChildGuard {
 /// free port with extra arguments; waits for its listening line and gives its URL, with the
 /// process, killed on drop.
 pub fn axum_instance(server: &RedisServer, name: &str, extra: &[&str]) -> (String, ChildGuard) {
+    axum_instance_on(&["--redis".to_owned(), server.url()], name, extra)
+}
+
+/// As [`axum_instance`], on the Redis that `redis` names: `--redis URL`, or `--cluster` and
+/// a `--redis` per seed node.
+pub fn axum_instance_on(redis: &[String], name: &str, extra: &[&str]) -> (String, ChildGuard) {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(example_path("axum_tenants"))
-        .args(["--redis", &server.url(), "--port", "0", "--instance", name])
+        .args(redis)
+        .args(["--port", "0", "--instance", name])
         .args(extra)
         .stdout(Stdio::piped())
         .spawn()

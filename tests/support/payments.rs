@@ -13,7 +13,8 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use tower_redis_lock::idempotency::{IdempotencyRecords, REPLAYED_HEADER};
 
-use super::{ChildGuard, RedisServer, axum_instance};
+use super::cluster::RedisCluster;
+use super::{ChildGuard, RedisServer, axum_instance, axum_instance_on};
 
 /// Bound for what normally takes milliseconds to a few seconds; generous because CI
 /// machines are shared.
@@ -29,6 +30,16 @@ impl Instance {
     /// Starts `name` on a free port with extra arguments, and waits for its listening line.
     pub fn start(server: &RedisServer, name: &str, extra: &[&str]) -> Self {
         let (url, process) = axum_instance(server, name, extra);
+        Self { url, process }
+    }
+
+    /// Starts `name` on `cluster`, as [`Instance::start`] does on one server.
+    pub fn start_on_cluster(cluster: &RedisCluster, name: &str, extra: &[&str]) -> Self {
+        let mut redis = vec!["--cluster".to_owned()];
+        for url in cluster.urls() {
+            redis.extend(["--redis".to_owned(), url]);
+        }
+        let (url, process) = axum_instance_on(&redis, name, extra);
         Self { url, process }
     }
 
@@ -156,17 +167,34 @@ pub async fn paid(target: &str, tenant: &str, key: &str, body: &str, timing: Tim
 
 /// The handler's counters in Redis, per key of a tenant.
 pub struct Counters<'a> {
-    pub server: &'a RedisServer,
+    pub store: Store<'a>,
     pub records: &'a IdempotencyRecords,
 }
 
-impl Counters<'_> {
+/// Where the handler's counters are: one server, or a cluster.
+#[derive(Clone, Copy)]
+pub enum Store<'a> {
+    Server(&'a RedisServer),
+    Cluster(&'a RedisCluster),
+}
+
+impl<'a> Counters<'a> {
+    /// The counters on one server.
+    pub fn on(server: &'a RedisServer, records: &'a IdempotencyRecords) -> Self {
+        Self {
+            store: Store::Server(server),
+            records,
+        }
+    }
+
     fn read(&self, what: &str, tenant: &str, key: &str) -> u64 {
         let tag = self.records.hash_tag(&[tenant.to_owned()], key).unwrap();
         let counter = format!("payments:{what}:{tag}");
-        self.server
-            .cmd::<Option<u64>>(&["GET", &counter])
-            .unwrap_or(0)
+        let count: Option<u64> = match self.store {
+            Store::Server(server) => server.cmd(&["GET", &counter]),
+            Store::Cluster(cluster) => cluster.cmd(cluster.node_of(&counter), &["GET", &counter]),
+        };
+        count.unwrap_or(0)
     }
 
     /// How often the handler started for `key` of `tenant` (answers from an earlier
