@@ -14,10 +14,14 @@
 # reached N.
 # With --idempotent (first, or after --cluster), the load goes to the instances' idempotent
 # route (POST /payments, behind IdempotencyLayer) from idemgen: 1,000 idempotency keys, each
-# sent 5 times at once spread over the instances. It checks per key that the handler ran
-# once (its counter in Redis), that every copy got the same status and body and that all
-# but one say `idempotent-replayed: true`, and that a key reused with another body gets 422
-# from every instance; options after it go to idemgen (e.g. --keys 5000 --copies 3).
+# sent 5 times at once spread over the instances, while it pauses the instances in turn
+# (SIGSTOP, 3 times 1.5 s, past their 1 s watchdog lease: a handler loses its lease
+# mid-payment). It checks per key that the payment was charged once (its counter in Redis)
+# and that every copy got the same status and body (and, when no pause was made, that all
+# but one say `idempotent-replayed: true`), and that a key reused with another body gets 422
+# from every instance; the JSON line says how often it paused (`"paused"`) beside
+# `"executed_more"`, which must be 0. Options after it go to idemgen (e.g. --keys 5000
+# --copies 3, or --pauses 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -67,6 +71,8 @@ fi
 
 limit_args=()
 [ -n "$limit" ] && limit_args+=(--limit "$limit")
+# The idempotent demo pauses instances past their lease: a short one, renewed every third.
+$idempotent && limit_args+=(--watchdog-lease-ms 1000)
 targets=()
 for instance in a b c; do
     "$bin"/examples/axum_tenants "${redis_args[@]}" ${limit_args[@]+"${limit_args[@]}"} \
@@ -87,7 +93,9 @@ echo "$where; sending load"
 targets_csv=$(IFS=,; echo "${targets[*]}")
 status=0
 if $idempotent; then
-    "$bin"/examples/idemgen "${redis_args[@]}" --targets "$targets_csv" "$@" || status=$?
+    pids_csv=$(IFS=,; echo "${started_pids[*]: -3}")
+    "$bin"/examples/idemgen "${redis_args[@]}" --targets "$targets_csv" \
+        --pause-pids "$pids_csv" --pauses 3 "$@" || status=$?
 elif [ -n "$limit" ]; then
     "$bin"/examples/limitgen --limit "$limit" --targets "$targets_csv" "$@" || status=$?
 else

@@ -10,6 +10,14 @@
 //! and fail the run too: with the default 10 s wait there should be none. Last, the first
 //! key is sent to every instance with another body, which each must answer 422.
 //!
+//! `--pause-pids PID,PID,.. --pauses N` pauses the instances in turn during the load, N times
+//! (SIGSTOP for `--pause-ms`, 1,500 by default, then SIGCONT), 500 ms after the load starts
+//! and 500 ms apart: run the instances with a watchdog lease under the pause, and each pause
+//! makes their handlers lose their leases mid-payment. A copy answered 503 is sent again
+//! (up to 5 times, 200 ms apart), as a client retries; with pauses, two copies of a key may
+//! say they ran (the paused one and the one that took over, which answered the same
+//! payment), so only the charges and the answers' equality are checked then.
+//!
 //! Prints a short report and, last, one JSON line. Exits 1 if a check failed or a request
 //! did (no answer, or an answer other than the payment's 201, a replay or a 409).
 //!
@@ -23,7 +31,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -53,6 +61,10 @@ struct Settings {
     concurrency: usize,
     work_ms: u64,
     run: String,
+    /// The instances' process ids, `--pauses` times paused for `--pause-ms` in turn.
+    pause_pids: Vec<u32>,
+    pauses: usize,
+    pause_ms: u64,
 }
 
 /// One payment: its tenant, its idempotency key and its body.
@@ -88,12 +100,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let http: Http = Client::builder(TokioExecutor::new()).build_http();
 
     let started = Instant::now();
+    let pausing = tokio::spawn(pause_instances(settings.clone()));
     let answers = send_all(&http, &settings).await;
     let elapsed = started.elapsed();
+    LOADED.store(true, Ordering::SeqCst);
+    // Waits for a pause under way to end: an instance is never left stopped.
+    let paused = pausing.await.expect("the pauses");
     let executions = executions(&settings).await?;
     let reused = reuse_first_key(&http, &settings).await;
 
-    let mut report = Report::default();
+    let mut report = Report {
+        replays_checked: settings.pauses == 0,
+        ..Report::default()
+    };
     for (i, (copies, executed)) in answers.iter().zip(&executions).enumerate() {
         report.add(i, copies, *executed);
     }
@@ -117,7 +136,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         elapsed.as_secs_f64()
     );
     println!(
-        "  handler runs per key    once {}, more {}, never {}",
+        "  charges per key         once {}, more {}, never {}",
         report.once, report.more, report.never
     );
     println!("  copies that differ      {} keys", report.differing);
@@ -126,6 +145,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         report.replayed, report.replays_wrong
     );
     println!("  409 (waited too long)   {}", report.in_progress);
+    println!("  instances paused        {paused} times past their lease, mid-load");
     println!(
         "  key reused, other body  422 from {} of {} instances",
         reused,
@@ -148,6 +168,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "tenants": settings.tenants,
             "executed_once": report.once,
             "executed_more": report.more,
+            "paused": paused,
             "never_executed": report.never,
             "differing_keys": report.differing,
             "replayed": report.replayed,
@@ -203,8 +224,62 @@ async fn send_all(http: &Http, settings: &Arc<Settings>) -> Vec<Vec<Result<Answe
     answers
 }
 
-/// Sends one copy of `payment` with `body` to `target`.
+/// Set when the load is sent: no pause starts after it.
+static LOADED: AtomicBool = AtomicBool::new(false);
+
+/// Pauses the instances in turn, `pauses` times or until the load is sent: each pause
+/// stops one for `pause_ms`; returns how many were made.
+async fn pause_instances(settings: Arc<Settings>) -> usize {
+    let mut paused = 0;
+    for i in 0..settings.pauses {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if LOADED.load(Ordering::SeqCst) {
+            break;
+        }
+        let pid = settings.pause_pids[i % settings.pause_pids.len()].to_string();
+        let pause = Duration::from_millis(settings.pause_ms);
+        let stopped = tokio::task::spawn_blocking(move || {
+            let signal = |name: &str| {
+                std::process::Command::new("kill")
+                    .args([name, &pid])
+                    .status()
+                    .is_ok_and(|status| status.success())
+            };
+            let stopped = signal("-STOP");
+            std::thread::sleep(pause);
+            signal("-CONT") && stopped
+        });
+        if stopped.await.unwrap_or(false) {
+            paused += 1;
+        }
+    }
+    paused
+}
+
+/// Sends one copy of `payment` with `body` to `target`, again while it is answered 503 (an
+/// instance paused past its lease tells its client to retry), as a client would.
 async fn post(
+    http: &Http,
+    target: &str,
+    payment: &Payment,
+    body: String,
+    work_ms: u64,
+) -> Result<Answer, String> {
+    let mut tries = 0;
+    loop {
+        let answer = post_once(http, target, payment, body.clone(), work_ms).await;
+        tries += 1;
+        match answer {
+            Ok(answer) if answer.status == 503 && tries < 5 => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// Sends one copy of `payment` with `body` to `target`, once.
+async fn post_once(
     http: &Http,
     target: &str,
     payment: &Payment,
@@ -321,6 +396,8 @@ struct Report {
     failed: usize,
     /// What went wrong, told on stderr for the first few keys.
     told: usize,
+    /// Whether all copies but one must say they were replayed (not with pauses).
+    replays_checked: bool,
 }
 
 /// How many failed checks are told one by one.
@@ -370,7 +447,7 @@ impl Report {
         let replayed = answered.iter().filter(|answer| answer.replayed).count();
         self.replayed += replayed;
         // Of the copies answered, all but the one that ran say they were replayed.
-        if !answered.is_empty() && replayed != answered.len() - 1 {
+        if self.replays_checked && !answered.is_empty() && replayed != answered.len() - 1 {
             let answers = answered.len();
             self.tell(format!(
                 "key {i}: {replayed} of {answers} answers say they were replayed"
@@ -399,6 +476,9 @@ fn parse() -> Result<Settings, String> {
         concurrency: 32,
         work_ms: 10,
         run: format!("run{:08x}", rand::random::<u32>()),
+        pause_pids: Vec::new(),
+        pauses: 0,
+        pause_ms: 1_500,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -421,11 +501,22 @@ fn parse() -> Result<Settings, String> {
             "--concurrency" => settings.concurrency = number()?,
             "--work-ms" => settings.work_ms = number()? as u64,
             "--run" => settings.run = value.clone(),
+            "--pause-pids" => {
+                let pids = value.split(',').map(|pid| pid.parse::<u32>());
+                settings.pause_pids = pids
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| format!("{flag}: not process ids"))?;
+            }
+            "--pauses" => settings.pauses = number()?,
+            "--pause-ms" => settings.pause_ms = number()? as u64,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
     if settings.redis.is_empty() {
         settings.redis.push("redis://127.0.0.1:6379".into());
+    }
+    if settings.pauses > 0 && settings.pause_pids.is_empty() {
+        return Err("--pauses needs --pause-pids".into());
     }
     if settings.targets.is_empty()
         || settings.keys == 0
