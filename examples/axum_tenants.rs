@@ -39,7 +39,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusBuilder;
-use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Value as RedisValue};
@@ -64,14 +64,26 @@ struct App {
 /// The tenants' data: on the one Redis, or on the cluster.
 #[derive(Clone)]
 enum Data {
-    Server(MultiplexedConnection),
+    /// A pool, which opens a new connection when Redis restarted (a multiplexed connection
+    /// alone stays broken).
+    Server(deadpool_redis::Pool),
     Cluster(ClusterConnection),
+}
+
+/// A pooled connection, or why none could be had, as Redis's error.
+async fn pooled(pool: &deadpool_redis::Pool) -> redis::RedisResult<deadpool_redis::Connection> {
+    pool.get().await.map_err(|err| match err {
+        deadpool_redis::PoolError::Backend(err) => err,
+        other => std::io::Error::other(other.to_string()).into(),
+    })
 }
 
 impl ConnectionLike for Data {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, RedisValue> {
         match self {
-            Self::Server(conn) => conn.req_packed_command(cmd),
+            Self::Server(pool) => {
+                Box::pin(async move { pooled(pool).await?.req_packed_command(cmd).await })
+            }
             Self::Cluster(conn) => conn.req_packed_command(cmd),
         }
     }
@@ -83,7 +95,12 @@ impl ConnectionLike for Data {
         count: usize,
     ) -> RedisFuture<'a, Vec<RedisValue>> {
         match self {
-            Self::Server(conn) => conn.req_packed_commands(cmd, offset, count),
+            Self::Server(pool) => Box::pin(async move {
+                pooled(pool)
+                    .await?
+                    .req_packed_commands(cmd, offset, count)
+                    .await
+            }),
             Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
         }
     }
@@ -175,9 +192,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         let locks = LockClient::builder(&urls[0]).instance_name(&name);
         let locks = with_lease(locks, watchdog_lease).build().await?;
-        let data = redis::Client::open(urls[0].as_str())?
-            .get_multiplexed_async_connection()
-            .await?;
+        let data = deadpool_redis::Config::from_url(urls[0].as_str())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
         (locks, Data::Server(data))
     };
     let layer = LockLayer::new(

@@ -297,6 +297,21 @@ impl RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Kills the server (SIGKILL, as a crash would) and starts it again on its port from its
+    /// own files, with `extra` arguments (its persistence settings): it keeps what they kept.
+    pub fn crash_and_restart(&mut self, extra: &[&str]) {
+        self.kill();
+        let dir = self.dir.to_str().expect("a UTF-8 directory").to_owned();
+        let mut args = vec!["--dir", dir.as_str()];
+        args.extend(extra);
+        let mut restarted = Self::spawn_on(self.port, None, &args)
+            .unwrap_or_else(|err| panic!("redis-server could not restart: {err}"));
+        let unused = std::mem::replace(&mut restarted.dir, self.dir.clone());
+        let mut crashed = std::mem::replace(self, restarted);
+        // The handle of the crashed server takes the restarted one's unused directory with it.
+        crashed.dir = unused;
+    }
 }
 
 impl Drop for RedisServer {
