@@ -23,7 +23,6 @@ use http_body::Frame;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use support::cluster::RedisCluster;
-use support::logs::CapturedLogs;
 use support::{RedisServer, client, client_with_lease, eventually};
 use tokio::sync::Notify;
 use tower::{Layer, ServiceExt};
@@ -380,40 +379,6 @@ async fn redis_down_fails_closed_by_default_and_open_runs_unguarded() {
     let ran = send(&open, "/orders", "acme", Some("d"), "{}").await;
     assert_eq!((ran.status, ran.replayed), (StatusCode::CREATED, false));
     assert_eq!(handlers.runs(), 1, "fail open runs the request");
-}
-
-#[tokio::test]
-async fn the_layer_warns_once_by_name_when_redis_would_lose_its_records_on_a_restart() {
-    for (persistence, warned) in [
-        (&["--appendonly", "no", "--save", ""][..], true),
-        (&["--appendonly", "no", "--save", "3600 1"][..], true),
-        (&["--appendonly", "yes"][..], false),
-    ] {
-        let logs = CapturedLogs::start();
-        let server = RedisServer::start_with(persistence);
-        let locks = client(&server).await;
-        let handlers = Handlers::default();
-        let app = handlers.router(layer(&locks));
-        for key in ["w-1", "w-2"] {
-            let answer = send(&app, "/orders", "acme", Some(key), "{}").await;
-            assert_eq!(answer.status, StatusCode::CREATED);
-        }
-        let looked = eventually(SLACK, || !logs.lines_with("idempotency records").is_empty()).await;
-        assert!(
-            looked,
-            "{persistence:?}: no word on the records: {:?}",
-            logs.lines()
-        );
-        let warnings = logs.lines_with("would not survive a restart");
-        assert_eq!(
-            warnings.len(),
-            usize::from(warned),
-            "{persistence:?}: {warnings:?}"
-        );
-        if warned {
-            assert!(warnings[0].contains("appendonly=no"), "{warnings:?}");
-        }
-    }
 }
 
 #[tokio::test]

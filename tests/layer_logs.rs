@@ -1,6 +1,8 @@
 //! What the layer and the client log, read from captured log lines: a warning for keyless
 //! requests once per route, rejections one line per kind and second, keys cut to a bounded
-//! length, and the restart quarantine's start and end.
+//! length, the restart quarantine's start and end, a single-server client given a Redis
+//! Cluster node (answered 500 and told once at ERROR), and the idempotency layer's word on
+//! whether Redis keeps its records.
 
 mod support;
 
@@ -8,12 +10,13 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
+use support::cluster::RedisCluster;
 use support::logs::CapturedLogs;
-use support::{RedisServer, client_on_silent_port, eventually, free_port};
+use support::{RedisServer, client, client_on_silent_port, eventually, free_port};
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt, service_fn};
 use tower_redis_lock::layer::{OnMissingKey, RejectionKind};
-use tower_redis_lock::{ErrorKind, HeaderKey, LockClient, LockLayer};
+use tower_redis_lock::{ErrorKind, HeaderKey, IdempotencyLayer, LockClient, LockLayer};
 
 type Http = BoxCloneSyncService<Request<String>, Response<String>, Infallible>;
 
@@ -161,7 +164,8 @@ async fn a_restart_quarantine_is_logged_and_answered_with_its_own_kind() {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         response.body(),
-        "lock service recovering from a loss of its data for [globex]; retry later\n"
+        "lock service recovering from a possible loss of its data (a new or restarted Redis: its \
+         restart quarantine) for [globex]; retry later\n"
     );
     // Retry-After tells the quarantine's end as the client knows it, not the 1 s default.
     let retry_after: u64 = response.headers()["retry-after"]
@@ -190,4 +194,72 @@ async fn a_restart_quarantine_is_logged_and_answered_with_its_own_kind() {
             .len(),
         1
     );
+}
+
+#[tokio::test]
+async fn behind_the_layer_a_single_server_client_of_a_cluster_node_is_a_500_logged_once() {
+    let logs = CapturedLogs::start();
+    let cluster = RedisCluster::start(3);
+    let url = format!("redis://127.0.0.1:{}", cluster.masters()[0]);
+    let locks = LockClient::connect(&url).await.expect("built");
+    let service: Http = BoxCloneSyncService::new(
+        LockLayer::new(locks, HeaderKey::new("x-tenant-id")).layer(ok_handler()),
+    );
+    for tenant in ["acme", "globex", "initech"] {
+        let response = send(&service, request("/orders", Some(tenant))).await;
+        // Not a 503: no retry cures a configuration, and nothing invites one.
+        assert_eq!(
+            response.status(),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{tenant}"
+        );
+        assert!(response.headers().get("retry-after").is_none(), "{tenant}");
+        let expected = format!("lock service misconfigured for [{tenant}]\n");
+        assert_eq!(response.into_body(), expected);
+    }
+    // Told once at ERROR (the layer's own INFO line for each rejection aside).
+    let told: Vec<String> = logs
+        .lines_with("is a node of a Redis Cluster")
+        .into_iter()
+        .filter(|line| line.contains(" ERROR "))
+        .collect();
+    assert_eq!(told.len(), 1, "{:?}", logs.lines());
+    assert!(told[0].contains("builder_cluster"), "{told:?}");
+}
+
+#[tokio::test]
+async fn the_idempotency_layer_warns_once_by_name_when_redis_would_lose_its_records() {
+    for (persistence, warned) in [
+        (&["--appendonly", "no", "--save", ""][..], true),
+        (&["--appendonly", "no", "--save", "3600 1"][..], true),
+        (&["--appendonly", "yes"][..], false),
+    ] {
+        let logs = CapturedLogs::start();
+        let server = RedisServer::start_with(persistence);
+        let locks = client(&server).await;
+        let layer = IdempotencyLayer::new(locks).scope(HeaderKey::new("x-tenant-id"));
+        let app = axum::Router::new()
+            .route("/orders", axum::routing::post(|| async { "ordered" }))
+            .layer(layer);
+        for key in ["w-1", "w-2"] {
+            let request = http::Request::post("/orders")
+                .header("x-tenant-id", "acme")
+                .header("idempotency-key", key)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let response = app.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+        }
+        let looked = eventually(SLACK, || !logs.lines_with("idempotency records").is_empty()).await;
+        assert!(looked, "{persistence:?}: no word: {:?}", logs.lines());
+        let warnings = logs.lines_with("would not survive a restart");
+        assert_eq!(
+            warnings.len(),
+            usize::from(warned),
+            "{persistence:?}: {warnings:?}"
+        );
+        if warned {
+            assert!(warnings[0].contains("appendonly=no"), "{warnings:?}");
+        }
+    }
 }

@@ -183,6 +183,7 @@ const COUNTER_SERIES: [(&str, &str, &[&str]); 6] = [
             "idempotency_in_progress",
             "response_not_stored",
             "idempotency_outcome_unknown",
+            "misconfigured",
         ],
     ),
     (

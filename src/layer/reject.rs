@@ -69,6 +69,7 @@ impl Rejection {
             ErrorKind::Timeout => RejectionKind::Timeout,
             ErrorKind::RestartQuarantine => RejectionKind::RestartQuarantine,
             ErrorKind::PermitsMismatch => RejectionKind::PermitsMismatch,
+            ErrorKind::InvalidConfig => RejectionKind::Misconfigured,
             _ => RejectionKind::RedisUnavailable,
         };
         // A restart quarantine's end, which Redis told, over the policy's guess.
@@ -126,9 +127,11 @@ impl Rejection {
             RejectionKind::InvalidKey => format!("invalid lock key: {}", self.detail),
             RejectionKind::TooManyKeys => format!("too many lock keys: {}", self.detail),
             RejectionKind::ShutDown => format!("lock service shutting down{keys}; retry later"),
-            RejectionKind::RestartQuarantine => {
-                format!("lock service recovering from a loss of its data{keys}; retry later")
-            }
+            RejectionKind::RestartQuarantine => format!(
+                "lock service recovering from a possible loss of its data (a new or restarted \
+                 Redis: its restart quarantine){keys}; retry later"
+            ),
+            RejectionKind::Misconfigured => format!("lock service misconfigured{keys}"),
             RejectionKind::PermitsMismatch => {
                 format!("concurrency limit configured differently across instances{keys}")
             }
@@ -167,7 +170,8 @@ impl Rejection {
     }
 
     /// The HTTP status of the default answer: 503 for what a retry may cure, 400 for bad
-    /// keys, 500 for instances that disagree on a limit and for a response too large to
+    /// keys, 500 for a client configured wrongly for its Redis, for instances that disagree
+    /// on a limit and for a response too large to
     /// store and for an idempotent request whose earlier attempt ended without an outcome
     /// (the server's fault, not the client's), 413 for a body over the bound, and as the
     /// idempotency draft asks, 422 for a reused idempotency key and 409 (with `Retry-After`)
@@ -176,7 +180,8 @@ impl Rejection {
         match self.kind {
             RejectionKind::PermitsMismatch
             | RejectionKind::ResponseNotStored
-            | RejectionKind::IdempotencyOutcomeUnknown => StatusCode::INTERNAL_SERVER_ERROR,
+            | RejectionKind::IdempotencyOutcomeUnknown
+            | RejectionKind::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
             RejectionKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             RejectionKind::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             RejectionKind::IdempotencyInProgress => StatusCode::CONFLICT,
@@ -188,14 +193,16 @@ impl Rejection {
     /// The gRPC status code of the default answer: `UNAVAILABLE` (14), `ABORTED` (10) for a
     /// lost lease and for an idempotent request still running, `INVALID_ARGUMENT` (3) for
     /// bad keys and a reused idempotency key, `RESOURCE_EXHAUSTED` (8) for a body over the
-    /// bound, `INTERNAL` (13) for instances that disagree on a limit and a response not
-    /// stored, `UNKNOWN` (2) for an idempotent request whose earlier attempt ended without
+    /// bound, `INTERNAL` (13) for a misconfigured client, instances that disagree on a
+    /// limit and a response not stored, `UNKNOWN` (2) for an idempotent request whose earlier attempt ended without
     /// an outcome.
     pub fn grpc_code(&self) -> u16 {
         match self.kind {
             RejectionKind::IdempotencyOutcomeUnknown => 2,
             RejectionKind::LeaseLost | RejectionKind::IdempotencyInProgress => 10,
-            RejectionKind::PermitsMismatch | RejectionKind::ResponseNotStored => 13,
+            RejectionKind::PermitsMismatch
+            | RejectionKind::ResponseNotStored
+            | RejectionKind::Misconfigured => 13,
             RejectionKind::BodyTooLarge => 8,
             _ if self.retry_after().is_some() => 14,
             _ => 3,
@@ -451,7 +458,7 @@ mod tests {
         assert_eq!(answer.headers()[RETRY_AFTER], "1");
         assert_eq!(
             answer.body(),
-            r#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"lock service recovering from a loss of its data for [a\"b\\c]; retry later","kind":"restart_quarantine"}"#
+            r#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"lock service recovering from a possible loss of its data (a new or restarted Redis: its restart quarantine) for [a\"b\\c]; retry later","kind":"restart_quarantine"}"#
         );
         assert_eq!(json_string("tab\there\u{1}"), r#""tab\u0009here\u0001""#);
     }

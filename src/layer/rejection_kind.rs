@@ -47,12 +47,16 @@ pub enum RejectionKind {
     /// may have made its effect, so it is not run again
     /// ([`OnUnknownOutcome::Refuse`](crate::idempotency::OnUnknownOutcome::Refuse)).
     IdempotencyOutcomeUnknown,
+    /// The lock client is configured wrongly for its Redis (a single-server client given a
+    /// node of a Redis Cluster): no retry can help until the configuration is fixed, and the
+    /// client logs the error once.
+    Misconfigured,
 }
 
 impl RejectionKind {
     /// Every kind, for the metric series started at 0 when a client starts.
     #[cfg(feature = "metrics")]
-    pub(crate) const ALL: [Self; 16] = [
+    pub(crate) const ALL: [Self; 17] = [
         Self::Timeout,
         Self::RedisUnavailable,
         Self::LeaseLost,
@@ -69,13 +73,15 @@ impl RejectionKind {
         Self::IdempotencyInProgress,
         Self::ResponseNotStored,
         Self::IdempotencyOutcomeUnknown,
+        Self::Misconfigured,
     ];
 
     /// A short name, for logs, metrics and the `kind` member of a problem+json answer:
     /// `timeout`, `redis_unavailable`, `lease_lost`, `missing_key`, `invalid_key`,
     /// `too_many_keys`, `shut_down`, `restart_quarantine`, `permits_mismatch`,
     /// `body_too_large`, `body_unreadable`, `invalid_idempotency_key`, `idempotency_key_reused`,
-    /// `idempotency_in_progress`, `response_not_stored` or `idempotency_outcome_unknown`.
+    /// `idempotency_in_progress`, `response_not_stored`, `idempotency_outcome_unknown` or
+    /// `misconfigured`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Timeout => "timeout",
@@ -94,6 +100,7 @@ impl RejectionKind {
             Self::IdempotencyInProgress => "idempotency_in_progress",
             Self::ResponseNotStored => "response_not_stored",
             Self::IdempotencyOutcomeUnknown => "idempotency_outcome_unknown",
+            Self::Misconfigured => "misconfigured",
         }
     }
 }
@@ -124,6 +131,7 @@ mod tests {
             IdempotencyInProgress,
             ResponseNotStored,
             IdempotencyOutcomeUnknown,
+            Misconfigured,
         ];
         for kind in every {
             match kind {
@@ -142,7 +150,8 @@ mod tests {
                 | IdempotencyKeyReused
                 | IdempotencyInProgress
                 | ResponseNotStored
-                | IdempotencyOutcomeUnknown => {}
+                | IdempotencyOutcomeUnknown
+                | Misconfigured => {}
             }
         }
         let listed: HashSet<&str> = RejectionKind::ALL.map(RejectionKind::as_str).into();

@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -104,6 +104,9 @@ pub(crate) struct Connections {
     shards: Vec<Shard>,
     /// Commands and scripts sent, for [`crate::LockClient::round_trips`].
     sent: AtomicU64,
+    /// Whether the client was told at ERROR that its server is a cluster node: once, since a
+    /// layer answers the error 500 and says no more.
+    told_cluster_node: AtomicBool,
 }
 
 struct Shard {
@@ -164,6 +167,7 @@ impl Connections {
             source,
             command_timeout,
             sent: AtomicU64::new(0),
+            told_cluster_node: AtomicBool::new(false),
         }
     }
 
@@ -228,7 +232,7 @@ impl Connections {
                     // listing: refused before any command, whichever the operation.
                     self.note_sent();
                     if is_cluster_node(&mut shared).await? {
-                        return Err(cluster_node_error(url));
+                        return Err(self.cluster_node_error(url));
                     }
                     Checkout {
                         shared: Conn::Server(shared),
@@ -323,9 +327,18 @@ impl Connections {
     /// `INFO cluster` said.
     pub(crate) fn error_of(&self, err: redis::RedisError) -> LockError {
         match &self.source {
-            Source::Pool { url, .. } if is_cluster_answer(&err) => cluster_node_error(url),
+            Source::Pool { url, .. } if is_cluster_answer(&err) => self.cluster_node_error(url),
             _ => LockError::from(err),
         }
+    }
+
+    /// [`cluster_node_error`], logged at ERROR the first time.
+    fn cluster_node_error(&self, url: &str) -> LockError {
+        let error = cluster_node_error(url);
+        if !self.told_cluster_node.swap(true, Ordering::Relaxed) {
+            tracing::error!(%error, "the lock client is configured for one server, not a cluster");
+        }
+        error
     }
 }
 
