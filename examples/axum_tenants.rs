@@ -26,9 +26,12 @@
 //! see `axum_tenants/payments.rs`, and `./scripts/demo.sh --idempotent`. For the tests that
 //! pause and kill instances: `--watchdog-lease-ms` (the client's watchdog lease, renewed
 //! every third of it), `--idempotency-wait-ms` (how long a duplicate waits for the first),
-//! `--idempotency-ttl-ms` (how long a response is kept) and `--payments-commit no` (the
-//! charge made without `IdempotencyContext::commit`, under the layer's at-most-once default).
+//! `--idempotency-ttl-ms` (how long a response is kept), `--payments-commit no` (the charge
+//! made without `IdempotencyContext::commit`, under the layer's at-most-once default) and
+//! `--payments-sql PATH` (the charge made in SQLite, the key in the same transaction).
 
+#[path = "axum_tenants/ledger.rs"]
+mod ledger;
 #[path = "axum_tenants/payments.rs"]
 mod payments;
 
@@ -170,7 +173,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--watchdog-lease-ms" => watchdog_lease = Some(millis(&value)?),
             "--idempotency-wait-ms" => idempotency.wait = Some(millis(&value)?),
             "--idempotency-ttl-ms" => idempotency.ttl = Some(millis(&value)?),
-            "--payments-commit" => idempotency.commit = value != "no",
+            "--payments-commit" if value == "no" => idempotency.charge = payments::Charge::Plain,
+            "--payments-commit" => idempotency.charge = payments::Charge::Commit,
+            "--payments-sql" => {
+                let ledger = ledger::Ledger::open(value.into())?;
+                idempotency.charge = payments::Charge::Sql(ledger);
+            }
             _ => return Err(format!("unknown option {flag}").into()),
         }
     }

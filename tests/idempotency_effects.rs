@@ -7,7 +7,8 @@
 //! The example's handler commits its charge with the key's outcome
 //! (`IdempotencyContext::commit`) under `OnUnknownOutcome::RunAgain`; with
 //! `--payments-commit no` it charges with a plain write under the layer's default,
-//! `OnUnknownOutcome::Refuse`. Either way each key must be charged once. Each pause is made
+//! `OnUnknownOutcome::Refuse`; with `--payments-sql PATH` it charges in SQLite with the key in
+//! the same transaction, under `RunAgain`. Each way each key must be charged once. Each pause is made
 //! where the handler stands by the counts it leaves in Redis: a run counted and a long wait
 //! before the charge, or the charge counted and a long wait after it. Last, Redis itself
 //! crashes mid-load and restarts from its append-only file (`appendfsync always`): no key is
@@ -49,7 +50,7 @@ async fn pause_past_lease(instance: &Instance, lock: &Lock) {
 
 /// Sends `key` to each instance once more: every copy must be `expected`, replayed.
 async fn assert_every_copy_replays(
-    instances: &[Instance],
+    instances: &[&Instance],
     key: &str,
     body: &str,
     expected: &Answer,
@@ -95,7 +96,7 @@ async fn give_up_after_the_charge_then_retry(
     assert_eq!(retry.json()["execution"], 1, "{key}: {retry:?}");
     assert_eq!(counters.charges("acme", key), 1, "{key}: charged twice");
     assert_eq!(counters.runs("acme", key), 1, "{key}");
-    assert_every_copy_replays(instances, key, &body, &retry).await;
+    assert_every_copy_replays(&instances.iter().collect::<Vec<_>>(), key, &body, &retry).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,7 +147,7 @@ async fn pause_before_the_charge(
     assert_eq!(counters.charges("acme", key), 1, "charged twice");
     let stored = records.get(&scope, key).await.unwrap();
     assert_eq!(stored.expect("stored").body(), Some(&retry.body));
-    assert_every_copy_replays(&[a, b, c], key, &body, &retry).await;
+    assert_every_copy_replays(&[&a, &b, &c], key, &body, &retry).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,6 +171,7 @@ async fn on_a_cluster_too_an_instance_paused_before_its_charge_charges_nothing()
     let counters = Counters {
         store: Store::Cluster(&cluster),
         records: &records,
+        ledger: None,
     };
     let args: Vec<&str> = LEASE.to_vec();
     let instances = ["a", "b", "c"].map(|name| Instance::start_on_cluster(&cluster, name, &args));
@@ -225,7 +227,67 @@ async fn an_instance_paused_past_its_lease_after_its_charge_has_its_retry_answer
     let late = late.await.unwrap().expect("the paused instance answers");
     assert_eq!((late.status, &late.body), (201, &retry.body), "{late:?}");
     assert_eq!(counters.charges("acme", "k-after"), 1, "charged twice");
-    assert_every_copy_replays(&[a, b, c], "k-after", &body, &retry).await;
+    assert_every_copy_replays(&[&a, &b, &c], "k-after", &body, &retry).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_key_in_the_sql_transaction_a_paused_attempt_is_charged_once_either_way() {
+    let server = RedisServer::start();
+    let dir = std::env::temp_dir().join(format!("ledger-{}", rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("payments.sqlite");
+    let sql = ["--payments-sql", path.to_str().unwrap()];
+    let [a, b, c] = three_instances(&server, &sql);
+    let records = IdempotencyRecords::new(client(&server).await, "");
+    let counters = Counters {
+        ledger: Some(path.clone()),
+        ..Counters::on(&server, &records)
+    };
+    let scope = ["acme".to_owned()];
+    let body = payment(1100);
+    let after = Timing {
+        work_ms: 0,
+        after_charge_ms: WAIT_AT_PAUSE_MS,
+    };
+
+    // Paused before the charge (a run counted) and after it (the ledger's row written).
+    for (key, timing, charged) in [
+        ("k-sql-before", Timing::work(WAIT_AT_PAUSE_MS), false),
+        ("k-sql-after", after, true),
+    ] {
+        let lock = records.lock(&scope, key).unwrap();
+        let url = a.url.clone();
+        let late = tokio::spawn({
+            let body = body.clone();
+            async move { pay(&url, "acme", key, &body, timing).await }
+        });
+        if charged {
+            counters.until_charged("acme", key).await;
+        } else {
+            counters.until_runs("acme", key, 1).await;
+        }
+        pause_past_lease(&a, &lock).await;
+
+        // The retry runs again (the handler keeps its charge to once): it charges in the
+        // paused one's place, or finds its charge and answers from it.
+        let retry = paid(&b.url, "acme", key, &body, Timing::default()).await;
+        assert_eq!(
+            (retry.status, retry.replayed),
+            (201, false),
+            "{key}: {retry:?}"
+        );
+        let charger = if charged { "a" } else { "b" };
+        assert_eq!(retry.json()["instance"], charger, "{key}: {retry:?}");
+        assert_eq!(counters.charges("acme", key), 1, "{key}");
+
+        // The paused one resumes: it loses its lease, charges nothing more.
+        a.signal("-CONT");
+        let late = late.await.unwrap().expect("the paused instance answers");
+        assert_eq!(late.status, 503, "{key}: a lost lease: {late:?}");
+        assert_eq!(counters.charges("acme", key), 1, "{key}: charged twice");
+        assert_every_copy_replays(&[&a, &b, &c], key, &body, &retry).await;
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,8 @@
 //! a retry of an attempt whose outcome is unknown again (`OnUnknownOutcome::RunAgain`).
 //! `--payments-commit no` charges with a plain `INCR` instead, under the layer's default
 //! (`OnUnknownOutcome::Refuse`: such a retry is answered 500, at most once).
+//! `--payments-sql PATH` charges in SQLite instead (`axum_tenants/ledger.rs`): a ledger row
+//! and the key's row in one transaction, the key unique, under `OnUnknownOutcome::RunAgain`.
 //!
 //! The handler counts its runs per key (`INCR payments:runs:<tag>`) before it works
 //! `x-work-ms` and charges, and waits `x-after-charge-ms` after the charge: a test pauses or
@@ -40,33 +42,35 @@ use tower_redis_lock::{
 };
 
 use crate::Data;
+use crate::ledger::{Charged, Ledger, Payment};
 
 /// The layer's settings the command line may change (`--idempotency-wait-ms`,
-/// `--idempotency-ttl-ms`); the library's defaults otherwise (10 s, 24 h). `--payments-commit
-/// no` turns `commit` off.
-#[derive(Debug)]
+/// `--idempotency-ttl-ms`); the library's defaults otherwise (10 s, 24 h). And how the
+/// handler charges (`--payments-commit no`, `--payments-sql PATH`).
+#[derive(Debug, Default)]
 pub(crate) struct Idempotency {
     pub(crate) wait: Option<Duration>,
     pub(crate) ttl: Option<Duration>,
-    pub(crate) commit: bool,
+    pub(crate) charge: Charge,
 }
 
-impl Default for Idempotency {
-    fn default() -> Self {
-        Self {
-            wait: None,
-            ttl: None,
-            commit: true,
-        }
-    }
+/// How the handler charges.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Charge {
+    /// In Redis, committed with the key's outcome (`IdempotencyContext::commit`).
+    #[default]
+    Commit,
+    /// In Redis, with a plain `INCR`: the layer's at-most-once default keeps it to once.
+    Plain,
+    /// In SQL, with the key in the same transaction.
+    Sql(Ledger),
 }
 
 #[derive(Clone)]
 struct Payments {
     instance: String,
     data: Data,
-    /// Whether the charge is committed with the key's outcome.
-    commit: bool,
+    charge: Charge,
 }
 
 /// The `/payments` route behind its idempotency layer. A request without a key or without a
@@ -80,9 +84,9 @@ pub(crate) fn router(
     let mut layer = IdempotencyLayer::new(locks)
         .scope(HeaderKey::new("x-tenant-id"))
         .on_missing_key(OnMissingKey::Reject);
-    if idem.commit {
-        // The handler keeps its charge to once itself: a retry of an attempt that charged
-        // nothing may charge.
+    if !matches!(idem.charge, Charge::Plain) {
+        // The handler keeps its charge to once itself: a retry of an attempt whose outcome
+        // is unknown may run.
         layer = layer.on_unknown_outcome(OnUnknownOutcome::RunAgain);
     }
     if let Some(wait) = idem.wait {
@@ -96,7 +100,7 @@ pub(crate) fn router(
         .with_state(Payments {
             instance,
             data,
-            commit: idem.commit,
+            charge: idem.charge.clone(),
         })
         .layer(layer)
 }
@@ -152,20 +156,39 @@ async fn create_payment(
         "execution": execution,
     });
     let answer = Bytes::from(answer.to_string());
-    let charge = GuardedWrites::new().command("INCR", &charges_key(tag), [] as [&str; 0]);
-    if app.commit {
-        match idem.commit(charge, answer.clone()).await {
-            Ok(true) => {}
-            // The lock was lost (a pause past the lease): nothing was charged, and a retry
-            // may charge in this attempt's place.
-            Ok(false) => {
-                let lost = "the payment's lock was lost; nothing was charged";
-                return (StatusCode::SERVICE_UNAVAILABLE, lost).into_response();
+    let unavailable = |err: String| (StatusCode::SERVICE_UNAVAILABLE, err).into_response();
+    match &app.charge {
+        Charge::Commit => {
+            let charge = GuardedWrites::new().command("INCR", &charges_key(tag), [] as [&str; 0]);
+            match idem.commit(charge, answer.clone()).await {
+                Ok(true) => {}
+                // The lock was lost (a pause past the lease): nothing was charged, and a
+                // retry may charge in this attempt's place.
+                Ok(false) => {
+                    return unavailable("the payment's lock was lost; nothing was charged".into());
+                }
+                Err(err) => return unavailable(err.to_string()),
             }
-            Err(err) => return (StatusCode::SERVICE_UNAVAILABLE, err.to_string()).into_response(),
         }
-    } else if let Err(err) = data.incr::<_, _, u64>(charges_key(tag), 1_u64).await {
-        return (StatusCode::SERVICE_UNAVAILABLE, err.to_string()).into_response();
+        Charge::Plain => {
+            if let Err(err) = data.incr::<_, _, u64>(charges_key(tag), 1_u64).await {
+                return unavailable(err.to_string());
+            }
+        }
+        Charge::Sql(ledger) => {
+            let charged = Payment {
+                tenant: idem.scope().first().map_or("", String::as_str),
+                key: idem.key(),
+                fingerprint: idem.fingerprint(),
+                amount: payment["amount"].as_i64().unwrap_or(0),
+            };
+            match ledger.charge_once(charged, answer.clone()).await {
+                Ok(Charged::Now) => {}
+                // An earlier attempt charged, and stopped before its answer was stored.
+                Ok(Charged::Before(earlier)) => return created(earlier),
+                Err(err) => return unavailable(err.to_string()),
+            }
+        }
     }
     tokio::time::sleep(millis("x-after-charge-ms")).await;
     created(answer)

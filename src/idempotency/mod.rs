@@ -97,9 +97,11 @@
 //! }
 //! ```
 //!
-//! `examples/axum_tenants/payments.rs` is such a payment; `tests/idempotency_effects.rs`
-//! pauses its instances (SIGSTOP) past their lease before and after the charge, and has its
-//! clients give up mid-handler, and each key is charged once.
+//! `examples/axum_tenants/payments.rs` is such a payment, and `axum_tenants/ledger.rs` the
+//! SQL recipe on SQLite (a ledger row and the key's row, unique, in one `BEGIN IMMEDIATE`
+//! transaction; the key's row found means: answer from it). `tests/idempotency_effects.rs`
+//! pauses their instances (SIGSTOP) past their lease before and after the charge, has their
+//! clients give up mid-handler, and crashes Redis mid-load, and each key is charged once.
 //!
 //! # What the records rest on
 //!

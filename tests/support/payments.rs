@@ -3,6 +3,7 @@
 //! Redis (its runs and its charges per key, under the tag of the key's record).
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -169,6 +170,8 @@ pub async fn paid(target: &str, tenant: &str, key: &str, body: &str, timing: Tim
 pub struct Counters<'a> {
     pub store: Store<'a>,
     pub records: &'a IdempotencyRecords,
+    /// The SQLite ledger of instances started with `--payments-sql`: their charges.
+    pub ledger: Option<PathBuf>,
 }
 
 /// Where the handler's counters are: one server, or a cluster.
@@ -184,6 +187,7 @@ impl<'a> Counters<'a> {
         Self {
             store: Store::Server(server),
             records,
+            ledger: None,
         }
     }
 
@@ -205,7 +209,18 @@ impl<'a> Counters<'a> {
 
     /// How often `key` of `tenant` was charged: more than 1 is a double charge.
     pub fn charges(&self, tenant: &str, key: &str) -> u64 {
-        self.read("charges", tenant, key)
+        let Some(ledger) = &self.ledger else {
+            return self.read("charges", tenant, key);
+        };
+        let Ok(ledger) = rusqlite::Connection::open(ledger) else {
+            return 0;
+        };
+        let count = "SELECT COUNT(*) FROM ledger WHERE tenant = ?1 AND payment_key = ?2";
+        // No table yet (no instance made it) is no charge.
+        let rows: i64 = ledger
+            .query_row(count, [tenant, key], |row| row.get(0))
+            .unwrap_or(0);
+        rows.try_into().expect("a count")
     }
 
     /// Waits (polling Redis) until the handler started `runs` times for `key`.
