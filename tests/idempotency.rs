@@ -27,7 +27,7 @@ use support::{RedisServer, client, client_with_lease, eventually};
 use tokio::sync::Notify;
 use tower::{Layer, ServiceExt};
 use tower_redis_lock::idempotency::{
-    IdempotencyRecords, KeyRecord, OnUnknownOutcome, REPLAYED_HEADER,
+    BodyComparison, IdempotencyRecords, KeyRecord, OnUnknownOutcome, REPLAYED_HEADER, StoredAnswers,
 };
 use tower_redis_lock::layer::{OnMissingKey, OnRedisUnavailable};
 use tower_redis_lock::{HeaderKey, IdempotencyLayer, LockClient};
@@ -55,6 +55,7 @@ impl Handlers {
             .route("/orders", post(create_order))
             .route("/slow", post(slow_order))
             .route("/failing", post(failing_order))
+            .route("/refusing", post(refused_order))
             .route("/big", post(big_report))
             .with_state(self.clone())
             .layer(layer)
@@ -84,6 +85,11 @@ async fn slow_order(State(handlers): State<Handlers>) -> String {
 async fn failing_order(State(handlers): State<Handlers>) -> StatusCode {
     handlers.runs.fetch_add(1, Ordering::SeqCst);
     StatusCode::SERVICE_UNAVAILABLE
+}
+
+async fn refused_order(State(handlers): State<Handlers>) -> StatusCode {
+    handlers.runs.fetch_add(1, Ordering::SeqCst);
+    StatusCode::BAD_REQUEST
 }
 
 async fn big_report(State(handlers): State<Handlers>) -> Vec<u8> {
@@ -379,6 +385,48 @@ async fn redis_down_fails_closed_by_default_and_open_runs_unguarded() {
     let ran = send(&open, "/orders", "acme", Some("d"), "{}").await;
     assert_eq!((ran.status, ran.replayed), (StatusCode::CREATED, false));
     assert_eq!(handlers.runs(), 1, "fail open runs the request");
+}
+
+#[tokio::test]
+async fn what_is_stored_and_how_bodies_compare_are_settings() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+
+    // A handler's 400 is kept by default, and not when only successes are.
+    let handlers = Handlers::default();
+    let kept = handlers.router(layer(&locks));
+    let success_only = handlers.router(layer(&locks).stored_answers(StoredAnswers::SuccessOnly));
+    for _ in 0..2 {
+        let answer = send(&kept, "/refusing", "acme", Some("bad-1"), "{}").await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    }
+    assert_eq!(handlers.runs(), 1, "the 400 was replayed");
+    for _ in 0..2 {
+        let answer = send(&success_only, "/refusing", "acme", Some("bad-2"), "{}").await;
+        assert_eq!(
+            (answer.status, answer.replayed),
+            (StatusCode::BAD_REQUEST, false)
+        );
+    }
+    assert_eq!(handlers.runs(), 3, "each 400 ran");
+
+    // The same JSON with other spacing and member order: another request byte for byte
+    // (422), the same one parsed.
+    let first = r#"{"amount":5,"currency":"EUR"}"#;
+    let spaced = "{ \"currency\": \"EUR\",\n  \"amount\": 5 }";
+    let bytes = handlers.router(layer(&locks));
+    let parsed = handlers.router(layer(&locks).body_comparison(BodyComparison::Json));
+    for (app, key, second) in [
+        (&bytes, "json-1", StatusCode::UNPROCESSABLE_ENTITY),
+        (&parsed, "json-2", StatusCode::CREATED),
+    ] {
+        let answer = send(app, "/orders", "acme", Some(key), first).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{key}");
+        let again = send(app, "/orders", "acme", Some(key), spaced).await;
+        assert_eq!(again.status, second, "{key}");
+        assert_eq!(again.replayed, second == StatusCode::CREATED, "{key}");
+    }
+    assert_eq!(handlers.runs(), 5);
 }
 
 #[tokio::test]

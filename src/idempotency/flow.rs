@@ -19,6 +19,7 @@ use super::record::{
 };
 use super::replay_body::ReplayableBody;
 use super::settings::{OnUnknownOutcome, REPLAYED_HEADER, Settings};
+use super::storable::storable;
 use crate::error::{ErrorKind, LockError};
 use crate::guard::LostSignal;
 use crate::guarded_write::GuardedWrites;
@@ -119,7 +120,7 @@ impl<R> Flow<R> {
         let (mut parts, body) = request.into_parts();
         match ReadBody::new(body, bound).await {
             Ok(data) => {
-                let fingerprint = fingerprint(&parts, &data);
+                let fingerprint = fingerprint(&parts, &data, self.settings.body_comparison);
                 parts.extensions.insert(BufferedBody::new(data.clone()));
                 let request = Request::from_parts(parts, ReqB::replay(data, None));
                 Ok((request, fingerprint))
@@ -249,7 +250,12 @@ impl<R> Flow<R> {
             }
         };
         let (parts, body) = response.into_parts();
-        if !storable(parts.status, &parts.headers, None) {
+        if !storable(
+            parts.status,
+            &parts.headers,
+            None,
+            self.settings.stored_answers,
+        ) {
             meter::idempotent(IdempotentOutcome::NotStored);
             self.forget_start(&held, &context, lock).await;
             return Ok(Response::from_parts(parts, body));
@@ -297,7 +303,12 @@ impl<R> Flow<R> {
     {
         let (kept, body, outcome) = match captured {
             Captured::Whole { data, trailers } => {
-                if !storable(parts.status, &parts.headers, trailers.as_ref()) {
+                if !storable(
+                    parts.status,
+                    &parts.headers,
+                    trailers.as_ref(),
+                    self.settings.stored_answers,
+                ) {
                     meter::idempotent(IdempotentOutcome::NotStored);
                     self.forget_start(held, context, lock).await;
                     return Ok(Response::from_parts(parts, ResB::replay(data, trailers)));
@@ -469,21 +480,6 @@ fn is_unreachable(error: &LockError) -> bool {
     matches!(error.kind(), ErrorKind::RedisUnavailable | ErrorKind::Redis)
 }
 
-/// Whether a response is kept for its duplicates. Not a server error (5xx, or a gRPC status
-/// a retry may cure: `UNKNOWN`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, `ABORTED`,
-/// `INTERNAL`, `UNAVAILABLE`, `DATA_LOSS`), and not 429: each says the request did not do
-/// its work, and a retry should run it, not be told the failure for a day. Every other
-/// answer, 4xx included, is the request's outcome and is kept.
-fn storable(status: StatusCode, headers: &HeaderMap, trailers: Option<&HeaderMap>) -> bool {
-    const RETRYABLE_GRPC: [&[u8]; 7] = [b"2", b"4", b"8", b"10", b"13", b"14", b"15"];
-    let grpc_status = trailers
-        .and_then(|trailers| trailers.get("grpc-status"))
-        .or_else(|| headers.get("grpc-status"));
-    !status.is_server_error()
-        && status != StatusCode::TOO_MANY_REQUESTS
-        && grpc_status.is_none_or(|code| !RETRYABLE_GRPC.contains(&code.as_bytes()))
-}
-
 /// The response headers the settings keep.
 fn kept_headers(headers: &HeaderMap, settings: &Settings) -> HeaderMap {
     let mut kept = HeaderMap::new();
@@ -493,24 +489,4 @@ fn kept_headers(headers: &HeaderMap, settings: &Settings) -> HeaderMap {
         }
     }
     kept
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn server_errors_and_throttling_are_not_kept_and_other_answers_are() {
-        let none = HeaderMap::new();
-        assert!(storable(StatusCode::CREATED, &none, None));
-        assert!(storable(StatusCode::UNPROCESSABLE_ENTITY, &none, None));
-        assert!(!storable(StatusCode::SERVICE_UNAVAILABLE, &none, None));
-        assert!(!storable(StatusCode::TOO_MANY_REQUESTS, &none, None));
-        let mut grpc = HeaderMap::new();
-        grpc.insert("grpc-status", HeaderValue::from_static("14"));
-        assert!(!storable(StatusCode::OK, &none, Some(&grpc)));
-        assert!(!storable(StatusCode::OK, &grpc, None));
-        grpc.insert("grpc-status", HeaderValue::from_static("5"));
-        assert!(storable(StatusCode::OK, &none, Some(&grpc)));
-    }
 }

@@ -8,7 +8,7 @@ use tower::Layer;
 
 use super::record::IdempotencyRecords;
 use super::service::IdempotencyService;
-use super::settings::{OnUnknownOutcome, Settings};
+use super::settings::{BodyComparison, OnUnknownOutcome, Settings, StoredAnswers};
 use crate::client::LockClient;
 use crate::layer::{ConstantKey, DefaultRejection, OnMissingKey, OnRedisUnavailable};
 use crate::lease::Lease;
@@ -110,6 +110,20 @@ impl<E, R> IdempotencyLayer<E, R> {
     /// once themselves ([`IdempotencyContext`](super::IdempotencyContext)).
     pub fn on_unknown_outcome(self, unknown: OnUnknownOutcome) -> Self {
         self.with_settings(|settings| settings.unknown_outcome = unknown)
+    }
+
+    /// Which answers are stored and replayed (default [`StoredAnswers::AllButServerErrors`]:
+    /// a client error too); [`StoredAnswers::SuccessOnly`] lets a retry after a 4xx run
+    /// again.
+    pub fn stored_answers(self, answers: StoredAnswers) -> Self {
+        self.with_settings(|settings| settings.stored_answers = answers)
+    }
+
+    /// How a retry's body is compared with the first one's (default
+    /// [`BodyComparison::Bytes`]); `BodyComparison::Json` (feature `json`) compares parsed
+    /// JSON, whatever its spacing and member order.
+    pub fn body_comparison(self, comparison: BodyComparison) -> Self {
+        self.with_settings(|settings| settings.body_comparison = comparison)
     }
 
     /// Longest request body the layer reads to fingerprint a request (default 1 MiB); a

@@ -116,7 +116,11 @@
 //!
 //! **What is stored.** Every response but a server error (5xx, or a gRPC status a retry may
 //! cure) and 429: those say the request did not do its work, so the layer forgets the key's
-//! start (unless its handler committed) and its retry runs again. The status, the headers
+//! start (unless its handler committed) and its retry runs again. A handler's 4xx is the
+//! request's outcome and is replayed, as payment APIs do (the draft leaves it open);
+//! [`StoredAnswers::SuccessOnly`] stores successes only. A retry is the same request when
+//! its method, path, query and body are (its fingerprint); [`BodyComparison::Json`] (feature
+//! `json`) compares a JSON body parsed, so other spacing or member order is no 422. The status, the headers
 //! the layer keeps ([`IdempotencyLayer::stored_headers`]), the body and the trailers are
 //! stored in one Redis hash beside the key's lock, in its slot on a cluster.
 //!
@@ -172,6 +176,7 @@ mod replay_body;
 mod request_key;
 mod service;
 mod settings;
+mod storable;
 
 pub use context::IdempotencyContext;
 pub use future::ResponseFuture;
@@ -181,6 +186,6 @@ pub use replay_body::ReplayableBody;
 pub use request_key::MAX_IDEMPOTENCY_KEY_LEN;
 pub use service::IdempotencyService;
 pub use settings::{
-    DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_BODY, DEFAULT_TTL, OnUnknownOutcome,
-    REPLAYED_HEADER,
+    BodyComparison, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_BODY, DEFAULT_TTL,
+    OnUnknownOutcome, REPLAYED_HEADER, StoredAnswers,
 };

@@ -38,6 +38,36 @@ pub enum OnUnknownOutcome {
     RunAgain,
 }
 
+/// Which answers the layer stores and replays to the key's retries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoredAnswers {
+    /// Every answer but a server error (5xx, or a gRPC status a retry may cure) and 429 (the
+    /// default): a client error the handler answered is the request's outcome, and a retry
+    /// with the key gets it again, as payment APIs keep theirs (the draft leaves it open).
+    #[default]
+    AllButServerErrors,
+    /// Successes only (2xx; gRPC `OK`): a client error is not stored and the key's start is
+    /// forgotten, so a retry with the key runs again (with the same request: another body
+    /// is still 422).
+    SuccessOnly,
+}
+
+/// How a retry's request is told from the first one with its key: by a fingerprint of its
+/// method, path and query, and body.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BodyComparison {
+    /// The body byte for byte (the default): exact, with nothing to parse; the same JSON
+    /// with other spacing or member order is another request (422).
+    #[default]
+    Bytes,
+    /// A JSON body parsed: the same members and values are the same request whatever their
+    /// order and spacing; a body that is not JSON is compared byte for byte (feature `json`).
+    #[cfg(feature = "json")]
+    Json,
+}
+
 /// What the layer does, with its documented defaults.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -52,6 +82,8 @@ pub(crate) struct Settings {
     pub(crate) max_stored_body: usize,
     pub(crate) stored_headers: Vec<HeaderName>,
     pub(crate) unknown_outcome: OnUnknownOutcome,
+    pub(crate) stored_answers: StoredAnswers,
+    pub(crate) body_comparison: BodyComparison,
 }
 
 impl Default for Settings {
@@ -74,6 +106,8 @@ impl Default for Settings {
                 HeaderName::from_static("grpc-message"),
             ],
             unknown_outcome: OnUnknownOutcome::Refuse,
+            stored_answers: StoredAnswers::AllButServerErrors,
+            body_comparison: BodyComparison::Bytes,
         }
     }
 }
