@@ -20,10 +20,11 @@ use std::process::{Command, Stdio};
 
 use support::cluster::RedisCluster;
 use support::payments::{
-    Answer, Counters, Instance, SLACK, Store, Timing, assert_replays, paid, pay, pay_within,
-    payment, until,
+    Answer, Counters, Instance, SLACK, Store, Timing, assert_replays, every_charge, paid, pay,
+    pay_within, payment, until,
 };
 use support::{RedisServer, client, eventually, example_path};
+use tokio::task::JoinHandle;
 use tower_redis_lock::idempotency::{IdempotencyRecords, KeyRecord};
 use tower_redis_lock::{Lock, LockClient};
 
@@ -46,6 +47,35 @@ async fn pause_past_lease(instance: &Instance, lock: &Lock) {
         !lock.is_locked().await.unwrap()
     })
     .await;
+}
+
+/// Sends a payment of `key` to `instance` and pauses it past its lease where its handler
+/// waits: before its charge (a run counted), or after it when `charged`. The paused call.
+async fn pay_then_pause(
+    instance: &Instance,
+    records: &IdempotencyRecords,
+    counters: &Counters<'_>,
+    key: &'static str,
+    body: &str,
+    charged: bool,
+) -> JoinHandle<Result<Answer, String>> {
+    let timing = match charged {
+        true => Timing {
+            work_ms: 0,
+            after_charge_ms: WAIT_AT_PAUSE_MS,
+        },
+        false => Timing::work(WAIT_AT_PAUSE_MS),
+    };
+    let (url, body) = (instance.url.clone(), body.to_owned());
+    let late = tokio::spawn(async move { pay(&url, "acme", key, &body, timing).await });
+    if charged {
+        counters.until_charged("acme", key).await;
+    } else {
+        counters.until_runs("acme", key, 1).await;
+    }
+    let lock = records.lock(&["acme".to_owned()], key).unwrap();
+    pause_past_lease(instance, &lock).await;
+    late
 }
 
 /// Sends `key` to each instance once more: every copy must be `expected`, replayed.
@@ -243,30 +273,11 @@ async fn with_the_key_in_the_sql_transaction_a_paused_attempt_is_charged_once_ei
         ledger: Some(path.clone()),
         ..Counters::on(&server, &records)
     };
-    let scope = ["acme".to_owned()];
     let body = payment(1100);
-    let after = Timing {
-        work_ms: 0,
-        after_charge_ms: WAIT_AT_PAUSE_MS,
-    };
 
     // Paused before the charge (a run counted) and after it (the ledger's row written).
-    for (key, timing, charged) in [
-        ("k-sql-before", Timing::work(WAIT_AT_PAUSE_MS), false),
-        ("k-sql-after", after, true),
-    ] {
-        let lock = records.lock(&scope, key).unwrap();
-        let url = a.url.clone();
-        let late = tokio::spawn({
-            let body = body.clone();
-            async move { pay(&url, "acme", key, &body, timing).await }
-        });
-        if charged {
-            counters.until_charged("acme", key).await;
-        } else {
-            counters.until_runs("acme", key, 1).await;
-        }
-        pause_past_lease(&a, &lock).await;
+    for (key, charged) in [("k-sql-before", false), ("k-sql-after", true)] {
+        let late = pay_then_pause(&a, &records, &counters, key, &body, charged).await;
 
         // The retry runs again (the handler keeps its charge to once): it charges in the
         // paused one's place, or finds its charge and answers from it.
@@ -296,30 +307,11 @@ async fn without_a_commit_the_retry_of_a_paused_attempt_gets_the_at_most_once_an
     let [a, b, c] = three_instances(&server, &["--payments-commit", "no"]);
     let records = IdempotencyRecords::new(client(&server).await, "");
     let counters = Counters::on(&server, &records);
-    let scope = ["acme".to_owned()];
     let body = payment(900);
-    let after = Timing {
-        work_ms: 0,
-        after_charge_ms: WAIT_AT_PAUSE_MS,
-    };
 
     // Paused before the charge (a run counted) and after it (the charge counted).
-    for (key, timing, charged) in [
-        ("k-plain-before", Timing::work(WAIT_AT_PAUSE_MS), false),
-        ("k-plain-after", after, true),
-    ] {
-        let lock = records.lock(&scope, key).unwrap();
-        let url = a.url.clone();
-        let late = tokio::spawn({
-            let body = body.clone();
-            async move { pay(&url, "acme", key, &body, timing).await }
-        });
-        if charged {
-            counters.until_charged("acme", key).await;
-        } else {
-            counters.until_runs("acme", key, 1).await;
-        }
-        pause_past_lease(&a, &lock).await;
+    for (key, charged) in [("k-plain-before", false), ("k-plain-after", true)] {
+        let late = pay_then_pause(&a, &records, &counters, key, &body, charged).await;
 
         // Whether the paused attempt charged is unknown: its retry, at any instance, is
         // answered 500 and does not run.
@@ -365,17 +357,12 @@ async fn a_redis_that_crashes_mid_load_and_restarts_from_its_append_only_file_ch
         .stderr(Stdio::piped())
         .spawn()
         .expect("idemgen runs");
-    let charged = |server: &RedisServer| {
-        server
-            .cmd::<Vec<String>>(&["KEYS", "payments:charges:*"])
-            .len()
-    };
     assert!(
-        eventually(SLACK, || charged(&server) >= 50).await,
+        eventually(SLACK, || every_charge(&server).len() >= 50).await,
         "the load did not start"
     );
     server.crash_and_restart(&aof);
-    let restarted_at = charged(&server);
+    let restarted_at = every_charge(&server).len();
 
     let output = tokio::task::spawn_blocking(move || load.wait_with_output())
         .await
@@ -393,16 +380,10 @@ async fn a_redis_that_crashes_mid_load_and_restarts_from_its_append_only_file_ch
     let told = String::from_utf8_lossy(&output.stderr);
     assert_eq!(summary["executed_more"], 0, "{summary}\n{told}");
     assert!(summary["executed_once"].as_u64().unwrap() > 50, "{summary}");
-    let counters: Vec<String> = server.cmd(&["KEYS", "payments:charges:*"]);
-    let mut mget = vec!["MGET"];
-    mget.extend(counters.iter().map(String::as_str));
-    let charges: Vec<u64> = server.cmd(&mget);
+    let charges = every_charge(&server);
     assert!(
         charges.iter().all(|charges| *charges == 1),
         "a key charged twice"
     );
-    assert!(
-        counters.len() >= restarted_at,
-        "charges lost in the restart"
-    );
+    assert!(charges.len() >= restarted_at, "charges lost in the restart");
 }

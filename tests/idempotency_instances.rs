@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::payments::{
-    Counters, Instance, SLACK, Timing, assert_replays, paid, pay, payment, signal_pid, until,
+    Counters, Instance, SLACK, Timing, assert_replays, every_charge, paid, pay, payment,
+    signal_pid, until,
 };
 use support::{RedisServer, client, example_path};
 use tower_redis_lock::idempotency::IdempotencyRecords;
@@ -61,11 +62,8 @@ fn three_instances_run_each_of_a_thousand_keys_once_and_answer_every_copy_alike(
     assert_eq!(summary["reused_key_422"], 3);
     // The counters as Redis has them, read apart from idemgen: one charge per key, 1,000
     // keys.
-    let counters: Vec<String> = server.cmd(&["KEYS", "payments:charges:*"]);
-    assert_eq!(counters.len(), 1000);
-    let mut mget = vec!["MGET"];
-    mget.extend(counters.iter().map(String::as_str));
-    let charges: Vec<u64> = server.cmd(&mget);
+    let charges = every_charge(&server);
+    assert_eq!(charges.len(), 1000);
     assert!(
         charges.iter().all(|charges| *charges == 1),
         "a key charged twice"

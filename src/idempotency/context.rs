@@ -36,18 +36,13 @@ pub struct IdempotencyContext {
 
 #[derive(Debug)]
 struct Inner {
-    key: String,
-    scope: Vec<String>,
-    fingerprint: String,
-    hash_tag: String,
-    record_key: String,
-    ttl: Duration,
-    earlier: Option<Bytes>,
+    parts: ContextParts,
+    /// Whether this request sent its commit.
     committed: AtomicBool,
-    writes: HeldWrites,
 }
 
 /// What the flow knows when it hands a request to its handler.
+#[derive(Debug)]
 pub(crate) struct ContextParts {
     pub(crate) key: String,
     pub(crate) scope: Vec<String>,
@@ -62,58 +57,41 @@ pub(crate) struct ContextParts {
 
 impl IdempotencyContext {
     pub(crate) fn new(parts: ContextParts) -> Self {
-        let ContextParts {
-            key,
-            scope,
-            fingerprint,
-            hash_tag,
-            record_key,
-            ttl,
-            earlier,
-            writes,
-        } = parts;
         Self {
             inner: Arc::new(Inner {
-                key,
-                scope,
-                fingerprint,
-                hash_tag,
-                record_key,
-                ttl,
-                earlier,
+                parts,
                 committed: AtomicBool::new(false),
-                writes,
             }),
         }
     }
 
     /// The request's idempotency key, as the client sent it (unquoted).
     pub fn key(&self) -> &str {
-        &self.inner.key
+        &self.inner.parts.key
     }
 
     /// The key's scope, as the layer's scope extractor read it (the tenant, say).
     pub fn scope(&self) -> &[String] {
-        &self.inner.scope
+        &self.inner.parts.scope
     }
 
     /// The request's fingerprint (hex SHA-256 of its method, path and query, and body): a
     /// retry with the same key carries the same one.
     pub fn fingerprint(&self) -> &str {
-        &self.inner.fingerprint
+        &self.inner.parts.fingerprint
     }
 
     /// The cluster hash tag of the key's record, `{<escaped lock name>}`: on a Redis Cluster
     /// every key [`IdempotencyContext::commit`] writes must carry it
     /// (`format!("payment:{}", context.hash_tag())`); on one server any key may be written.
     pub fn hash_tag(&self) -> &str {
-        &self.inner.hash_tag
+        &self.inner.parts.hash_tag
     }
 
     /// The outcome an earlier attempt with this key committed, if one did: its effect is
     /// made, so answer from it and make none again.
     pub fn committed(&self) -> Option<&Bytes> {
-        self.inner.earlier.as_ref()
+        self.inner.parts.earlier.as_ref()
     }
 
     /// Applies `writes` and keeps `outcome` (what the answer is built from: its body, say)
@@ -143,18 +121,18 @@ impl IdempotencyContext {
     /// [`ErrorKind::RedisUnavailable`](crate::ErrorKind::RedisUnavailable) when Redis did not
     /// answer (the commit may or may not have landed: a retry of the key finds which).
     pub async fn commit(&self, writes: GuardedWrites, outcome: impl Into<Bytes>) -> Result<bool> {
-        let inner = &self.inner;
-        if inner.earlier.is_some() || inner.committed.swap(true, Ordering::SeqCst) {
+        let (parts, committed) = (&self.inner.parts, &self.inner.committed);
+        if parts.earlier.is_some() || committed.swap(true, Ordering::SeqCst) {
             return Err(LockError::new(
                 ErrorKind::AlreadyCommitted,
                 "the outcome of this idempotency key was committed already: answer from it",
             ));
         }
         let outcome = outcome.into();
-        let record = committed_writes(&inner.record_key, &inner.fingerprint, &outcome, inner.ttl);
+        let record = committed_writes(&parts.record_key, &parts.fingerprint, &outcome, parts.ttl);
         // Once sent it is never sent again, whatever came back: a commit whose answer did not
         // come may have landed, and a retry of the key reads the record to learn which.
-        inner.writes.write_if_held(None, &writes.then(record)).await
+        parts.writes.write_if_held(None, &writes.then(record)).await
     }
 
     /// Whether this request sent a commit (which may have landed).

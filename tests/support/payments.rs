@@ -240,6 +240,17 @@ impl<'a> Counters<'a> {
     }
 }
 
+/// Every key's charge count on `server`, read apart from any load generator.
+pub fn every_charge(server: &RedisServer) -> Vec<u64> {
+    let counters: Vec<String> = server.cmd(&["KEYS", "payments:charges:*"]);
+    if counters.is_empty() {
+        return Vec::new();
+    }
+    let mut mget = vec!["MGET"];
+    mget.extend(counters.iter().map(String::as_str));
+    server.cmd(&mget)
+}
+
 /// Polls `condition` every 20 ms until it holds; panics with `what` past `bound`.
 pub async fn until<F, Fut>(bound: Duration, what: &str, mut condition: F)
 where
