@@ -139,4 +139,10 @@ impl IdempotencyContext {
     pub(crate) fn has_committed(&self) -> bool {
         self.inner.committed.load(Ordering::SeqCst)
     }
+
+    /// Whether the key's outcome is committed, or may be: by this request, or by an earlier
+    /// attempt this one answers from. Its record then stays, whatever this request answers.
+    pub(crate) fn outcome_committed(&self) -> bool {
+        self.has_committed() || self.inner.parts.earlier.is_some()
+    }
 }

@@ -68,9 +68,10 @@ impl Persistence {
     }
 }
 
-/// Reads `appendonly` and `save` from the server that keeps `lock`'s record.
+/// Reads `appendonly` and `save` from the server that keeps `lock`'s record (the one that
+/// keeps its hash: the record shares its slot).
 async fn settings(lock: &Lock) -> Result<Persistence> {
-    let key = super::record::record_key(lock);
+    let key = lock.keys().hash().to_owned();
     let connections = &lock.client().engine.shared.connections;
     let (appendonly, save): (Vec<String>, Vec<String>) = connections
         .run(&key, |mut conn| async move {

@@ -278,7 +278,7 @@ impl<R> Flow<R> {
     /// committed nothing leaves its key new again, while its lock is still held: its retry
     /// runs. Anything else keeps the mark, and a retry finds the outcome unknown.
     async fn forget_start(&self, held: &HeldGuards, context: &IdempotencyContext, lock: &Lock) {
-        if context.has_committed() || context.committed().is_some() {
+        if context.outcome_committed() {
             return;
         }
         let forget = GuardedWrites::new().del(&record_key(lock));
@@ -332,7 +332,7 @@ impl<R> Flow<R> {
                 meter::idempotent(outcome);
                 Ok(Response::from_parts(parts, body))
             }
-            Ok(false) if context.has_committed() || context.committed().is_some() => {
+            Ok(false) if context.outcome_committed() => {
                 meter::idempotent(IdempotentOutcome::Refused);
                 tracing::warn!(key = %self.key, "the lock was lost before the response was stored: the handler's committed outcome stands, and its retries are answered from it");
                 Ok(Response::from_parts(parts, body))
