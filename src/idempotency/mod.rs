@@ -144,10 +144,11 @@
 //! **Scope, lifetime and size.** Scope keys per tenant ([`IdempotencyLayer::scope`], any key
 //! extractor) so no tenant can replay another's response, and choose the TTL
 //! ([`IdempotencyLayer::ttl`], 24 h) longer than any client retries. A key past its TTL runs
-//! again. A record takes about 920 bytes of Redis memory for a 150-byte answer committed
-//! with its outcome (`MEMORY USAGE` of the example's payment record; the outcome is a second
-//! copy of the body), about 770 without a commit: size Redis for new keys per second × TTL
-//! × that (100 keys a second for 24 h: 8.6 million records, about 8 GB). Cut it with a
+//! again. A record takes about 920 to 980 bytes of Redis memory for a 110-byte answer
+//! committed with its outcome (`MEMORY USAGE` of the example's payment record, with keys of
+//! 36 and 40 characters; the outcome is a second copy of the body), about 760 without a
+//! commit: size Redis for new keys per second × TTL × that (100 keys a second for 24 h: 8.6
+//! million records, about 8 GB). Cut it with a
 //! shorter TTL, fewer stored headers, or a smaller outcome than the body. Every setting and
 //! its default: [`crate::guide::configuration`].
 //!
