@@ -80,7 +80,7 @@ for instance in a b c; do
     started_pids+=($!)
     addr=""
     for _ in $(seq 1 200); do
-        addr=$(sed -n 's/.*"addr":"\([^"]*\)".*/\1/p' "$out/$instance.log" 2>/dev/null | head -n 1)
+        addr=$(sed -n '/"addr":"/{s/.*"addr":"\([^"]*\)".*/\1/p;q}' "$out/$instance.log" 2>/dev/null || true)
         [ -n "$addr" ] && break
         sleep 0.05
     done

@@ -28,5 +28,6 @@ echo "package: $(wc -l <<<"$files") files, $(grep -c '\.lua$' <<<"$files") of th
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 cargo install --locked --path . --features cli --debug --root "$root" --target-dir target --quiet
-"$root/bin/lockctl" --help | grep -q waive-quarantine
+help=$("$root/bin/lockctl" --help)
+grep -q waive-quarantine <<<"$help"
 echo "package: cargo install --path . --features cli installs $root/bin/lockctl, and it runs"

@@ -99,6 +99,43 @@ fn a_lost_lease_exits_4_and_force_unlock_frees_the_lock() {
     holder.wait().unwrap();
 }
 
+/// A reader that closes the pipe early (`lockctl list | head`, `lockctl --help | grep -q`):
+/// no command panics, `hold` still releases its lock rather than leaving it to its lease, and
+/// an endless `watch` stops. Before, the first line printed to the closed pipe panicked.
+#[tokio::test]
+async fn a_reader_that_closes_the_pipe_early_ends_no_command_badly() {
+    let server = RedisServer::start();
+    let commands: [&[&str]; 3] = [
+        &["--help"],
+        &["hold", "piped", "--for", "200ms"],
+        &["watch", "--interval", "50ms"],
+    ];
+    for args in commands {
+        let mut child = tokio::process::Command::new(support::lockctl_path())
+            .arg("--url")
+            .arg(server.url())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("lockctl starts");
+        drop(child.stdout.take());
+        // Generous: each command ends within a second on its own; a watch that did not
+        // notice its reader had gone would run until the bound.
+        let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("lockctl {args:?} still runs with nobody reading"))
+            .expect("lockctl runs");
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert!(!errors.contains("panicked"), "{args:?}: {errors}");
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {errors}");
+    }
+    let (code, inspected) = run(&server, &["inspect", "piped", "--json"]);
+    assert_eq!((code, &inspected["locked"]), (0, &json!(false)));
+}
+
 /// Runs lockctl with its own `--url` arguments (for several servers); exit code and last event.
 fn run_with_urls(urls: &[String], args: &[&str]) -> (i32, Value) {
     let mut command = Command::new(support::lockctl_path());

@@ -7,6 +7,7 @@ use tower_redis_lock::idempotency::IdempotencyRecords;
 use tower_redis_lock::{LockClient, LockError};
 
 use crate::emit;
+use crate::out::sayln;
 use crate::show::{human, millis};
 
 /// Prints the stored response of `key` in `scope`: its status, the fingerprint of the
@@ -34,7 +35,7 @@ pub(crate) async fn show(
             } else {
                 ""
             };
-            println!("{key}: nothing stored (lock {}){running}", lock.name());
+            sayln!("{key}: nothing stored (lock {}){running}", lock.name());
         }
         return Ok(ExitCode::from(1));
     };
@@ -62,14 +63,14 @@ pub(crate) async fn show(
             format!("{n} bytes")
         });
         let ttl = stored.ttl().map_or("-".to_owned(), human);
-        println!(
+        sayln!(
             "{key}: status {} stored (lock {})",
             stored.status().as_u16(),
             lock.name()
         );
-        println!("  fingerprint  {}", stored.fingerprint());
-        println!("  body         {body}");
-        println!(
+        sayln!("  fingerprint  {}", stored.fingerprint());
+        sayln!("  body         {body}");
+        sayln!(
             "  headers      {}",
             if headers.is_empty() {
                 "-".to_owned()
@@ -77,7 +78,7 @@ pub(crate) async fn show(
                 headers.join(", ")
             }
         );
-        println!("  expires in   {ttl}");
+        sayln!("  expires in   {ttl}");
     }
     Ok(ExitCode::SUCCESS)
 }

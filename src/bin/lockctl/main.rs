@@ -44,6 +44,7 @@ mod dispatch;
 mod hold;
 mod idempotent;
 mod operate;
+mod out;
 mod show;
 
 use std::process::ExitCode;
@@ -52,6 +53,7 @@ use serde_json::json;
 
 use crate::args::{Command, HELP, USAGE, parse};
 use crate::connect::{run, settle};
+use crate::out::sayln;
 
 /// Parses, refuses a force-unlock it cannot confirm, runs the command and turns the outcome
 /// into the exit code; an error is a JSON event where the command prints JSON.
@@ -60,7 +62,7 @@ async fn main() -> ExitCode {
     let (urls, topology, settings, command) = match parse(std::env::args().skip(1).collect()) {
         Ok(parsed) => parsed,
         Err(problem) if problem == HELP => {
-            println!("{USAGE}");
+            sayln!("{USAGE}");
             return ExitCode::SUCCESS;
         }
         Err(problem) => {
@@ -111,5 +113,5 @@ async fn main() -> ExitCode {
 
 /// One JSON event a line on stdout, so scripts and tests follow `hold` as it happens.
 fn emit(event: serde_json::Value) {
-    println!("{event}");
+    sayln!("{event}");
 }

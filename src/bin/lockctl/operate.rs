@@ -9,6 +9,7 @@ use tower_redis_lock::inspect::LockSnapshot;
 use tower_redis_lock::{ErrorKind, LockClient, LockError, LockKind};
 
 use crate::emit;
+use crate::out::{self, say, sayln};
 use crate::show::{self, human};
 
 /// Clears a terminal and puts the cursor at its top left (ANSI).
@@ -37,12 +38,12 @@ pub(crate) async fn list(
         return Ok(ExitCode::SUCCESS);
     }
     if page.locks.is_empty() {
-        println!("no locks{}", matching(pattern));
+        sayln!("no locks{}", matching(pattern));
     } else {
-        print!("{}", show::table(&page.locks));
+        say!("{}", show::table(&page.locks));
     }
     if let Some(next) = &page.next_cursor {
-        println!("more locks may follow: add --cursor {next}");
+        sayln!("more locks may follow: add --cursor {next}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -63,7 +64,7 @@ pub(crate) async fn inspect(
     if json {
         emit(show::json_of(&lock, "inspect"));
     } else {
-        print!("{}", show::details(&lock));
+        say!("{}", show::details(&lock));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -88,7 +89,7 @@ pub(crate) async fn watch(locks: &LockClient, watch: Watch) -> Result<ExitCode, 
     let mut ticks = tokio::time::interval(watch.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut refresh = 0;
-    while watch.count.is_none_or(|count| refresh < count) {
+    while watch.count.is_none_or(|count| refresh < count) && !out::reader_gone() {
         ticks.tick().await;
         refresh += 1;
         let time = show::now_utc();
@@ -103,11 +104,10 @@ pub(crate) async fn watch(locks: &LockClient, watch: Watch) -> Result<ExitCode, 
                         json!({"event": "error", "refresh": refresh, "time": time, "kind": format!("{:?}", err.kind()), "message": err.to_string()}),
                     );
                 } else if terminal {
-                    print!("{CLEAR}{}\n\n{err}\n", title(&watch, &time));
+                    say!("{CLEAR}{}\n\n{err}\n", title(&watch, &time));
                 } else {
-                    println!("refresh={refresh} time={time} error={:?}", err.to_string());
+                    sayln!("refresh={refresh} time={time} error={:?}", err.to_string());
                 }
-                flush();
                 continue;
             }
             Err(err) => return Err(err),
@@ -136,17 +136,16 @@ pub(crate) async fn watch(locks: &LockClient, watch: Watch) -> Result<ExitCode, 
             } else {
                 String::new()
             };
-            print!("{CLEAR}{}\n\n{body}{footer}", title(&watch, &time));
+            say!("{CLEAR}{}\n\n{body}{footer}", title(&watch, &time));
         } else {
-            println!(
+            sayln!(
                 "refresh={refresh} time={time} locks={} more={more}",
                 page.locks.len()
             );
             for lock in &page.locks {
-                println!("refresh={refresh} time={time} {}", show::line(lock));
+                sayln!("refresh={refresh} time={time} {}", show::line(lock));
             }
         }
-        flush();
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -162,10 +161,6 @@ fn title(watch: &Watch, time: &str) -> String {
         matching(watch.pattern.as_deref()),
         human(watch.interval)
     )
-}
-
-fn flush() {
-    let _ = std::io::stdout().flush();
 }
 
 /// Whether `force-unlock` may ask on this terminal; without one it needs `--yes`.
@@ -227,7 +222,7 @@ pub(crate) async fn force_unlock(
                 format!("; it went to the next in line: {}", instances.join(", "))
             }
         };
-        println!("force-unlocked {name}{next}");
+        sayln!("force-unlocked {name}{next}");
         return Ok(ExitCode::SUCCESS);
     }
     Ok(unlocked(name, removed, json))
@@ -238,9 +233,9 @@ fn unlocked(name: &str, removed: bool, json: bool) -> ExitCode {
     if json {
         emit(json!({"event": "force-unlocked", "name": name, "removed": removed}));
     } else if removed {
-        println!("force-unlocked {name}");
+        sayln!("force-unlocked {name}");
     } else {
-        println!("{name} is not held: nothing removed");
+        sayln!("{name} is not held: nothing removed");
     }
     ExitCode::SUCCESS
 }
