@@ -165,6 +165,7 @@ impl LockClient {
                 local_handoff_limit: DEFAULT_LOCAL_HANDOFF_LIMIT,
                 local_handoff_window: DEFAULT_LOCAL_HANDOFF_WINDOW,
                 lease_limit: DEFAULT_LEASE_LIMIT,
+                restart_keeps_writes: false,
                 replica_ack: None,
                 instance_name: None,
                 connections: DEFAULT_CONNECTIONS,
@@ -383,25 +384,28 @@ impl LockClientBuilder {
     /// lost knows of no lease but its own limit (and the longest granted in the lost epoch,
     /// when it saw that epoch).
     ///
-    /// A Redis that lost its data is found by the first script that runs there (its epoch
-    /// key is gone, see [`crate::guide::internals`]), and quarantined so that every lease
-    /// granted before has run out before any lock is granted again: a holder cut off from Redis
-    /// (which no client can tell) is told by its own lost signal first. Holders that can reach
-    /// Redis hear of the loss sooner, at their next command or watchdog tick (their lost
-    /// signals fire with [`LostReason::DataLost`](crate::LostReason::DataLost)).
+    /// A Redis that lost its data (its epoch key gone, or restarted from files that may miss
+    /// writes) is found by the first script that runs there and quarantined: no lock is
+    /// granted until every lease granted before has run out, so a holder cut off from Redis
+    /// is told by its own lost signal first; holders that reach Redis are told at their next
+    /// command or watchdog tick ([`LostReason::DataLost`](crate::LostReason::DataLost)).
     ///
-    /// The quarantine is counted from the server's start (Redis's `uptime_in_seconds`), as
-    /// the Redlock design's delayed restarts are: a restart without persistence waits until
-    /// the server has been up this long, and a server up longer than this (a new server, or
-    /// one that never held a lock) grants its first lock at once. A loss Redis shows without
-    /// a restart (a `FLUSHALL` or `FLUSHDB` in its command statistics, evicted keys, a replica
-    /// promoted to master) is quarantined this long from when a client finds it. What Redis
-    /// cannot show (an epoch key deleted by hand on a server up longer than this) an operator
-    /// covers by hand; [`LockClient::waive_restart_quarantine`] (`lockctl waive-quarantine`)
-    /// ends a quarantine once every holder is known to have stopped. At most
-    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    /// The quarantine is counted from the server's start (`uptime_in_seconds`), as the
+    /// Redlock design's delayed restarts are; a server up longer (new, or one that never held
+    /// a lock) grants its first lock at once. A loss Redis shows without a restart (a flush,
+    /// an eviction, a promoted replica) is quarantined this long from when a client finds it.
+    /// [`LockClient::waive_restart_quarantine`] (`lockctl waive-quarantine`) ends a quarantine
+    /// once every holder is known to have stopped. At most [`MAX_LEASE`](crate::MAX_LEASE).
     pub fn lease_limit(mut self, limit: Duration) -> Self {
         self.config.lease_limit = limit;
+        self
+    }
+
+    /// Says that a restart of the server loses no write (default: `false`): only when every
+    /// server, and every replica that may be promoted, runs `appendfsync always`. Otherwise
+    /// a restart from files is a loss ([`Self::lease_limit`], [`crate::guide::safety`]).
+    pub fn restart_keeps_writes(mut self, keeps: bool) -> Self {
+        self.config.restart_keeps_writes = keeps;
         self
     }
 

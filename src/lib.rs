@@ -106,10 +106,10 @@
 //!   same Redis call, and tells only that one over pub/sub: no herd, no polling, about one
 //!   round trip from release to the next holder. Tasks of one client that wait for the same
 //!   lock queue locally and hand it to each other without Redis, within a fairness budget.
-//! - **Restart quarantine.** When Redis loses its data (a restart without persistence, a
-//!   failover to an empty replica, a flush), no lock of it is granted until every lease
-//!   granted before could have run out, and every holder that can reach Redis is told at
-//!   once. [`guide::safety`] says what holds and what it rests on.
+//! - **Restart quarantine.** When Redis loses its data (a restart without persistence or
+//!   from a snapshot, a failover to an empty replica, a flush), no lock of it is granted
+//!   until every lease granted before could have run out, and every holder that can reach
+//!   Redis is told at once. [`guide::safety`] says what holds and what it rests on.
 //!
 //! # Where to go next
 //!

@@ -19,6 +19,9 @@ pub(crate) struct Config {
     pub(crate) local_handoff_window: Duration,
     /// The longest lease this client grants, and the quarantine after Redis lost its data.
     pub(crate) lease_limit: Duration,
+    /// The servers fsync every write (`appendfsync always`): a restart from their files is
+    /// no loss and starts no quarantine.
+    pub(crate) restart_keeps_writes: bool,
     /// Replicas that must acknowledge an acquisition before its holder is told it holds it.
     pub(crate) replica_ack: Option<ReplicaAck>,
     /// A label for this instance, the start of its instance id (and of every owner id), so an
@@ -204,6 +207,7 @@ mod tests {
             local_handoff_limit: 16,
             local_handoff_window: Duration::from_millis(25),
             lease_limit: Duration::from_secs(60),
+            restart_keeps_writes: false,
             replica_ack: None,
             instance_name: None,
             connections: 1,

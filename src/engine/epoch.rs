@@ -23,6 +23,9 @@ pub(crate) struct Epoch {
     /// The longest lease this client grants (`lease_limit`), which every client of one
     /// Redis keeps to: the shortest quarantine it starts on a missing epoch.
     lease_limit_ms: u64,
+    /// The server fsyncs every write, so a restart from its files loses nothing
+    /// (`LockClientBuilder::restart_keeps_writes`).
+    keeps_writes: bool,
     /// What a script told last, per scope. Learning a new epoch and collecting the leases it
     /// ends happen under this mutex, so no lease taken in the new epoch is counted among them.
     known: Mutex<Vec<Known>>,
@@ -52,11 +55,16 @@ impl Known {
 }
 
 impl Epoch {
-    pub(crate) fn new(placement: Arc<Placement>, lease_limit: Duration) -> Self {
+    pub(crate) fn new(
+        placement: Arc<Placement>,
+        lease_limit: Duration,
+        keeps_writes: bool,
+    ) -> Self {
         let scopes = placement.scopes().len();
         Self {
             placement,
             lease_limit_ms: lease_limit.as_millis() as u64,
+            keeps_writes,
             known: Mutex::new(vec![Known::default(); scopes]),
             quarantine_until: Arc::default(),
         }
@@ -85,6 +93,7 @@ impl Epoch {
             // Before any epoch is known, a marker no script writes.
             marker: known.marker.unwrap_or_else(|| format!("{key}:0:0").into()),
             quarantine_ms: self.lease_limit_ms.max(known.longest_lease_ms),
+            keeps_writes: self.keeps_writes,
         }
     }
 
@@ -138,8 +147,9 @@ impl Epoch {
         tracing::warn!(
             left_ms = left.as_millis() as u64,
             "restart quarantine: this Redis lost its lock epoch with its data (a restart \
-             without persistence, a failover to an empty replica, a flush, an eviction) or \
-             started less than the lease limit ago; no lock is granted until every lease \
+             without persistence, a failover to an empty replica, a flush, an eviction), \
+             restarted from files that may miss writes (a snapshot, appendfsync everysec), \
+             or started less than the lease limit ago; no lock is granted until every lease \
              granted before could have run out. Once every holder is known to have stopped, \
              `lockctl waive-quarantine` (LockClient::waive_restart_quarantine) ends it"
         );
@@ -191,6 +201,7 @@ mod tests {
         let epoch = Epoch::new(
             Arc::new(Placement::single("lock:")),
             Duration::from_secs(30),
+            false,
         );
         let fresh = epoch.terms(0);
         assert_eq!((fresh.known, fresh.known_lease_ms), (0, 0));
@@ -221,6 +232,7 @@ mod tests {
         let epoch = Epoch::new(
             Arc::new(Placement::single("lock:")),
             Duration::from_secs(30),
+            false,
         );
         assert_eq!(epoch.quarantine_left(), None);
         epoch.note_quarantine(Duration::from_secs(3));

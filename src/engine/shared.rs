@@ -68,7 +68,11 @@ impl ClientState {
             // Often enough to refresh a waiting place well before its liveness runs out.
             config.renew_interval.min(config.waiter_alive() / 3),
             config.waiter_alive(),
-            Epoch::new(placement.clone(), config.lease_limit),
+            Epoch::new(
+                placement.clone(),
+                config.lease_limit,
+                config.restart_keeps_writes,
+            ),
         );
         let pubsub = PubSub::start(
             wake_source,

@@ -26,6 +26,7 @@ const MAX_NUMBER_LEN: usize = 20;
 pub(crate) const LIBRARIES: &[(&str, &str)] = &[
     ("clock", include_str!("lua/lib/clock.lua")),
     ("tokens", include_str!("lua/lib/tokens.lua")),
+    ("life", include_str!("lua/lib/life.lua")),
     ("epoch", include_str!("lua/lib/epoch.lua")),
     ("queue_expiry", include_str!("lua/lib/queue_expiry.lua")),
     ("queue", include_str!("lua/lib/queue.lua")),

@@ -26,13 +26,15 @@
 -- EXISTS would be a ninth command for an uncontended acquire and release). Keys moved for a
 -- migrating slot are looked at one EXISTS each: the importing node refuses a command on
 -- several keys it lacks.
+-- The marker's name ends with the server's last save, which a restart moves (epoch.lua).
+local marker = EPOCH_MARKER .. ':' .. last_save()
 local lock_and_queue, epoch_found
 if KEYS_MOVED then
   lock_and_queue = redis.call('exists', LOCK) + redis.call('exists', QUEUE)
-  epoch_found = redis.call('exists', EPOCH) + redis.call('exists', EPOCH_MARKER)
+  epoch_found = redis.call('exists', EPOCH) + redis.call('exists', marker)
 else
   local count = redis.call('exists', LOCK, QUEUE,
-    EPOCH, EPOCH, EPOCH, EPOCH_MARKER, EPOCH_MARKER, EPOCH_MARKER)
+    EPOCH, EPOCH, EPOCH, marker, marker, marker)
   lock_and_queue = count % 3
   epoch_found = (count - lock_and_queue) / 3
 end
@@ -42,6 +44,7 @@ if lock_and_queue == 0 and MODE ~= 'reenter' and epoch_current then
 end
 
 -- The functions of the slower paths are created only when a script runs this far.
+--#include life
 --#include epoch
 --#include queue_expiry
 --#include queue
@@ -57,7 +60,7 @@ local function may_grant()
     return nil
   end
   return check_epoch(EPOCH, KNOWN_EPOCH, KNOWN_LONGEST_LEASE_MS, QUARANTINE_MS, LEASE_MS,
-    EPOCH_MARKER)
+    EPOCH_MARKER, RESTART_KEEPS_WRITES)
 end
 
 if lock_and_queue == 0 and MODE ~= 'reenter' then

@@ -13,10 +13,11 @@
 -- the locks it finds are of this epoch.
 
 --#include clock
+--#include life
 --#include epoch
 
 local changed = check_epoch(EPOCH, KNOWN_EPOCH, KNOWN_LONGEST_LEASE_MS, QUARANTINE_MS,
-  LEASE_MS)
+  LEASE_MS, nil, RESTART_KEEPS_WRITES)
 if changed and changed[1] == EPOCH_CHANGED then
   return changed
 end

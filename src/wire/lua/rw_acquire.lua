@@ -7,6 +7,7 @@
 
 --#include clock
 --#include tokens
+--#include life
 --#include epoch
 --#include queue_expiry
 --#include queue
@@ -23,7 +24,7 @@ local taking = mode == 'wait' or mode == 'try'
 -- there; a lost one is simply gone.
 if taking then
   local blocked = check_epoch(EPOCH, KNOWN_EPOCH, KNOWN_LONGEST_LEASE_MS, QUARANTINE_MS,
-    LEASE_MS)
+    LEASE_MS, nil, RESTART_KEEPS_WRITES)
   if blocked then
     return blocked
   end

@@ -7,6 +7,7 @@
 
 --#include clock
 --#include tokens
+--#include life
 --#include epoch
 --#include queue_expiry
 --#include queue
@@ -19,7 +20,7 @@ end
 local lease, block = tonumber(LEASE_MS), tonumber(TOKEN_BLOCK)
 local permits, take = tonumber(PERMITS), tonumber(TAKE)
 local blocked = check_epoch(EPOCH, KNOWN_EPOCH, KNOWN_LONGEST_LEASE_MS, QUARANTINE_MS,
-  LEASE_MS)
+  LEASE_MS, nil, RESTART_KEEPS_WRITES)
 if blocked then
   return blocked
 end

@@ -36,7 +36,7 @@ reply_statuses! {
 }
 
 /// The arguments every acquisition takes, in their order.
-const ACQUIRE_ARGS: [&str; 9] = [
+const ACQUIRE_ARGS: [&str; 10] = [
     "WAKE_PREFIX",
     "OWNER",
     "LEASE_MS",
@@ -46,11 +46,12 @@ const ACQUIRE_ARGS: [&str; 9] = [
     "ALIVE_MS",
     "KNOWN_EPOCH",
     "QUARANTINE_MS",
+    "RESTART_KEEPS_WRITES",
 ];
 
 const ACQUIRE_STATUSES: &[&[(&str, i64)]] = &[acquired::ALL, epoch_checked::ALL];
 
-static ACQUIRE: ScriptSpec<7, 10> = ScriptSpec::new(
+static ACQUIRE: ScriptSpec<7, 11> = ScriptSpec::new(
     "acquire.lua",
     include_str!("../lua/acquire.lua"),
     joined(LOCK_KEYS, ["EPOCH", "EPOCH_MARKER"]),
@@ -59,7 +60,7 @@ static ACQUIRE: ScriptSpec<7, 10> = ScriptSpec::new(
 )
 .with_short_reply(acquired::ACQUIRED);
 
-static RW_ACQUIRE: ScriptSpec<7, 10> = ScriptSpec::new(
+static RW_ACQUIRE: ScriptSpec<7, 11> = ScriptSpec::new(
     "rw_acquire.lua",
     include_str!("../lua/rw_acquire.lua"),
     joined(LOCK_KEYS, ["EPOCH", "READERS"]),
@@ -67,7 +68,7 @@ static RW_ACQUIRE: ScriptSpec<7, 10> = ScriptSpec::new(
     ACQUIRE_STATUSES,
 );
 
-static SEM_ACQUIRE: ScriptSpec<7, 11> = ScriptSpec::new(
+static SEM_ACQUIRE: ScriptSpec<7, 12> = ScriptSpec::new(
     "sem_acquire.lua",
     include_str!("../lua/sem_acquire.lua"),
     joined(LOCK_KEYS, ["EPOCH", "HOLDERS"]),
@@ -152,8 +153,8 @@ pub(crate) enum AcquireReply {
 }
 
 /// What the server's epoch is to a client: the one it knows and the longest lease it knows
-/// was granted in it, their marker (see `lua/lib/epoch.lua`), and the quarantine it starts
-/// when it finds the epoch missing.
+/// was granted in it, their marker (see `lua/lib/epoch.lua`), the quarantine it starts when
+/// it finds the epoch missing, and whether a restart of the server loses no write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KnownEpoch<'a> {
     pub(crate) key: &'a str,
@@ -162,6 +163,15 @@ pub(crate) struct KnownEpoch<'a> {
     pub(crate) known_lease_ms: u64,
     pub(crate) marker: Arc<str>,
     pub(crate) quarantine_ms: u64,
+    /// The server fsyncs every write (`appendfsync always`): a restart is no loss.
+    pub(crate) keeps_writes: bool,
+}
+
+impl KnownEpoch<'_> {
+    /// `RESTART_KEEPS_WRITES` as the scripts take it.
+    pub(crate) fn restart_keeps_writes(&self) -> Arg<'static> {
+        Arg::Text(if self.keeps_writes { "yes" } else { "no" })
+    }
 }
 
 pub(crate) async fn acquire(
@@ -184,6 +194,7 @@ pub(crate) async fn acquire(
         Arg::Number(terms.alive_ms),
         Arg::Number(epoch.known),
         Arg::Number(epoch.quarantine_ms),
+        epoch.restart_keeps_writes(),
     ];
     let reply = match terms.kind {
         LockKind::Exclusive | LockKind::Fair => {

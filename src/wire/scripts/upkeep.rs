@@ -39,7 +39,7 @@ reply_statuses! {
     }
 }
 
-static RENEW: ScriptSpec<1, 4> = ScriptSpec::new(
+static RENEW: ScriptSpec<1, 5> = ScriptSpec::new(
     "renew.lua",
     include_str!("../lua/renew.lua"),
     ["EPOCH"],
@@ -48,6 +48,7 @@ static RENEW: ScriptSpec<1, 4> = ScriptSpec::new(
         "KNOWN_EPOCH",
         "QUARANTINE_MS",
         "KNOWN_LONGEST_LEASE_MS",
+        "RESTART_KEEPS_WRITES",
     ],
     &[renewed::ALL, epoch_checked::ALL],
 )
@@ -108,6 +109,7 @@ pub(crate) async fn renew(
         Arg::Number(epoch.known),
         Arg::Number(epoch.quarantine_ms),
         Arg::Number(epoch.known_lease_ms),
+        epoch.restart_keeps_writes(),
     ];
     let cmd = RENEW.command_each([epoch.key], args, &items);
     let reply = run(&RENEW, conn, &cmd).await?;

@@ -1,0 +1,173 @@
+//! A server that crashes (SIGKILL) and restarts from its own files, in each persistence mode
+//! users run: none, RDB snapshots, an append-only file with `appendfsync everysec`, and one
+//! with `appendfsync always`. Every restart that may have lost writes is a loss: the holder
+//! of a lock granted after the last snapshot is told `DataLost`, and nobody is granted that
+//! lock again before the server has been up the lease limit. A client told that its servers
+//! fsync every write (`restart_keeps_writes`) keeps its holders through the restart.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{RedisServer, eventually};
+use tower_redis_lock::{ErrorKind, LockClient, LockClientBuilder, LockGuard, LostReason};
+
+/// Bound for steps that normally take milliseconds; generous because CI machines are shared
+/// and a debug build on two cores can stall for a while.
+const SLACK: Duration = Duration::from_secs(3);
+
+/// The lease limit, and so the quarantine: long enough to tell a grant at once from one after
+/// the quarantine on a busy machine, short enough for a quick test.
+const LIMIT: Duration = Duration::from_secs(4);
+
+/// Snapshots only when asked (`SAVE`), as a server between two of its save points is.
+const SNAPSHOTS: &[&str] = &["--save", "3600 1"];
+const AOF_EVERYSEC: &[&str] = &["--appendonly", "yes", "--appendfsync", "everysec"];
+const AOF_ALWAYS: &[&str] = &["--appendonly", "yes", "--appendfsync", "always"];
+
+/// A client with the lease limit [`LIMIT`] and a watchdog lease within it, renewing every
+/// 0.67 s, so a holder hears of a loss well inside the quarantine.
+fn client(url: &str) -> LockClientBuilder {
+    LockClient::builder(url)
+        .lease_limit(LIMIT)
+        .watchdog_lease(Duration::from_secs(2))
+        .command_timeout(Duration::from_millis(500))
+}
+
+/// Makes what the server holds now durable in the files its settings `files` load at a
+/// restart, so that the epoch comes back with them: a snapshot, or a rewritten append-only
+/// file (waited for until the server says it is done).
+async fn persist_now(server: &RedisServer, files: &[&str]) {
+    if files == SNAPSHOTS {
+        let _: () = server.cmd(&["SAVE"]);
+    } else if files.contains(&"--appendonly") {
+        let _: String = server.cmd(&["BGREWRITEAOF"]);
+        let done = eventually(SLACK, || {
+            let info: String = server.cmd(&["INFO", "persistence"]);
+            info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
+        })
+        .await;
+        assert!(done, "the append-only file was rewritten");
+    }
+}
+
+/// Takes `name` through `locks` and records when its lost signal fires, and why.
+async fn hold(
+    locks: &LockClient,
+    name: &str,
+) -> (LockGuard, tokio::task::JoinHandle<(Instant, LostReason)>) {
+    let guard = locks.lock(name).unwrap().acquire().await.unwrap();
+    let lost = guard.lost_signal();
+    let told = tokio::spawn(async move {
+        let reason = lost.lost().await;
+        (Instant::now(), reason)
+    });
+    (guard, told)
+}
+
+/// The server with persistence `files` holds a lock granted before its last snapshot or
+/// rewrite and one granted after; it crashes and restarts from its files. The holder of the
+/// later lock is told `DataLost`, and another client gets that lock only once the server has
+/// been up the lease limit.
+async fn a_restart_from_files_is_a_loss(files: &[&str]) {
+    let mut server = RedisServer::start_with(files);
+    let holder = client(&server.url()).build().await.unwrap();
+    let (before, _) = hold(&holder, "before-snapshot").await;
+    persist_now(&server, files).await;
+    let (after, told) = hold(&holder, "after-snapshot").await;
+
+    server.crash_and_restart(files);
+    let restarted_at = Instant::now();
+    let epoch: Option<String> = server.cmd(&["GET", "lock:epoch"]);
+    assert_eq!(
+        epoch.is_some(),
+        !files.is_empty(),
+        "the epoch comes back with the files, and only with them: {epoch:?}"
+    );
+    let other = client(&server.url()).build().await.unwrap();
+    let taken = other
+        .lock("after-snapshot")
+        .unwrap()
+        .acquire_timeout(LIMIT + SLACK * 2)
+        .await
+        .expect("the lock is granted once the quarantine is over");
+    let taken_at = Instant::now();
+
+    let (told_at, reason) = told.await.unwrap();
+    assert_eq!(reason, LostReason::DataLost, "{files:?}");
+    assert!(
+        told_at < taken_at,
+        "{files:?}: the holder was told {:?} after the restart, the lock granted again after {:?}",
+        told_at - restarted_at,
+        taken_at - restarted_at
+    );
+    assert!(
+        taken_at - restarted_at >= LIMIT - Duration::from_millis(100),
+        "{files:?}: nobody gets a lock of the restarted server before it has been up the \
+         lease limit: granted after {:?}",
+        taken_at - restarted_at
+    );
+    assert!(taken.fencing_token() > after.fencing_token());
+    assert!(!before.is_held(), "the earlier lock went with its epoch");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_is_a_loss() {
+    a_restart_from_files_is_a_loss(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_from_a_snapshot_is_a_loss() {
+    a_restart_from_files_is_a_loss(SNAPSHOTS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_from_an_append_only_file_synced_every_second_is_a_loss() {
+    a_restart_from_files_is_a_loss(AOF_EVERYSEC).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_from_an_append_only_file_synced_every_write_is_a_loss_unless_the_client_is_told()
+{
+    a_restart_from_files_is_a_loss(AOF_ALWAYS).await;
+}
+
+/// With `appendfsync always` and clients told so, the restart loses nothing: the holder keeps
+/// its lock and is told nothing, another client waits for its release, and no quarantine
+/// runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_told_that_every_write_is_synced_keeps_its_holders_through_a_restart() {
+    let mut server = RedisServer::start_with(AOF_ALWAYS);
+    let holder = client(&server.url())
+        .restart_keeps_writes(true)
+        .build()
+        .await
+        .unwrap();
+    let (held, told) = hold(&holder, "kept").await;
+
+    server.crash_and_restart(AOF_ALWAYS);
+    let other = client(&server.url())
+        .restart_keeps_writes(true)
+        .build()
+        .await
+        .unwrap();
+    let lock = other.lock("kept").unwrap();
+    let err = lock
+        .acquire_timeout(Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Timeout,
+        "the holder still holds it: {err}"
+    );
+    assert_eq!(other.restart_quarantine_left(), None);
+    // A renewal or more ran since the restart (every 0.67 s): the holder still holds it.
+    assert!(held.is_held() && !told.is_finished());
+
+    let token = held.fencing_token();
+    held.release().await.unwrap();
+    let taken = lock.acquire_timeout(SLACK).await.unwrap();
+    assert!(taken.fencing_token() > token);
+    told.abort();
+}
