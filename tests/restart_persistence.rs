@@ -9,6 +9,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::cluster::RedisCluster;
 use support::{RedisServer, eventually};
 use tower_redis_lock::{ErrorKind, LockClient, LockClientBuilder, LockGuard, LostReason};
 
@@ -170,4 +171,65 @@ async fn a_client_told_that_every_write_is_synced_keeps_its_holders_through_a_re
     let taken = lock.acquire_timeout(SLACK).await.unwrap();
     assert!(taken.fencing_token() > token);
     told.abort();
+}
+
+/// A cluster master restarted from its snapshot (a `SAVE`, then SIGKILL) keeps its slots and
+/// their epochs: the slot of a lock granted after the snapshot is quarantined from the
+/// master's start, and its holder is told before anyone else is granted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_restarted_from_its_snapshot_quarantines_the_slot_of_a_lock_granted_after_it()
+ {
+    let mut cluster = RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let client = |urls: Vec<String>| {
+        LockClient::builder_cluster(urls)
+            .lease_limit(LIMIT)
+            .watchdog_lease(Duration::from_secs(2))
+            .command_timeout(Duration::from_millis(500))
+            .build()
+    };
+    let holder = client(cluster.urls()).await.unwrap();
+    let master = cluster.masters()[0];
+    let mut on_master = (0..)
+        .map(|n| format!("order-{n}"))
+        .filter(|name| cluster.node_of(&format!("lock:{{{name}}}")) == master);
+    let (earlier, later) = (on_master.next().unwrap(), on_master.next().unwrap());
+    let (_before, _) = hold(&holder, &earlier).await;
+    let _: () = cluster.cmd(master, &["SAVE"]);
+    let (after, told) = hold(&holder, &later).await;
+
+    cluster.kill(master);
+    cluster.restart(master);
+    let restarted_at = Instant::now();
+    // It serves its slots again once it has met the other masters.
+    let serving = eventually(SLACK * 3, || {
+        cluster.answers(master)
+            && cluster
+                .cmd::<String>(master, &["CLUSTER", "INFO"])
+                .contains("cluster_state:ok")
+    })
+    .await;
+    assert!(serving, "the restarted master serves its slots");
+    let other = client(cluster.urls()).await.unwrap();
+    let taken = other
+        .lock(&later)
+        .unwrap()
+        .acquire_timeout(LIMIT + SLACK * 2)
+        .await
+        .expect("the lock is granted once the quarantine is over");
+    let taken_at = Instant::now();
+
+    let (told_at, _) = told.await.unwrap();
+    assert!(
+        told_at < taken_at,
+        "the holder was told {:?} after the restart, the lock granted again after {:?}",
+        told_at - restarted_at,
+        taken_at - restarted_at
+    );
+    assert!(
+        taken_at - restarted_at >= LIMIT - Duration::from_millis(100),
+        "granted again {:?} after the restart",
+        taken_at - restarted_at
+    );
+    assert!(taken.fencing_token() > after.fencing_token());
 }
