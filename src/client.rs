@@ -360,7 +360,7 @@ impl LockClientBuilder {
     /// round trip, before the lock goes back through Redis so other instances get their turn
     /// (default [`DEFAULT_LOCAL_HANDOFF_LIMIT`], 16; 0 turns local hand-over off; at most
     /// [`MAX_LOCAL_HANDOFF_LIMIT`](crate::MAX_LOCAL_HANDOFF_LIMIT), 1,000). Each acquisition
-    /// reserves this many fencing tokens more.
+    /// reserves up to this many fencing tokens more ([`crate::guide::internals`]).
     pub fn local_handoff_limit(mut self, limit: u32) -> Self {
         self.config.local_handoff_limit = limit;
         self

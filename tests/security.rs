@@ -28,7 +28,7 @@ const PASSWORD: &str = "s3cret-pass";
 /// Creates the ACL user `name` (password [`PASSWORD`]) with the keys and channels given and
 /// `commands`.
 fn add_user(server: &RedisServer, name: &str, keys: &str, channels: &str, commands: &str) {
-    let rules = format!("reset on >{PASSWORD} {keys} {channels} {commands}");
+    let rules = format!("reset on >{PASSWORD} {keys} resetchannels {channels} {commands}");
     let mut args = vec!["ACL", "SETUSER", name];
     args.extend(rules.split_whitespace());
     let () = server.cmd(&args);
@@ -344,7 +344,7 @@ fn the_security_chapter_grants_the_commands_the_tests_grant() {
     ))
     .expect("the security chapter");
     let line = format!(
-        "ACL SETUSER locker reset on >CHANGE-ME ~lock:* &lock:wake:* {}",
+        "ACL SETUSER locker reset on >CHANGE-ME ~lock:* resetchannels &lock:wake:* {}",
         LIBRARY_COMMANDS
             .split_whitespace()
             .collect::<Vec<_>>()

@@ -170,10 +170,11 @@ impl LockRequest {
     ) -> TaskHold {
         let Granted {
             owner,
-            token,
+            tokens,
             expires_at,
             terms,
         } = granted;
+        let token = tokens.first;
         let lease = Arc::new(LeaseState::new(turn, expires_at));
         let watchdog_id = shared.new_holder_id();
         shared.watchdog.register(Registration {
@@ -185,7 +186,7 @@ impl LockRequest {
             lease_mode: self.lease,
             expires_at,
         });
-        let budget = Budget::new(token, terms.block, shared.config.local_handoff_window);
+        let budget = Budget::new(token, tokens.reserved, shared.config.local_handoff_window);
         let acquisition = RedisHold {
             shared: shared.clone(),
             name: self.name.clone(),
@@ -311,7 +312,11 @@ impl AcquireLoop<'_> {
             // runtime stalled) is never handed out: the lock is looked at again.
             if let Some(expires_at) = self.waiter.grant_deadline(grant) {
                 let granted = Duration::from_millis(grant.lease_ms);
-                let handed = self.hand_out(grant.token, expires_at, granted, HowGranted::Told);
+                let tokens = ReservedTokens {
+                    first: grant.token,
+                    reserved: grant.reserved,
+                };
+                let handed = self.hand_out(tokens, expires_at, granted, HowGranted::Told);
                 if let Some(holder) = handed.await? {
                     return Ok(ControlFlow::Break(Some(holder)));
                 }
@@ -336,7 +341,14 @@ impl AcquireLoop<'_> {
             AcquireReply::Acquired {
                 token,
                 lease_left_ms,
-            } => self.found(token, lease_left_ms, sent_at, how).await,
+                reserved,
+            } => {
+                let tokens = ReservedTokens {
+                    first: token,
+                    reserved,
+                };
+                self.found(tokens, lease_left_ms, sent_at, how).await
+            }
             // Woken by the grant; the nap bounds what a missed message or a dead holder's
             // lease running out can cost.
             AcquireReply::Waiting { lease_left_ms, .. } if patience == Patience::Wait => {
@@ -360,11 +372,11 @@ impl AcquireLoop<'_> {
         }
     }
 
-    /// A look found the lock this waiter's (`token`, `lease_left_ms` left as the script ran,
+    /// A look found the lock this waiter's (`tokens`, `lease_left_ms` left as the script ran,
     /// sent at `sent_at`): handed out, or looked at again.
     async fn found(
         &mut self,
-        token: u64,
+        tokens: ReservedTokens,
         lease_left_ms: i64,
         sent_at: Instant,
         how: HowGranted,
@@ -380,7 +392,7 @@ impl AcquireLoop<'_> {
         let expires_at = lost_deadline(sent_at, granted);
         // A reply read back past its deadline (a stall) is not handed out either.
         if Instant::now() < expires_at {
-            let handed = self.hand_out(token, expires_at, granted, how);
+            let handed = self.hand_out(tokens, expires_at, granted, how);
             if let Some(holder) = handed.await? {
                 return Ok(ControlFlow::Break(Some(holder)));
             }
@@ -420,14 +432,14 @@ impl AcquireLoop<'_> {
         )
     }
 
-    /// The holder of what Redis granted this waiter (`token`, `granted` of lease left, to be
+    /// The holder of what Redis granted this waiter (`tokens`, `granted` of lease left, to be
     /// told it is lost at `expires_at`), once a fixed lease found with less left than asked
     /// (by a look, a while after its grant) is extended to its full length, as nothing renews
     /// it later. `how` it was granted says whether it was a hand-over through Redis. `None`
     /// when the grant turned out to be no longer this owner's: look again.
     async fn hand_out(
         &mut self,
-        token: u64,
+        tokens: ReservedTokens,
         expires_at: Instant,
         granted: Duration,
         how: HowGranted,
@@ -447,7 +459,7 @@ impl AcquireLoop<'_> {
         };
         let granted = Granted {
             owner: self.waiter.take_owner(),
-            token,
+            tokens,
             expires_at,
             terms,
         };
@@ -458,7 +470,7 @@ impl AcquireLoop<'_> {
         tracing::debug!(
             lock = %display_name(&self.target.name),
             kind = kind_label(self.target.kind),
-            token,
+            token = tokens.first,
             waited_ms = self.started.elapsed().as_millis() as u64,
             handover = handed_over.map_or("none", HandOverPath::as_str),
             "lock acquired"
@@ -491,12 +503,21 @@ impl AcquireLoop<'_> {
     }
 }
 
-/// An acquisition Redis granted: to which owner, its first fencing token, when its holder
-/// must be told it is lost unless renewed, and the terms it was asked on.
+/// The fencing tokens Redis reserved for a grant: its own, `first`, and those of the local
+/// hand-overs after it, `reserved` in all (fewer than asked when the scope's counter ran ahead
+/// of the clock: see `lua/lib/tokens.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReservedTokens {
+    pub(crate) first: u64,
+    pub(crate) reserved: u64,
+}
+
+/// An acquisition Redis granted: to which owner, its fencing tokens, when its holder must be
+/// told it is lost unless renewed, and the terms it was asked on.
 #[derive(Debug)]
 pub(crate) struct Granted {
     pub(crate) owner: Arc<str>,
-    pub(crate) token: u64,
+    pub(crate) tokens: ReservedTokens,
     pub(crate) expires_at: Instant,
     pub(crate) terms: AcquireTerms,
 }

@@ -38,10 +38,10 @@ pub(crate) const MAX_INSTANCE_NAME: usize = 64;
 /// The most command connections a client keeps (`LockClientBuilder::connections`).
 pub const MAX_CONNECTIONS: usize = 64;
 /// Most [`LockClientBuilder::local_handoff_limit`](crate::LockClientBuilder::local_handoff_limit)
-/// allows. Each acquisition reserves one fencing token more than the limit, in a counter that
-/// also stays past the server clock in µs, which is the floor of the tokens once Redis lost
-/// that counter: a block of at most a millisecond of that clock keeps one acquisition from
-/// moving the counter far ahead of it.
+/// allows. Each acquisition reserves up to one fencing token more than the limit, in a counter
+/// that also stays past the server clock in µs, the floor of the tokens once Redis lost that
+/// counter; blocks are cut so that the counter is never more than 2 ms ahead of that clock,
+/// which a block of at most a millisecond leaves room for.
 pub const MAX_LOCAL_HANDOFF_LIMIT: u32 = 1000;
 
 /// How many replicas must acknowledge an acquisition (Redis's WAIT), and how long it waits.

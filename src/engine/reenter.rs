@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::engine::acquire::{Granted, LockRequest};
+use crate::engine::acquire::{Granted, LockRequest, ReservedTokens};
 use crate::engine::deadlines::lost_deadline;
 use crate::engine::hold::{OwnerHolds, TaskHold};
 use crate::engine::release::GuardHold;
@@ -81,6 +81,7 @@ pub(crate) async fn read_within(holder: Arc<TaskHold>) -> Result<GuardHold> {
         let AcquireReply::Acquired {
             token,
             lease_left_ms,
+            reserved,
         } = reply
         else {
             return Err(LockError::new(
@@ -102,7 +103,10 @@ pub(crate) async fn read_within(holder: Arc<TaskHold>) -> Result<GuardHold> {
         let left = u64::try_from(lease_left_ms).unwrap_or(terms.lease_ms);
         let granted = Granted {
             owner: acquisition.owner.clone(),
-            token,
+            tokens: ReservedTokens {
+                first: token,
+                reserved,
+            },
             expires_at: lost_deadline(sent_at, Duration::from_millis(left)),
             terms,
         };

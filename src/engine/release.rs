@@ -160,8 +160,8 @@ async fn hand_over_through_redis(holder: &TaskHold) -> Result<()> {
         }
     };
     match reply {
-        HandoffReply::Kept { token } => {
-            keep_for_next_task(holder, token, sent_at);
+        HandoffReply::Kept { token, reserved } => {
+            keep_for_next_task(holder, token, reserved, sent_at);
             Ok(())
         }
         HandoffReply::Passed {
@@ -254,7 +254,7 @@ async fn release_last(holder: &TaskHold) -> Result<()> {
 /// and Redis renewed the lease when the script ran, after `sent_at`): the lock goes to the
 /// next task with the token block Redis reserved, and back to the watchdog; or, answered too
 /// late to vouch for the lease, back to Redis, and the next task asks anew.
-fn keep_for_next_task(holder: &TaskHold, token: u64, sent_at: Instant) {
+fn keep_for_next_task(holder: &TaskHold, token: u64, reserved: u64, sent_at: Instant) {
     let acquisition = &holder.acquisition;
     let shared = &acquisition.shared;
     let expires_at = lost_deadline(sent_at, Duration::from_millis(acquisition.terms.lease_ms));
@@ -273,7 +273,7 @@ fn keep_for_next_task(holder: &TaskHold, token: u64, sent_at: Instant) {
     });
     // The block Redis reserved is the next holders': the first token is the next task's own.
     let window = shared.config.local_handoff_window;
-    let budget = Budget::reserved(token, acquisition.terms.block, window);
+    let budget = Budget::reserved(token, reserved, window);
     let carried = PassingHold::new(acquisition.clone(), budget);
     match acquisition.lease.take_turn_if(|_| true) {
         Some(mut turn) => *turn.baton() = PassedOn::Held(carried),

@@ -22,6 +22,9 @@ pub(crate) struct Grant {
     pub(crate) server_ms: u64,
     /// The lease it was handed over with (the waiter's watchdog extends it).
     pub(crate) lease_ms: u64,
+    /// The tokens reserved from `token` on: the waiter's own and those of its local
+    /// hand-overs (fewer than it asked for when the scope's counter ran ahead).
+    pub(crate) reserved: u64,
 }
 
 /// What a waiter sees of its slot.
@@ -145,7 +148,9 @@ impl Drop for WakeSlot {
     }
 }
 
-/// Reads `<owner id> <token> <server ms> <lease ms>`.
+/// Reads `<owner id> <token> <server ms> <lease ms> <tokens reserved>`. A message without
+/// the count (from an earlier version) reserved at least the grant's own token, and no more
+/// is assumed.
 fn parse_grant(payload: &[u8]) -> Option<(&str, Grant)> {
     let text = std::str::from_utf8(payload).ok()?;
     let mut parts = text.split(' ');
@@ -153,12 +158,17 @@ fn parse_grant(payload: &[u8]) -> Option<(&str, Grant)> {
     let token = parts.next()?.parse().ok()?;
     let server_ms = parts.next()?.parse().ok()?;
     let lease_ms = parts.next()?.parse().ok()?;
+    let reserved = match parts.next() {
+        Some(count) => count.parse().ok()?,
+        None => 1,
+    };
     Some((
         owner,
         Grant {
             token,
             server_ms,
             lease_ms,
+            reserved,
         },
     ))
 }
@@ -169,7 +179,7 @@ mod tests {
 
     #[test]
     fn grants_are_read_from_the_wake_message() {
-        let (owner, grant) = parse_grant(b"ab12:7 1763682600000001 1763682600000 2500").unwrap();
+        let (owner, grant) = parse_grant(b"ab12:7 1763682600000001 1763682600000 2500 17").unwrap();
         assert_eq!(owner, "ab12:7");
         assert_eq!(
             grant,
@@ -177,8 +187,12 @@ mod tests {
                 token: 1_763_682_600_000_001,
                 server_ms: 1_763_682_600_000,
                 lease_ms: 2500,
+                reserved: 17,
             }
         );
+        let (_, earlier) = parse_grant(b"ab12:7 1763682600000001 1763682600000 2500").unwrap();
+        assert_eq!(earlier.reserved, 1, "no hand-over token is assumed");
+        assert!(parse_grant(b"ab12:7 1 1 1 x").is_none());
         assert!(parse_grant(b"ab12:7 x 1 1").is_none());
         assert!(parse_grant(b"ab12:7 1 1").is_none());
         assert!(parse_grant(b"ab12:7").is_none());

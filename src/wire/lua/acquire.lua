@@ -4,14 +4,16 @@
 -- queue), 'reenter' (add a hold, never take). EPOCH_MARKER is the marker of the epoch and
 -- longest lease the client knows (see epoch.lua); LEASE_WITHIN_KNOWN is 'yes' when the lease
 -- asked for is no longer than that longest lease.
--- Replies: {ACQUIRED, first token, lease left ms} when this owner holds the lock (token 0 on
--- a re-entry); {WAITING, holder's lease left ms, server ms, last token reserved in the scope
+-- Replies: {ACQUIRED, first token, lease left ms, tokens reserved} when this owner holds the
+-- lock (token 0 on a re-entry; the tokens reserved, the first and those for local
+-- hand-overs, are TOKEN_BLOCK unless given: fewer when the scope's counter ran ahead, see
+-- tokens.lua); {WAITING, holder's lease left ms, server ms, last token reserved in the scope
 -- (0 when this owner did not queue)} when it does not; {NOT_OWNER} when a re-entry finds the
 -- lock no longer held by this owner; {EPOCH_CHANGED, epoch, longest lease ms} when the client
 -- must learn them first; {QUARANTINED, left ms, server ms} during a restart quarantine.
--- A lock taken at once answers with its first token alone, which stands for {ACQUIRED,
--- token, the lease asked for}: Redis builds and sends a table at about a tenth of an
--- uncontended acquire and release.
+-- A lock taken at once with its whole block answers with its first token alone, which stands
+-- for {ACQUIRED, token, the lease asked for, TOKEN_BLOCK}: Redis builds and sends a table at
+-- about a tenth of an uncontended acquire and release.
 
 --#include clock
 --#include tokens
@@ -40,7 +42,11 @@ else
 end
 local epoch_current = epoch_found == 2 and LEASE_WITHIN_KNOWN == 'yes'
 if lock_and_queue == 0 and MODE ~= 'reenter' and epoch_current then
-  return take_free(OWNER, LEASE_MS, TOKEN_BLOCK)
+  local first, reserved = take_free(OWNER, LEASE_MS, tonumber(TOKEN_BLOCK))
+  if reserved == tonumber(TOKEN_BLOCK) then
+    return first
+  end
+  return {ACQUIRED, first, tonumber(LEASE_MS), reserved}
 end
 
 -- The functions of the slower paths are created only when a script runs this far.
@@ -68,7 +74,8 @@ if lock_and_queue == 0 and MODE ~= 'reenter' then
   if blocked then
     return blocked
   end
-  return {ACQUIRED, take_free(OWNER, LEASE_MS, block), lease}
+  local first, reserved = take_free(OWNER, LEASE_MS, block)
+  return {ACQUIRED, first, lease, reserved}
 end
 
 -- 3. The lock is held, or others wait for it. The lease left on the lock, and whether it is
@@ -87,11 +94,13 @@ if not free and MODE ~= 'join' and redis.call('hexists', LOCK, OWNER) == 1 then
   -- Granted from the queue while this waiter was not listening (a wake message missed):
   -- the last block granted is the one reserved for it, when it names this owner (it expires
   -- with the grant's lease; should it be gone, a fresh block grows as well).
-  local top, granted_to = string.match(redis.call('get', LAST_GRANT) or '', '^(%d+) (.+)$')
+  local top, first, granted_to = string.match(redis.call('get', LAST_GRANT) or '',
+    '^(%d+) (%d+) (.+)$')
   if granted_to ~= OWNER then
-    return {ACQUIRED, reserve_tokens(block, math.max(1, left), OWNER), left}
+    local fresh, reserved = reserve_tokens(block, math.max(1, left), OWNER)
+    return {ACQUIRED, fresh, left, reserved}
   end
-  return {ACQUIRED, tonumber(top) - block + 1, left}
+  return {ACQUIRED, tonumber(first), left, tonumber(top) - tonumber(first) + 1}
 end
 if MODE == 'reenter' then
   return {NOT_OWNER}
@@ -108,7 +117,8 @@ local now = now_ms()
 if free then
   local head, grant_lease, head_block = pop_live_head(now)
   if not head or head == OWNER then
-    return {ACQUIRED, take(OWNER, LEASE_MS, block), lease}
+    local first, reserved = take(OWNER, LEASE_MS, block)
+    return {ACQUIRED, first, lease, reserved}
   end
   left = grant_to(head, now, grant_lease, head_block)
 end

@@ -2,7 +2,8 @@
 -- (NEXT_OWNER): pass the lock to the first live waiter and queue NEXT_OWNER behind it, or,
 -- when nobody else waits, keep it with a fresh token block on a lease of LEASE_MS.
 -- Replies: {PASSED, server ms, last token reserved in the scope} when the lock was passed on,
--- {KEPT, first token} when it was kept, {NOT_HELD} when the owner no longer held it.
+-- {KEPT, first token, tokens reserved} when it was kept, {NOT_HELD} when the owner no longer
+-- held it.
 
 --#include clock
 --#include tokens
@@ -17,7 +18,8 @@ local block = tonumber(TOKEN_BLOCK)
 local head, grant_lease, head_block = pop_live_head(now)
 if not head then
   redis.call('pexpire', LOCK, LEASE_MS)
-  return {KEPT, reserve_tokens(block, LEASE_MS, OWNER)}
+  local first, reserved = reserve_tokens(block, LEASE_MS, OWNER)
+  return {KEPT, first, reserved}
 end
 redis.call('hdel', LOCK, OWNER)
 grant_to(head, now, grant_lease, head_block)

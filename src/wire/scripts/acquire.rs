@@ -126,9 +126,14 @@ impl AcquireMode {
 /// What the acquire script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// This owner holds the lock: the first token of its block (0 on a re-entry) and the
-    /// lease left.
-    Acquired { token: u64, lease_left_ms: i64 },
+    /// This owner holds the lock: the first token of its block (0 on a re-entry), the lease
+    /// left, and the tokens reserved from the first on (fewer than asked for when the scope's
+    /// counter ran ahead of the clock: fewer local hand-overs).
+    Acquired {
+        token: u64,
+        lease_left_ms: i64,
+        reserved: u64,
+    },
     /// Another owner holds it (lease left, negative when it has no expiry or is gone); the
     /// server's clock when the script ran, and the last fencing token reserved in the lock's
     /// scope by then (a grant with a token not above it came before this look; 0 when the
@@ -218,15 +223,21 @@ pub(crate) async fn acquire(
         }
     };
     let lease_ms = i64::try_from(terms.lease_ms).unwrap_or(i64::MAX);
-    acquire_reply(&reply, lease_ms)
+    acquire_reply(&reply, lease_ms, terms.block)
 }
 
-/// `lease_ms`, the lease asked for, is what a lock taken at once has left.
-fn acquire_reply(reply: &ScriptReply, lease_ms: i64) -> redis::RedisResult<AcquireReply> {
+/// `lease_ms`, the lease asked for, is what a lock taken at once has left, and `block`, the
+/// tokens asked for, what it reserved.
+fn acquire_reply(
+    reply: &ScriptReply,
+    lease_ms: i64,
+    block: u64,
+) -> redis::RedisResult<AcquireReply> {
     Ok(match reply.status() {
         acquired::ACQUIRED => AcquireReply::Acquired {
             token: reply.non_negative(0),
             lease_left_ms: reply.value_or(1, lease_ms),
+            reserved: u64::try_from(reply.value_or(2, block as i64)).unwrap_or(1),
         },
         acquired::WAITING => AcquireReply::Waiting {
             lease_left_ms: reply.value(0),

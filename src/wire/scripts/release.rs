@@ -25,7 +25,7 @@ reply_statuses! {
     handed_off {
         /// `{PASSED, server ms, last token}`: another instance got the lock.
         PASSED = 2,
-        /// `{KEPT, first token}`: nobody else waits, the owner keeps it.
+        /// `{KEPT, first token, tokens reserved}`: nobody else waits, the owner keeps it.
         KEPT = 3,
     }
 }
@@ -133,8 +133,9 @@ pub(crate) enum HandoffReply {
     /// Another instance got the lock; the next owner is queued behind it (the server's clock
     /// and the last fencing token reserved in the lock's scope then, as a look's).
     Passed { server_ms: u64, last_token: u64 },
-    /// Nobody else waits: still held by the same owner, with a fresh token block.
-    Kept { token: u64 },
+    /// Nobody else waits: still held by the same owner, with a fresh token block: its first
+    /// token and how many were reserved (fewer than asked when the scope's counter ran ahead).
+    Kept { token: u64, reserved: u64 },
     /// The owner no longer held the lock.
     NotOwner,
 }
@@ -204,6 +205,7 @@ pub(crate) async fn handoff(
         },
         handed_off::KEPT => HandoffReply::Kept {
             token: reply.non_negative(0),
+            reserved: reply.non_negative(1).max(1),
         },
         released::NOT_HELD => HandoffReply::NotOwner,
         _ => return Err(reply.unknown()),

@@ -179,9 +179,9 @@ return 0
 ";
 
 /// This library's free-lock acquire and nothing else: its own clock and token functions
-/// (`take_free`: `HSET`, `PEXPIRE`, `TIME` and the token counter's `SET … GET`) after one
-/// `EXISTS` over the lock, its queue, an epoch key and its marker, each counted as the
-/// library counts it. KEYS: the lock, its last granted block, its queue, the epoch key, the
+/// (`take_free`: `HSET`, `PEXPIRE`, `TIME` and the token counter's `SET … GET`) after the
+/// `LASTSAVE` its epoch marker's name ends with and one `EXISTS` over the lock, its queue, an
+/// epoch key and its marker, each counted as the library counts it. KEYS: the lock, its last granted block, its queue, the epoch key, the
 /// token counter, the epoch's marker; ARGV: the owner, the lease ms, the token block. The
 /// keys `tokens.lua` reads are bound by the names the library's descriptions give them.
 /// Returns the first token, or 0 when the lock is taken or someone queues.
@@ -190,6 +190,7 @@ const BARE_ACQUIRE: &str = concat!(
     include_str!("../../../src/wire/lua/lib/clock.lua"),
     include_str!("../../../src/wire/lua/lib/tokens.lua"),
     r"
+last_save()
 local seen = redis.call('exists', KEYS[1], KEYS[3], KEYS[4], KEYS[4], KEYS[4],
   KEYS[6], KEYS[6], KEYS[6])
 if seen % 3 ~= 0 then

@@ -36,12 +36,13 @@ local function life_now()
 end
 
 -- How this process relates to the `recorded` life: nil when it is that life and nothing
--- was saved since or can be recorded yet (nothing to write), else the life to record and 'same' (the same process,
--- or a life recorded by an operator), 'replaced' (a process that ran before the record was
--- written: a replica promoted) or 'restarted' (one that started after it: its data came from
--- its own files). Its start is its uptime back from now, in whole seconds that Redis
--- truncates and Valkey counts between truncated seconds: the latest it can be is a second
--- later, which is what counts, and a clock stepped back past the start counts as a start now.
+-- was saved since or can be recorded yet (nothing to write), else the life to record and
+-- 'same' (the same process, or a life recorded by an operator), 'replaced' (a process that
+-- ran before the record was written: a replica promoted) or 'restarted' (one that started
+-- after it: its data came from its own files). Its start is its uptime back from now, in
+-- whole seconds that Redis truncates and Valkey counts between truncated seconds: the latest
+-- it can be is a second later, which is what counts, and a clock stepped back past the start
+-- counts as a start now.
 local function life_change(recorded)
   local run_id, at, saved = string.match(recorded, '^ (%x+) (%d+) (%d+)$')
   if saved and saved ~= '0' and tonumber(saved) == last_save() then

@@ -89,13 +89,14 @@ local function anyone_queued()
 end
 
 -- Tells `owner`'s instance, and only it, that the lock is its owner's:
--- '<owner> <first token> <server ms> <lease ms>'. A wake prefix with a hash tag is a cluster's
--- (one channel per slot and instance, in the lock's slot): it is told with sharded pub/sub,
--- which stays on the slot's node instead of crossing the whole cluster bus.
-local function announce_grant(owner, token, now, lease)
+-- '<owner> <first token> <server ms> <lease ms> <tokens reserved>'. A wake prefix with a hash
+-- tag is a cluster's (one channel per slot and instance, in the lock's slot): it is told with
+-- sharded pub/sub, which stays on the slot's node instead of crossing the whole cluster bus.
+local function announce_grant(owner, token, reserved, now, lease)
   local instance = string.match(owner, '^([^:]+)')
   local publish = string.find(WAKE_PREFIX, '{', 1, true) and 'spublish' or 'publish'
-  redis.call(publish, WAKE_PREFIX .. instance, string.format('%s %d %d %d', owner, token, now, lease))
+  redis.call(publish, WAKE_PREFIX .. instance,
+    string.format('%s %d %d %d %d', owner, token, now, lease, reserved))
 end
 
 -- Takes the first live waiter out of the queue with its terms (as `live_head` returns them);
@@ -123,7 +124,8 @@ end
 -- holds a lock on less (a waiter that died since its last heartbeat then holds the lock one
 -- lease, as a holder that dies does). Returns that lease.
 local function grant_to(head, now, grant_lease, block)
-  announce_grant(head, take(head, grant_lease, block), now, grant_lease)
+  local first, reserved = take(head, grant_lease, block)
+  announce_grant(head, first, reserved, now, grant_lease)
   return grant_lease
 end
 

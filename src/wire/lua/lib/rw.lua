@@ -112,7 +112,7 @@ local function rw_grant(now, state, me, me_lease)
     if head == me then
       my_token, my_lease = token, lease
     else
-      announce_grant(head, token, now, lease)
+      announce_grant(head, token, 1, now, lease)
     end
   end
 end

@@ -103,7 +103,7 @@ local function sem_grant(now, permits, used, me, me_lease)
     if head == me then
       my_token, my_lease = token, lease
     else
-      announce_grant(head, token, now, lease)
+      announce_grant(head, token, 1, now, lease)
     end
   end
 end
