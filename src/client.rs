@@ -401,9 +401,8 @@ impl LockClientBuilder {
         self
     }
 
-    /// Says that a restart of the server loses no write (default: `false`): only when every
-    /// server, and every replica that may be promoted, runs `appendfsync always`. Otherwise
-    /// a restart from files is a loss ([`Self::lease_limit`], [`crate::guide::safety`]).
+    /// Says a restart loses no write (default `false`): only when every server and replica that
+    /// may be promoted runs `appendfsync always`; else a restart is a loss ([`Self::lease_limit`]).
     pub fn restart_keeps_writes(mut self, keeps: bool) -> Self {
         self.config.restart_keeps_writes = keeps;
         self
@@ -506,6 +505,7 @@ impl LockClientBuilder {
                     .map_err(|err| {
                         LockError::with_source(ErrorKind::InvalidConfig, "invalid cluster url", err)
                     })?,
+                seeds.first().map_or("", String::as_str),
                 config.command_timeout,
             ));
             let wake_source =

@@ -348,3 +348,67 @@ async fn each_slots_first_lock_waits_only_as_long_as_its_master_has_been_up_less
         "a slot first used after the limit was quarantined"
     );
 }
+
+/// A cluster whose nodes need a password, and one whose clients are an ACL user: the keys of a
+/// slot left half migrated move with the client's own credentials (`MIGRATE … AUTH` or
+/// `AUTH2`), so its locks are taken and released while it migrates. Before, the `MIGRATE`
+/// carried none, the importing node refused it, and every lock of the slot failed until the
+/// operator finished the migration.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_half_migrated_slot_keeps_granting_on_a_cluster_that_needs_a_password_or_an_acl_user() {
+    let cluster = RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let first = client(&cluster).await;
+    let token = first
+        .lock(NAME)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .fencing_token();
+    first.shutdown().await;
+    let from = cluster.node_of(KEY);
+    let to = cluster.other_master(from);
+    cluster.start_migration(cluster.slot_of(KEY), from, to, &[]);
+    // Every node now needs a password, and knows an ACL user with another one.
+    for port in cluster.ports() {
+        let () = cluster.cmd(
+            port,
+            &[
+                "ACL",
+                "SETUSER",
+                "locker",
+                "on",
+                ">user-pass",
+                "~*",
+                "&*",
+                "+@all",
+            ],
+        );
+        let () = cluster.cmd(port, &["CONFIG", "SET", "requirepass", "default-pass"]);
+    }
+
+    let mut last = token;
+    for credentials in [":default-pass", "locker:user-pass"] {
+        let urls: Vec<String> = cluster
+            .urls()
+            .iter()
+            .map(|url| url.replacen("://", &format!("://{credentials}@"), 1))
+            .collect();
+        let locks = LockClient::builder_cluster(urls)
+            .watchdog_lease(LEASE)
+            .build()
+            .await
+            .expect("cluster client");
+        for _ in 0..2 {
+            let guard = tokio::time::timeout(PROMPTLY, locks.lock(NAME).unwrap().acquire())
+                .await
+                .unwrap_or_else(|_| panic!("{credentials}: no grant within {PROMPTLY:?}"))
+                .unwrap_or_else(|err| panic!("{credentials}: {err}"));
+            assert!(guard.fencing_token() > last, "{credentials}: tokens grow");
+            last = guard.fencing_token();
+            guard.release().await.unwrap();
+        }
+        locks.shutdown().await;
+    }
+}

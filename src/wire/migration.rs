@@ -13,17 +13,60 @@
 //! some of them. Such a script writes only keys it names (the epoch's marker is left out),
 //! and those were moved first, so the operator's own moves never meet a key both nodes hold.
 //!
-//! This needs `+migrate +asking +cluster|nodes` from an ACL. The migration itself is the
-//! operator's: once finished (`CLUSTER SETSLOT … NODE`), the slot answers as any other.
+//! This needs `+migrate +asking +cluster|nodes` from an ACL, and the `MIGRATE` carries the
+//! client's own credentials (`AUTH2` or `AUTH`) to the importing node, which takes the same
+//! ones on a cluster whose nodes need a password. The migration itself is the operator's:
+//! once finished (`CLUSTER SETSLOT … NODE`), the slot answers as any other.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Arg, Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{
+    Arg, Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult,
+    ServerErrorKind, Value,
+};
 
 use crate::scopes::slot_of;
+use crate::wire::conn::ClusterConn;
+
+/// The credentials of a cluster client's nodes: those of its first seed URL, which redis-rs
+/// uses for every node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NodeAuth {
+    username: Option<String>,
+    password: Option<String>,
+}
+
+impl NodeAuth {
+    /// The credentials `seed` names (none when it is not a URL redis-rs reads).
+    pub(crate) fn of_seed(seed: &str) -> Self {
+        let Ok(info) = seed.into_connection_info() else {
+            return Self::default();
+        };
+        let settings = info.redis_settings();
+        let given =
+            |value: Option<&str>| value.filter(|value| !value.is_empty()).map(str::to_owned);
+        Self {
+            username: given(settings.username()),
+            password: given(settings.password()),
+        }
+    }
+
+    /// Adds them to a `MIGRATE` (before its `KEYS`): `AUTH2` for an ACL user, `AUTH` for the
+    /// default user's password.
+    fn add_to(&self, migrate: &mut Cmd) {
+        match (&self.username, &self.password) {
+            (Some(username), Some(password)) => {
+                migrate.arg("AUTH2").arg(username).arg(password);
+            }
+            (None, Some(password)) => {
+                migrate.arg("AUTH").arg(password);
+            }
+            (_, None) => {}
+        }
+    }
+}
 
 /// The first argument of a script run with its first key alone declared, followed by the
 /// count of the other keys and those keys (read by `lua/migration.lua`).
@@ -54,7 +97,7 @@ pub(crate) fn refused_by_migration(err: &RedisError) -> bool {
 /// Runs `script` (the `EVAL` of `cmd`, an `EVALSHA` of its script) the migration's way, when
 /// the slot of its first key migrates. `None` when it does not (the caller's error stands).
 pub(crate) async fn run<T: FromRedisValue>(
-    conn: &mut ClusterConnection,
+    conn: &mut ClusterConn,
     cmd: &Cmd,
     source: &str,
 ) -> RedisResult<Option<T>> {
@@ -84,8 +127,9 @@ pub(crate) async fn run<T: FromRedisValue>(
         .arg(port)
         .arg("")
         .arg(0)
-        .arg(MIGRATE_TIMEOUT_MS)
-        .arg("KEYS");
+        .arg(MIGRATE_TIMEOUT_MS);
+    conn.auth.add_to(&mut migrate);
+    migrate.arg("KEYS");
     for key in keys {
         migrate.arg(*key);
     }
