@@ -316,8 +316,8 @@ async fn each_slots_first_lock_waits_only_as_long_as_its_master_has_been_up_less
     cluster.kill(restarted);
     cluster.restart(restarted);
     assert!(
-        support::eventually(PROMPTLY, || cluster.answers(restarted)).await,
-        "the restarted master does not answer"
+        cluster.serving(restarted, PROMPTLY).await,
+        "the restarted master does not serve its slots"
     );
     cluster.wait_until_up_for(restarted, 2);
     let mut unused = (0..)

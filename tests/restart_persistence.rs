@@ -201,15 +201,10 @@ async fn a_cluster_master_restarted_from_its_snapshot_quarantines_the_slot_of_a_
     cluster.kill(master);
     cluster.restart(master);
     let restarted_at = Instant::now();
-    // It serves its slots again once it has met the other masters.
-    let serving = eventually(SLACK * 3, || {
-        cluster.answers(master)
-            && cluster
-                .cmd::<String>(master, &["CLUSTER", "INFO"])
-                .contains("cluster_state:ok")
-    })
-    .await;
-    assert!(serving, "the restarted master serves its slots");
+    assert!(
+        cluster.serving(master, SLACK * 3).await,
+        "the restarted master serves its slots"
+    );
     let other = client(cluster.urls()).await.unwrap();
     let taken = other
         .lock(&later)

@@ -263,6 +263,16 @@ impl RedisCluster {
         self.try_cmd::<String>(port, &["PING"]).is_ok()
     }
 
+    /// Waits up to `bound` until the node on `port` serves its slots (`cluster_state:ok`), as
+    /// a restarted master does once it has met the other masters again.
+    pub async fn serving(&self, port: u16, bound: Duration) -> bool {
+        super::eventually(bound, || {
+            self.try_cmd::<String>(port, &["CLUSTER", "INFO"])
+                .is_ok_and(|info| info.contains("cluster_state:ok"))
+        })
+        .await
+    }
+
     /// A node of this cluster on a free port, answering: a port another test's server took
     /// meanwhile (a race of free ports) makes the new one exit, and the harness takes
     /// another port, so no node of another test ever joins this cluster.
