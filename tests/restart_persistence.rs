@@ -66,6 +66,40 @@ async fn hold(
     (guard, told)
 }
 
+/// What another client, `other`, meets when it asks for the lock `after` holds (its holder
+/// told through `told`) once the server restarted at `restarted_at` from files that may miss
+/// writes: the lock only once the server has been up the lease limit, after its holder was
+/// told, and with a larger token. Returns why the holder was told.
+async fn taken_only_after_the_quarantine(
+    other: &LockClient,
+    after: &LockGuard,
+    told: tokio::task::JoinHandle<(Instant, LostReason)>,
+    restarted_at: Instant,
+) -> LostReason {
+    let taken = other
+        .lock(after.name())
+        .unwrap()
+        .acquire_timeout(LIMIT + SLACK * 2)
+        .await
+        .expect("the lock is granted once the quarantine is over");
+    let taken_at = Instant::now();
+    let (told_at, reason) = told.await.unwrap();
+    assert!(
+        told_at < taken_at,
+        "the holder was told {:?} after the restart, the lock granted again after {:?}",
+        told_at - restarted_at,
+        taken_at - restarted_at
+    );
+    assert!(
+        taken_at - restarted_at >= LIMIT - Duration::from_millis(100),
+        "nobody gets a lock of the restarted server before it has been up the lease limit: \
+         granted after {:?}",
+        taken_at - restarted_at
+    );
+    assert!(taken.fencing_token() > after.fencing_token());
+    reason
+}
+
 /// The server with persistence `files` holds a lock granted before its last snapshot or
 /// rewrite and one granted after; it crashes and restarts from its files. The holder of the
 /// later lock is told `DataLost`, and another client gets that lock only once the server has
@@ -86,29 +120,8 @@ async fn a_restart_from_files_is_a_loss(files: &[&str]) {
         "the epoch comes back with the files, and only with them: {epoch:?}"
     );
     let other = client(&server.url()).build().await.unwrap();
-    let taken = other
-        .lock("after-snapshot")
-        .unwrap()
-        .acquire_timeout(LIMIT + SLACK * 2)
-        .await
-        .expect("the lock is granted once the quarantine is over");
-    let taken_at = Instant::now();
-
-    let (told_at, reason) = told.await.unwrap();
+    let reason = taken_only_after_the_quarantine(&other, &after, told, restarted_at).await;
     assert_eq!(reason, LostReason::DataLost, "{files:?}");
-    assert!(
-        told_at < taken_at,
-        "{files:?}: the holder was told {:?} after the restart, the lock granted again after {:?}",
-        told_at - restarted_at,
-        taken_at - restarted_at
-    );
-    assert!(
-        taken_at - restarted_at >= LIMIT - Duration::from_millis(100),
-        "{files:?}: nobody gets a lock of the restarted server before it has been up the \
-         lease limit: granted after {:?}",
-        taken_at - restarted_at
-    );
-    assert!(taken.fencing_token() > after.fencing_token());
     assert!(!before.is_held(), "the earlier lock went with its epoch");
 }
 
@@ -206,25 +219,5 @@ async fn a_cluster_master_restarted_from_its_snapshot_quarantines_the_slot_of_a_
         "the restarted master serves its slots"
     );
     let other = client(cluster.urls()).await.unwrap();
-    let taken = other
-        .lock(&later)
-        .unwrap()
-        .acquire_timeout(LIMIT + SLACK * 2)
-        .await
-        .expect("the lock is granted once the quarantine is over");
-    let taken_at = Instant::now();
-
-    let (told_at, _) = told.await.unwrap();
-    assert!(
-        told_at < taken_at,
-        "the holder was told {:?} after the restart, the lock granted again after {:?}",
-        told_at - restarted_at,
-        taken_at - restarted_at
-    );
-    assert!(
-        taken_at - restarted_at >= LIMIT - Duration::from_millis(100),
-        "granted again {:?} after the restart",
-        taken_at - restarted_at
-    );
-    assert!(taken.fencing_token() > after.fencing_token());
+    taken_only_after_the_quarantine(&other, &after, told, restarted_at).await;
 }
