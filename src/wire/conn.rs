@@ -25,7 +25,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::meter;
 use crate::wire::cluster_node::{cluster_node_error, is_cluster_answer, is_cluster_node};
-use crate::wire::migration::NodeAuth;
+use crate::wire::node_auth::NodeAuth;
 use crate::wire::sentinel::Dialer;
 
 /// A connection to the server, or to the cluster (boxed: waiters keep one, and most

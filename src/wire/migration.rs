@@ -22,51 +22,10 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{
-    Arg, Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult,
-    ServerErrorKind, Value,
-};
+use redis::{Arg, Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
 
 use crate::scopes::slot_of;
 use crate::wire::conn::ClusterConn;
-
-/// The credentials of a cluster client's nodes: those of its first seed URL, which redis-rs
-/// uses for every node.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct NodeAuth {
-    username: Option<String>,
-    password: Option<String>,
-}
-
-impl NodeAuth {
-    /// The credentials `seed` names (none when it is not a URL redis-rs reads).
-    pub(crate) fn of_seed(seed: &str) -> Self {
-        let Ok(info) = seed.into_connection_info() else {
-            return Self::default();
-        };
-        let settings = info.redis_settings();
-        let given =
-            |value: Option<&str>| value.filter(|value| !value.is_empty()).map(str::to_owned);
-        Self {
-            username: given(settings.username()),
-            password: given(settings.password()),
-        }
-    }
-
-    /// Adds them to a `MIGRATE` (before its `KEYS`): `AUTH2` for an ACL user, `AUTH` for the
-    /// default user's password.
-    fn add_to(&self, migrate: &mut Cmd) {
-        match (&self.username, &self.password) {
-            (Some(username), Some(password)) => {
-                migrate.arg("AUTH2").arg(username).arg(password);
-            }
-            (None, Some(password)) => {
-                migrate.arg("AUTH").arg(password);
-            }
-            (_, None) => {}
-        }
-    }
-}
 
 /// The first argument of a script run with its first key alone declared, followed by the
 /// count of the other keys and those keys (read by `lua/migration.lua`).

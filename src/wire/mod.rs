@@ -8,6 +8,7 @@ pub(crate) mod conn;
 pub(crate) mod endpoint;
 mod lua;
 mod migration;
+mod node_auth;
 mod redis_error;
 pub(crate) mod replica_ack;
 pub(crate) mod scan;

@@ -45,12 +45,32 @@ impl RedisCluster {
         Self::start_with_env(clocks.len(), 0, |node| clocks[node].env())
     }
 
-    /// Starts the cluster, node `n` (masters first) with the environment `env(n)` added.
+    /// Starts the cluster, node `n` (masters first) with the environment `env(n)` added. A
+    /// formation that does not end within [`FORM_BOUND`] (`redis-cli --cluster create` waits
+    /// for every node to join, forever should one have died meanwhile) is abandoned, its
+    /// nodes killed, and the cluster formed again on other ports, up to three times.
     fn start_with_env(
         masters: usize,
         replicas: usize,
         env: impl Fn(usize) -> Vec<(String, String)>,
     ) -> Self {
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            match Self::form(masters, replicas, &env) {
+                Ok(cluster) => return cluster,
+                Err(failure) => failures.push(failure),
+            }
+        }
+        panic!("the cluster did not form: {failures:?}");
+    }
+
+    /// One attempt of [`Self::start_with_env`]: the nodes, then `redis-cli --cluster create`
+    /// within [`FORM_BOUND`]; on failure, why (the nodes are killed when the value drops).
+    fn form(
+        masters: usize,
+        replicas: usize,
+        env: &impl Fn(usize) -> Vec<(String, String)>,
+    ) -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!(
             "tower-redis-lock-cluster-{}-{}",
             std::process::id(),
@@ -70,16 +90,37 @@ impl RedisCluster {
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port))
             .collect();
-        let created = Command::new("redis-cli")
+        let mut create = Command::new("redis-cli")
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .status()
+            .spawn()
             .expect("redis-cli");
-        assert!(created.success(), "redis-cli --cluster create failed");
+        let started = Instant::now();
+        let created = loop {
+            if let Some(status) = create.try_wait().expect("redis-cli") {
+                break status.success();
+            }
+            if started.elapsed() > FORM_BOUND {
+                let _ = create.kill();
+                let _ = create.wait();
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        if !created {
+            let exited: Vec<u16> = cluster
+                .nodes
+                .iter_mut()
+                .filter_map(|node| node.child.try_wait().ok().flatten().map(|_| node.port))
+                .collect();
+            return Err(format!(
+                "redis-cli --cluster create {addresses:?} failed or hung; nodes exited: {exited:?}"
+            ));
+        }
         let ports = cluster.ports();
         cluster.await_condition("every node sees the cluster ok", || {
             ports.iter().all(|port| {
@@ -97,7 +138,7 @@ impl RedisCluster {
                 })
             });
         }
-        cluster
+        Ok(cluster)
     }
 
     /// The ports of the nodes that are masters now.
