@@ -71,10 +71,12 @@ impl RedisCluster {
         replicas: usize,
         env: &impl Fn(usize) -> Vec<(String, String)>,
     ) -> Result<Self, String> {
+        // Random, not a free port: two clusters of one test process could be given the same
+        // port, and the first to drop would remove the other's nodes' files with its own.
         let dir = std::env::temp_dir().join(format!(
-            "tower-redis-lock-cluster-{}-{}",
+            "tower-redis-lock-cluster-{}-{:016x}",
             std::process::id(),
-            free_port()
+            rand::random::<u64>()
         ));
         std::fs::create_dir_all(&dir).expect("cluster directory");
         let mut cluster = Self {

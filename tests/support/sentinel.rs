@@ -34,10 +34,11 @@ impl Sentinels {
         down_after: Duration,
         failover_timeout: Duration,
     ) -> Self {
+        // Random, not a free port, as for a cluster (see `cluster.rs`).
         let dir = std::env::temp_dir().join(format!(
-            "tower-redis-lock-sentinels-{}-{}",
+            "tower-redis-lock-sentinels-{}-{:016x}",
             std::process::id(),
-            free_port()
+            rand::random::<u64>()
         ));
         std::fs::create_dir_all(&dir).expect("sentinel directory");
         let mut sentinels = Self {
