@@ -98,8 +98,12 @@ impl LockClient {
     /// A builder for a client of the Redis Cluster that `seed_urls` reach (one or more of its
     /// nodes, each `redis://[[user]:password@]host:port`; the client learns the rest).
     ///
-    /// Commands go through redis-rs's cluster client, which follows redirections (`MOVED`,
-    /// `ASK` while a slot migrates), node failovers and topology changes. Every script
+    /// Commands go through redis-rs's cluster client, which follows redirections (`MOVED`),
+    /// node failovers and topology changes. While a slot migrates (a resharding), the
+    /// scripts of its locks run on no node: each is refused before its first write and tried
+    /// again until the migration ends, so no lock state is ever written to a node that does
+    /// not own its slot, and an aborted migration strands none (see the safety chapter of
+    /// the guide). Holders keep the lease they have meanwhile. Every script
     /// touches only keys of its lock's own slot: each slot has its own epoch key, so a node
     /// that fails over to a replica without the data quarantines and loses only its own
     /// slots' locks. Wake-ups use sharded pub/sub (SPUBLISH in the lock's slot, SSUBSCRIBE on
@@ -505,7 +509,6 @@ impl LockClientBuilder {
                     .map_err(|err| {
                         LockError::with_source(ErrorKind::InvalidConfig, "invalid cluster url", err)
                     })?,
-                seeds.first().map_or("", String::as_str),
                 config.command_timeout,
             ));
             let wake_source =
@@ -564,8 +567,8 @@ impl LockClientBuilder {
 /// one server), so a reply to a script that took a lock is never cut off unseen. Retries
 /// (a redirection, a node away) come within milliseconds rather than redis-rs's default
 /// second and more, and give up well within the command timeout: a slot that migrates
-/// answers `TRYAGAIN` until its keys move, which the scripts' callers then see and handle
-/// (`wire/migration.rs`), and a node that is away is ridden out by the callers' own bounds.
+/// refuses the scripts of its locks until the migration ends (`wire/lua/cluster.lua`), and
+/// that, as a node that is away, is ridden out by the callers' own bounds.
 fn cluster_builder(seeds: &[String], command_timeout: Duration) -> ClusterClientBuilder {
     ClusterClientBuilder::new(seeds.iter().map(String::as_str))
         .connection_timeout(command_timeout)

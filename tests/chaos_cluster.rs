@@ -2,7 +2,8 @@
 //! (`tools/programs/chaos_worker.rs --cluster`) take hot and cold keys spread over every
 //! slot while the cluster changes under them: planned failovers, masters SIGKILLed and
 //! replaced by their replicas (then restarted as replicas), slots of held keys migrated to
-//! another master (at once, or left half migrated for seconds and then finished), and client
+//! another master (at once, or left half migrated for seconds and then finished, or opened
+//! and aborted), and client
 //! connections killed at the nodes. Then the checker reads every
 //! process's log.
 //!
@@ -36,17 +37,22 @@ enum Fault {
     /// some of its keys moved), as a resharding that died leaves it, then finished as
     /// `redis-cli --cluster fix` finishes it.
     StalledReshard,
+    /// The slot of a hot key set IMPORTING and MIGRATING for a while, no key moved, then
+    /// the migration aborted (`CLUSTER SETSLOT … STABLE` on both nodes): nothing of the
+    /// slot may be left on the node it never went to.
+    AbortedReshard,
     /// `CLIENT KILL TYPE pubsub` on every node.
     KillPubSubClients,
     /// `CLIENT KILL TYPE normal` on every node.
     KillNormalClients,
 }
 
-const FAULTS: [Fault; 6] = [
+const FAULTS: [Fault; 7] = [
     Fault::PlannedFailover,
     Fault::KillMaster,
     Fault::Reshard,
     Fault::StalledReshard,
+    Fault::AbortedReshard,
     Fault::KillPubSubClients,
     Fault::KillNormalClients,
 ];
@@ -93,7 +99,7 @@ async fn inject(kind: Fault, rng: &mut StdRng, cluster: &mut RedisCluster) -> bo
             sleep(Duration::from_millis(rng.random_range(200..1500))).await;
             cluster.restart(master);
         }
-        Fault::Reshard | Fault::StalledReshard => {
+        Fault::Reshard | Fault::StalledReshard | Fault::AbortedReshard => {
             let key = format!("lock:{{hot-{}}}", rng.random_range(0..HOT_KEYS));
             let from = cluster.node_of(&key);
             let masters = cluster.masters();
@@ -102,6 +108,15 @@ async fn inject(kind: Fault, rng: &mut StdRng, cluster: &mut RedisCluster) -> bo
             let slot = cluster.slot_of(&key);
             if kind == Fault::Reshard {
                 cluster.migrate_slot(slot, from, to);
+            } else if kind == Fault::AbortedReshard {
+                cluster.start_migration(slot, from, to, &[]);
+                sleep(Duration::from_millis(rng.random_range(1000..5000))).await;
+                let slot = slot.to_string();
+                for port in [from, to] {
+                    let () = cluster.cmd(port, &["CLUSTER", "SETSLOT", &slot, "STABLE"]);
+                }
+                let stranded: i64 = cluster.cmd(to, &["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+                assert_eq!(stranded, 0, "slot {slot}: keys left on {to} by an aborted migration");
             } else {
                 // Some of the slot's keys (each with an even chance) move before the stall.
                 let keys = cluster.keys_in_slot(from, slot);

@@ -1,6 +1,6 @@
 //! A cluster that changes under held and awaited locks: a slot that migrates to another
-//! master (also one left half migrated), a planned failover, and a master killed and
-//! replaced by its replica.
+//! master (also one left half migrated, and one whose migration is aborted), a planned
+//! failover, and a master killed and replaced by its replica.
 
 mod support;
 
@@ -161,27 +161,66 @@ async fn a_killed_master_replaced_by_an_up_to_date_replica_keeps_its_locks() {
     hand_over(held, waiting).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn locks_are_renewed_handed_over_and_taken_in_a_slot_left_half_migrated() {
-    let cluster = RedisCluster::start(3);
-    cluster.provision_epochs().await;
-    let holder = client(&cluster).await;
-    // Re-polls every second (the default): a grant made on the importing node is published
-    // there, where the waiter's instance does not listen, so the waiter finds it by a look.
-    let waiter = LockClient::builder_cluster(cluster.urls())
-        .watchdog_lease(LEASE)
+/// A client whose watchdog lease outlasts the migrations these tests leave open: its holder
+/// keeps the lease it has while its slot migrates, and must still hold when the slot is
+/// stable again.
+async fn patient_client(urls: Vec<String>) -> LockClient {
+    LockClient::builder_cluster(urls)
+        .watchdog_lease(PATIENT_LEASE)
         .build()
         .await
-        .unwrap();
+        .expect("cluster client")
+}
+
+/// The lease of [`patient_client`]: renewed every 10 s, so one renewal at least is refused
+/// in a migration left open for [`OPEN_FOR`], and the lease left then is still 15 s or more.
+const PATIENT_LEASE: Duration = Duration::from_secs(30);
+const OPEN_FOR: Duration = Duration::from_secs(11);
+
+/// What the nodes of a migrating slot hold of it, and what a second client gets while it
+/// migrates: nothing granted, nothing written to the importing node.
+async fn nothing_granted_or_written_while_open(
+    cluster: &RedisCluster,
+    other: &LockClient,
+    to: u16,
+    moved: usize,
+) {
+    let slot = cluster.slot_of(KEY).to_string();
+    let err = other
+        .lock(NAME)
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect_err("a lock granted in a migrating slot");
+    assert_eq!(
+        err.kind(),
+        tower_redis_lock::ErrorKind::RedisUnavailable,
+        "{err}"
+    );
+    let on_importing: i64 = cluster.cmd(to, &["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+    assert_eq!(
+        on_importing, moved as i64,
+        "the library wrote to the node importing the slot: {:?}",
+        cluster.keys_in_slot(to, cluster.slot_of(KEY))
+    );
+}
+
+/// A slot left half migrated (the epoch moved by the operator, the lock and its queue not):
+/// no script of its locks runs on either node, so nothing is granted or written, and the
+/// holder keeps the lease it had (its renewals are refused, not moved elsewhere). Once the
+/// operator finishes, the renewals go on at the new owner and the waiter is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slot_left_half_migrated_grants_and_writes_nothing_and_its_holder_keeps_its_lease() {
+    let cluster = RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let holder = patient_client(cluster.urls()).await;
+    let (waiter, other) = (client(&cluster).await, client(&cluster).await);
     let (held, waiting) = held_and_awaited(&cluster, &holder, &waiter).await;
     let lost = held.lost_signal();
 
     let from = cluster.node_of(KEY);
     let to = cluster.other_master(from);
     let slot = cluster.slot_of(KEY);
-    // The slot's epoch and token counter move; the lock and its queue stay, and a resharding
-    // that died leaves the slot so: every script of the lock names keys that each node has
-    // only some of.
     let keys = cluster.keys_in_slot(from, slot);
     let moved: Vec<&str> = keys
         .iter()
@@ -192,42 +231,90 @@ async fn locks_are_renewed_handed_over_and_taken_in_a_slot_left_half_migrated() 
         !moved.is_empty(),
         "the slot's epoch is there to move: {keys:?}"
     );
+    let pttl_before: i64 = cluster.cmd(from, &["PTTL", KEY]);
     cluster.start_migration(slot, from, to, &moved);
-
-    // The holder's lease is renewed on the importing node, where its keys went.
-    tokio::time::sleep(LEASE / 2).await;
+    let opened = std::time::Instant::now();
+    nothing_granted_or_written_while_open(&cluster, &other, to, moved.len()).await;
+    tokio::time::sleep(OPEN_FOR.saturating_sub(opened.elapsed())).await;
+    // The lease stayed where it was: counted down, not renewed, on the node that owns it.
+    let pttl_open: i64 = cluster.cmd(from, &["PTTL", KEY]);
     assert!(
-        support::eventually(PROMPTLY, || {
-            cluster
-                .cmd_asking::<i64>(to, &["PTTL", KEY])
-                .gt(&((LEASE / 2).as_millis() as i64))
-        })
-        .await,
-        "the renewals stopped in the half-migrated slot"
+        pttl_open > 0 && pttl_open < pttl_before,
+        "the lease on the owner went from {pttl_before} ms to {pttl_open} ms"
     );
-    assert_eq!(lost.reason(), None, "told lost because its slot moves");
-    hand_over(held, waiting).await;
-    // Taken and released afresh while the slot stays half migrated.
-    let again = holder
-        .lock(NAME)
-        .unwrap()
-        .try_acquire()
-        .await
-        .expect("no error in the half-migrated slot")
-        .expect("free");
-    again.release().await.unwrap();
+    nothing_granted_or_written_while_open(&cluster, &other, to, moved.len()).await;
+    assert_eq!(lost.reason(), None, "told lost while its lease runs");
+    assert!(!waiting.is_finished(), "the waiter was served while the slot migrated");
 
-    // The operator finishes the migration: the slot answers as any other.
-    let held = holder.lock(NAME).unwrap().acquire().await.unwrap();
-    let lost = held.lost_signal();
     cluster.finish_migration(slot, from, to);
     assert_eq!(cluster.node_of(KEY), to);
     assert!(
-        renewed_on(&cluster, to).await,
-        "the renewals did not follow the finished migration"
+        support::eventually(PROMPTLY, || {
+            cluster.cmd::<i64>(to, &["PTTL", KEY]) > pttl_open
+        })
+        .await,
+        "the renewals did not go on at the new owner"
     );
     assert_eq!(lost.reason(), None);
+    hand_over(held, waiting).await;
+}
+
+/// The operator opens a migration of a held lock's slot, moves no key, and aborts it the
+/// documented way (`CLUSTER SETSLOT … STABLE` on both nodes). Before, the holder's renewal
+/// moved the lock and the slot's epoch to the importing node; the abort stranded them there
+/// (no expiry, `BUSYKEY` for every later migration), and the owner, with no epoch, granted
+/// the lock at once to another client. Now nothing leaves the owner: the holder still holds,
+/// another client is refused, the importing node holds nothing, and a later migration moves
+/// the slot whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_migration_aborted_by_the_operator_strands_nothing_and_grants_nothing_twice() {
+    let cluster = RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let (holder, other) = (
+        patient_client(cluster.urls()).await,
+        client(&cluster).await,
+    );
+    let held = holder.lock(NAME).unwrap().acquire().await.unwrap();
+    let lost = held.lost_signal();
+    let from = cluster.node_of(KEY);
+    let to = cluster.other_master(from);
+    let slot = cluster.slot_of(KEY);
+    let slot_arg = slot.to_string();
+
+    cluster.start_migration(slot, from, to, &[]);
+    let opened = std::time::Instant::now();
+    nothing_granted_or_written_while_open(&cluster, &other, to, 0).await;
+    tokio::time::sleep(OPEN_FOR.saturating_sub(opened.elapsed())).await;
+    // Counted down, not renewed, while the slot migrated.
+    let pttl_open: i64 = cluster.cmd(from, &["PTTL", KEY]);
+    for port in [from, to] {
+        let () = cluster.cmd(port, &["CLUSTER", "SETSLOT", &slot_arg, "STABLE"]);
+    }
+
+    let on_importing: i64 = cluster.cmd(to, &["CLUSTER", "COUNTKEYSINSLOT", &slot_arg]);
+    assert_eq!(on_importing, 0, "keys stranded on the node the slot never went to");
+    assert!(
+        other.lock(NAME).unwrap().try_acquire().await.unwrap().is_none(),
+        "granted a second time after the abort"
+    );
+    assert!(
+        support::eventually(PROMPTLY, || {
+            cluster.cmd::<i64>(from, &["PTTL", KEY]) > pttl_open
+        })
+        .await,
+        "the renewals did not go on at the owner"
+    );
+    assert_eq!(lost.reason(), None, "told lost by an aborted migration");
+    let token = held.fencing_token();
     held.release().await.unwrap();
+    let next = other.lock(NAME).unwrap().try_acquire().await.unwrap();
+    assert!(next.expect("free once released").fencing_token() > token);
+
+    // The slot moves whole later: nothing of it waits on the other node to collide with.
+    cluster.migrate_slot(slot, from, to);
+    assert_eq!(cluster.node_of(KEY), to);
+    let left: i64 = cluster.cmd(from, &["CLUSTER", "COUNTKEYSINSLOT", &slot_arg]);
+    assert_eq!(left, 0);
 }
 
 /// A name whose lock lives on the master on `port`, and one whose lock lives elsewhere.
@@ -349,28 +436,13 @@ async fn each_slots_first_lock_waits_only_as_long_as_its_master_has_been_up_less
     );
 }
 
-/// A cluster whose nodes need a password, and one whose clients are an ACL user: the keys of a
-/// slot left half migrated move with the client's own credentials (`MIGRATE … AUTH` or
-/// `AUTH2`), so its locks are taken and released while it migrates. Before, the `MIGRATE`
-/// carried none, the importing node refused it, and every lock of the slot failed until the
-/// operator finished the migration.
+/// A cluster whose clients are an ACL user without the `MIGRATE` right: a migration the operator starts and finishes under
+/// a held lock keeps it, and grants go on after it. Nothing of the library moves keys
+/// between nodes, so no credentials pass from node to node.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_half_migrated_slot_keeps_granting_on_a_cluster_that_needs_a_password_or_an_acl_user() {
+async fn a_migration_under_a_held_lock_needs_no_rights_beyond_the_librarys_own() {
     let cluster = RedisCluster::start(3);
     cluster.provision_epochs().await;
-    let first = client(&cluster).await;
-    let token = first
-        .lock(NAME)
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap()
-        .fencing_token();
-    first.shutdown().await;
-    let from = cluster.node_of(KEY);
-    let to = cluster.other_master(from);
-    cluster.start_migration(cluster.slot_of(KEY), from, to, &[]);
-    // Every node now needs a password, and knows an ACL user with another one.
     for port in cluster.ports() {
         let () = cluster.cmd(
             port,
@@ -383,32 +455,40 @@ async fn a_half_migrated_slot_keeps_granting_on_a_cluster_that_needs_a_password_
                 "~*",
                 "&*",
                 "+@all",
+                "-migrate",
             ],
         );
-        let () = cluster.cmd(port, &["CONFIG", "SET", "requirepass", "default-pass"]);
     }
-
-    let mut last = token;
-    for credentials in [":default-pass", "locker:user-pass"] {
-        let urls: Vec<String> = cluster
-            .urls()
-            .iter()
-            .map(|url| url.replacen("://", &format!("://{credentials}@"), 1))
-            .collect();
-        let locks = LockClient::builder_cluster(urls)
-            .watchdog_lease(LEASE)
-            .build()
-            .await
-            .expect("cluster client");
-        for _ in 0..2 {
-            let guard = tokio::time::timeout(PROMPTLY, locks.lock(NAME).unwrap().acquire())
-                .await
-                .unwrap_or_else(|_| panic!("{credentials}: no grant within {PROMPTLY:?}"))
-                .unwrap_or_else(|err| panic!("{credentials}: {err}"));
-            assert!(guard.fencing_token() > last, "{credentials}: tokens grow");
-            last = guard.fencing_token();
-            guard.release().await.unwrap();
-        }
-        locks.shutdown().await;
-    }
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| url.replacen("://", "://locker:user-pass@", 1))
+        .collect();
+    let locks = patient_client(urls).await;
+    let held = locks.lock(NAME).unwrap().acquire().await.unwrap();
+    let lost = held.lost_signal();
+    let from = cluster.node_of(KEY);
+    let to = cluster.other_master(from);
+    let slot = cluster.slot_of(KEY);
+    cluster.start_migration(slot, from, to, &[]);
+    tokio::time::sleep(LEASE / 2).await;
+    // Counted down, not renewed, while the slot migrated.
+    let pttl_open: i64 = cluster.cmd(from, &["PTTL", KEY]);
+    cluster.finish_migration(slot, from, to);
+    assert!(
+        support::eventually(PROMPTLY, || {
+            cluster.cmd::<i64>(to, &["PTTL", KEY]) > pttl_open
+        })
+        .await,
+        "the renewals did not follow the migration"
+    );
+    assert_eq!(lost.reason(), None);
+    let token = held.fencing_token();
+    held.release().await.unwrap();
+    let again = tokio::time::timeout(PROMPTLY, locks.lock(NAME).unwrap().acquire())
+        .await
+        .expect("no grant after the migration")
+        .unwrap();
+    assert!(again.fencing_token() > token);
+    again.release().await.unwrap();
 }

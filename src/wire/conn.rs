@@ -10,8 +10,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -25,7 +25,6 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::meter;
 use crate::wire::cluster_node::{cluster_node_error, is_cluster_answer, is_cluster_node};
-use crate::wire::node_auth::NodeAuth;
 use crate::wire::sentinel::Dialer;
 
 /// A connection to the server, or to the cluster (boxed: waiters keep one, and most
@@ -33,29 +32,7 @@ use crate::wire::sentinel::Dialer;
 #[derive(Clone)]
 pub(crate) enum Conn {
     Server(MultiplexedConnection),
-    Cluster(Box<ClusterConn>),
-}
-
-/// A cluster connection, with the credentials its nodes take, which a `MIGRATE` of a
-/// migrating slot's keys passes on from node to node (`wire/migration.rs`).
-#[derive(Clone)]
-pub(crate) struct ClusterConn {
-    conn: ClusterConnection,
-    pub(crate) auth: Arc<NodeAuth>,
-}
-
-impl std::ops::Deref for ClusterConn {
-    type Target = ClusterConnection;
-
-    fn deref(&self) -> &ClusterConnection {
-        &self.conn
-    }
-}
-
-impl std::ops::DerefMut for ClusterConn {
-    fn deref_mut(&mut self) -> &mut ClusterConnection {
-        &mut self.conn
-    }
+    Cluster(Box<ClusterConnection>),
 }
 
 impl std::fmt::Debug for Conn {
@@ -115,7 +92,7 @@ enum Source {
         pool: Pool,
         url: String,
     },
-    Cluster(Box<ClusterClient>, Arc<NodeAuth>),
+    Cluster(Box<ClusterClient>),
     /// New connections go to the master Sentinel names at the time.
     Sentinel(Dialer),
 }
@@ -168,19 +145,9 @@ impl Connections {
         Self::of(Source::Pool { pool, url }, shards, command_timeout)
     }
 
-    /// Commands over one connection to the cluster of `client`, made when first needed, whose
-    /// nodes take the credentials of `first_seed` (as redis-rs gives them every node).
-    pub(crate) fn cluster(
-        client: ClusterClient,
-        first_seed: &str,
-        command_timeout: Duration,
-    ) -> Self {
-        let auth = NodeAuth::of_seed(first_seed);
-        Self::of(
-            Source::Cluster(Box::new(client), Arc::new(auth)),
-            1,
-            command_timeout,
-        )
+    /// Commands over one connection to the cluster of `client`, made when first needed.
+    pub(crate) fn cluster(client: ClusterClient, command_timeout: Duration) -> Self {
+        Self::of(Source::Cluster(Box::new(client)), 1, command_timeout)
     }
 
     /// Commands over `shards` connections to the master the sentinels of `dialer` name, each
@@ -285,11 +252,8 @@ impl Connections {
                     }
                 }
                 // Its response timeout is lifted where the cluster client is built.
-                Source::Cluster(client, auth) => Checkout {
-                    shared: Conn::Cluster(Box::new(ClusterConn {
-                        conn: client.get_async_connection().await?,
-                        auth: auth.clone(),
-                    })),
+                Source::Cluster(client) => Checkout {
+                    shared: Conn::Cluster(Box::new(client.get_async_connection().await?)),
                     _pooled: None,
                 },
             };

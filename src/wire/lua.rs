@@ -3,27 +3,77 @@
 //! `SCRIPT FLUSH`, a replica just promoted to master (scripts are not replicated), or an ACL
 //! that denies `SCRIPT LOAD`. A `NOSCRIPT` reply means the script did not run, so running it
 //! again is always safe.
+//!
+//! A cluster client runs each script with `lua/cluster.lua` before it (another SHA), which
+//! stops it before its first write while its slot migrates: the refusal comes back as an
+//! error the callers count as Redis being unavailable for now, and try again within their
+//! own bounds until the migration ends.
 
 use redis::{Arg, Cmd, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind};
 
 use crate::wire::conn::Conn;
-use crate::wire::migration;
+use crate::wire::script::CLUSTER_PRELUDE;
 
-/// A script's whole source, and its SHA.
+/// A script's whole source, and its SHA: as a server runs it, and as a cluster does.
 pub(crate) struct Lua {
+    server: Variant,
+    cluster: Variant,
+}
+
+/// One source of a script, and its SHA.
+struct Variant {
     code: String,
     script: Script,
 }
 
-impl Lua {
-    pub(crate) fn new(code: String) -> Self {
+impl Variant {
+    fn new(code: String) -> Self {
         let script = Script::new(&code);
         Self { code, script }
     }
 
-    /// The SHA1 that `EVALSHA` names the script by.
+    /// `cmd`, an `EVALSHA` of the script, as the `EVAL` of this source.
+    fn eval(&self, cmd: &Cmd) -> Cmd {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(&self.code);
+        copy_after_sha(cmd, &mut eval);
+        eval
+    }
+
+    /// `cmd`, an `EVALSHA` of the script, naming this source's SHA.
+    fn evalsha(&self, cmd: &Cmd) -> Cmd {
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(self.script.get_hash());
+        copy_after_sha(cmd, &mut evalsha);
+        evalsha
+    }
+}
+
+/// The key count, the keys and the arguments of `cmd` (after `EVALSHA` and the SHA), added
+/// to `to`.
+fn copy_after_sha(cmd: &Cmd, to: &mut Cmd) {
+    for arg in cmd.args_iter().skip(2) {
+        match arg {
+            Arg::Simple(bytes) => to.arg(bytes),
+            // No script takes a cursor; anything else would be a new redis-rs variant.
+            _ => unreachable!("a script argument that is not plain bytes"),
+        };
+    }
+}
+
+impl Lua {
+    pub(crate) fn new(code: String) -> Self {
+        let cluster = Variant::new(format!("{CLUSTER_PRELUDE}{code}"));
+        Self {
+            server: Variant::new(code),
+            cluster,
+        }
+    }
+
+    /// The SHA1 that `EVALSHA` names the script by (a server's; a cluster client's run
+    /// names the other, see [`Self::run`]).
     pub(crate) fn sha(&self) -> &str {
-        self.script.get_hash()
+        self.server.script.get_hash()
     }
 
     /// `EVALSHA` of this script with `key_count` keys, written into `cmd`, an empty command
@@ -33,62 +83,51 @@ impl Lua {
         cmd
     }
 
-    /// Runs `cmd`, an `EVALSHA` of this script. On `NOSCRIPT` it loads the script (redis-rs
-    /// sends `SCRIPT LOAD` to every master it knows) and runs `cmd` again; when that still
-    /// meets `NOSCRIPT`, or the load failed, it runs the script as `EVAL`, which carries the
-    /// source to the node that owns the keys and so cannot meet `NOSCRIPT`.
+    /// Runs `cmd`, an `EVALSHA` of this script (of its cluster source on a cluster). On
+    /// `NOSCRIPT` it loads the script (redis-rs sends `SCRIPT LOAD` to every master it knows)
+    /// and runs `cmd` again; when that still meets `NOSCRIPT`, or the load failed, it runs
+    /// the script as `EVAL`, which carries the source to the node that owns the keys and so
+    /// cannot meet `NOSCRIPT`.
     pub(crate) async fn run<T: FromRedisValue>(
         &self,
         conn: &mut Conn,
         cmd: &Cmd,
     ) -> RedisResult<T> {
-        if let Conn::Cluster(cluster) = conn
-            && migration::seen_migrating(cmd)
-            && let Some(reply) = Box::pin(migration::run(cluster, cmd, &self.code)).await?
-        {
-            return Ok(reply);
-        }
+        let (variant, cluster_cmd);
+        let cmd = match conn {
+            Conn::Server(_) => {
+                variant = &self.server;
+                cmd
+            }
+            Conn::Cluster(_) => {
+                variant = &self.cluster;
+                cluster_cmd = variant.evalsha(cmd);
+                &cluster_cmd
+            }
+        };
         match conn.query(cmd).await {
             // Boxed: rare, and every script's future would carry it otherwise.
-            Err(err) if no_script(&err) => Box::pin(self.load_and_run(conn, cmd)).await,
-            // Refused because its slot migrates: run where the slot's keys go.
-            Err(err) if migration::refused_by_migration(&err) => match conn {
-                Conn::Cluster(cluster) => Box::pin(migration::run(cluster, cmd, &self.code))
-                    .await?
-                    .ok_or(err),
-                Conn::Server(_) => Err(err),
-            },
+            Err(err) if no_script(&err) => Box::pin(load_and_run(variant, conn, cmd)).await,
             outcome => outcome,
         }
     }
+}
 
-    async fn load_and_run<T: FromRedisValue>(&self, conn: &mut Conn, cmd: &Cmd) -> RedisResult<T> {
-        match self.script.load_async(conn).await {
-            Ok(_) => match conn.query(cmd).await {
-                Err(err) if no_script(&err) => {
-                    tracing::debug!("the script was loaded but its node still lacks it: EVAL");
-                }
-                outcome => return outcome,
-            },
-            Err(err) => tracing::debug!(error = %err, "the script could not be loaded: EVAL"),
-        }
-        conn.query(&self.eval(cmd)).await
+async fn load_and_run<T: FromRedisValue>(
+    variant: &Variant,
+    conn: &mut Conn,
+    cmd: &Cmd,
+) -> RedisResult<T> {
+    match variant.script.load_async(conn).await {
+        Ok(_) => match conn.query(cmd).await {
+            Err(err) if no_script(&err) => {
+                tracing::debug!("the script was loaded but its node still lacks it: EVAL");
+            }
+            outcome => return outcome,
+        },
+        Err(err) => tracing::debug!(error = %err, "the script could not be loaded: EVAL"),
     }
-
-    /// `cmd`, an `EVALSHA` of this script, as the `EVAL` of its source.
-    fn eval(&self, cmd: &Cmd) -> Cmd {
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(&self.code);
-        // After EVALSHA and the SHA: the key count, the keys, the arguments.
-        for arg in cmd.args_iter().skip(2) {
-            match arg {
-                Arg::Simple(bytes) => eval.arg(bytes),
-                // No script takes a cursor; anything else would be a new redis-rs variant.
-                _ => unreachable!("a script argument that is not plain bytes"),
-            };
-        }
-        eval
-    }
+    conn.query(&variant.eval(cmd)).await
 }
 
 fn no_script(err: &RedisError) -> bool {
@@ -104,7 +143,7 @@ mod tests {
         let echo = Lua::new("return {KEYS[1], ARGV[1]}".to_owned());
         let mut evalsha = echo.evalsha_in(Cmd::new(), 1);
         evalsha.arg("lock:{a}").arg(b"\x00bytes".as_slice());
-        let eval = echo.eval(&evalsha);
+        let eval = echo.server.eval(&evalsha);
         let args: Vec<Vec<u8>> = eval
             .args_iter()
             .map(|arg| match arg {
@@ -116,7 +155,7 @@ mod tests {
             args,
             [
                 b"EVAL".as_slice(),
-                echo.code.as_bytes(),
+                echo.server.code.as_bytes(),
                 b"1",
                 b"lock:{a}",
                 b"\x00bytes",

@@ -7,8 +7,6 @@ pub(crate) mod cluster_node;
 pub(crate) mod conn;
 pub(crate) mod endpoint;
 mod lua;
-mod migration;
-mod node_auth;
 mod redis_error;
 pub(crate) mod replica_ack;
 pub(crate) mod scan;

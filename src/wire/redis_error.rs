@@ -22,7 +22,8 @@ impl From<redis::RedisError> for LockError {
                     | K::ClusterConnectionNotFound
                     // The sentinels name no master for now: a failover is under way.
                     | K::MasterNameNotFoundBySentinel
-            );
+            )
+            || stopped_by_a_migrating_slot(&err);
         let kind = if access_denied(&err) {
             ErrorKind::AccessDenied
         } else if unavailable {
@@ -36,6 +37,13 @@ impl From<redis::RedisError> for LockError {
     }
 }
 
+/// Whether `err` is a script stopped by its slot's migration (`lua/cluster.lua`): the node
+/// refused one of its commands before its first write, and the slot answers again once the
+/// migration ends.
+fn stopped_by_a_migrating_slot(err: &redis::RedisError) -> bool {
+    err.to_string().contains("non local key")
+}
+
 impl From<deadpool_redis::PoolError> for LockError {
     fn from(err: deadpool_redis::PoolError) -> Self {
         match err {
@@ -43,5 +51,25 @@ impl From<deadpool_redis::PoolError> for LockError {
             deadpool_redis::PoolError::Closed => Self::shut_down(),
             other => Self::with_source(ErrorKind::RedisUnavailable, other.to_string(), other),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::error_reply;
+
+    #[test]
+    fn a_script_stopped_by_a_migrating_slot_is_redis_unavailable_for_now() {
+        let stopped = error_reply(
+            "ERR Error running script (call to f_0123): @user_script:12: Script attempted to \
+             access a non local key in a cluster node",
+        );
+        assert_eq!(
+            LockError::from(stopped).kind(),
+            ErrorKind::RedisUnavailable
+        );
+        let other = error_reply("ERR Error running script (call to f_0123): @user_script:3: oops");
+        assert_eq!(LockError::from(other).kind(), ErrorKind::Redis);
     }
 }

@@ -6,9 +6,9 @@
 //! length follows all the items, in the order the items' own arguments count it
 //! (`take_rest(n)`).
 //!
-//! A script's source is `lua/migration.lua` (which reads the keys and arguments of a script
-//! run in a migrating cluster slot), then the binding block, then its own file, in which a
-//! line `--#include <library>` stands for a library of shared functions from `lua/lib/`.
+//! A script's source is the binding block, then its own file, in which a line
+//! `--#include <library>` stands for a library of shared functions from `lua/lib/`. A
+//! cluster client runs it after `lua/cluster.lua`, which stops it in a migrating slot.
 //! Where the include stands is where Lua creates those functions, each time the script runs
 //! past it: a script includes what its fast path needs first, and the rest after it.
 
@@ -34,8 +34,8 @@ pub(crate) const LIBRARIES: &[(&str, &str)] = &[
     ("semaphore", include_str!("lua/lib/semaphore.lua")),
 ];
 
-/// The prelude of every script (see `lua/migration.lua`).
-pub(crate) const PRELUDE: &str = include_str!("lua/migration.lua");
+/// The prelude of every script a cluster client runs (see `lua/cluster.lua`).
+pub(crate) const CLUSTER_PRELUDE: &str = include_str!("lua/cluster.lua");
 
 /// How an include of a library is written in a script's file.
 pub(crate) const INCLUDE: &str = "--#include ";
@@ -189,11 +189,10 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
         self.lua.get_or_init(|| Lua::new(self.source()))
     }
 
-    /// Its whole source: the prelude, the binding block, and its code with the libraries it
-    /// includes.
+    /// Its whole source as a server runs it: the binding block, and its code with the
+    /// libraries it includes.
     pub(crate) fn source(&self) -> String {
-        let mut source = String::from(PRELUDE);
-        source.push_str(&self.bindings());
+        let mut source = self.bindings();
         for line in self.code.split_inclusive('\n') {
             match line.trim_end().strip_prefix(INCLUDE) {
                 Some(name) => source.push_str(library(name)),

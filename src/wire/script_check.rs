@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::wire::script::{Described, INCLUDE, LIBRARIES, PRELUDE, library};
+use crate::wire::script::{Described, INCLUDE, LIBRARIES, CLUSTER_PRELUDE, library};
 use crate::wire::scripts;
 
 /// Lua's keywords, and the globals a Redis script may read.
@@ -103,7 +103,7 @@ fn bound_names(code: &str) -> BTreeSet<&str> {
 /// A script's parts in the order of its source: the prelude, its own code between includes,
 /// and each library where it is included.
 fn parts(script: &dyn Described) -> Vec<(String, &'static str)> {
-    let mut parts = vec![("migration.lua".to_owned(), PRELUDE)];
+    let mut parts = vec![("cluster.lua".to_owned(), CLUSTER_PRELUDE)];
     let code = script.code();
     let mut segment_start = 0;
     let mut at = 0;
@@ -126,7 +126,7 @@ fn problems(script: &dyn Described) -> Vec<String> {
     let declared: BTreeSet<&str> = script.names().into_iter().collect();
     // The names bound from the description, and the prelude's own.
     let mut known: BTreeSet<&str> = declared.clone();
-    known.extend(["KEYS", "ARGV", "KEYS_MOVED"]);
+    known.extend(["KEYS", "ARGV"]);
     let mut defined_functions = BTreeSet::new();
     let mut used = BTreeSet::new();
     let mut included = BTreeSet::new();
@@ -135,7 +135,7 @@ fn problems(script: &dyn Described) -> Vec<String> {
         if part.starts_with("lib/") && !included.insert(part.clone()) {
             problems.push(format!("{file}: {part} is included twice"));
         }
-        if part != "migration.lua" && (code.contains("KEYS[") || code.contains("ARGV[")) {
+        if part != "cluster.lua" && (code.contains("KEYS[") || code.contains("ARGV[")) {
             problems.push(format!("{file}: {part} reads KEYS or ARGV by position"));
         }
         // The script's own code is one scope across its includes.

@@ -25,21 +25,12 @@
 -- read or write about the epoch then.
 -- One EXISTS reads all four: the lock and the queue are named once each and the epoch and
 -- its marker three times each, so the count is lock_and_queue + 3 * epoch_found (a second
--- EXISTS would be a ninth command for an uncontended acquire and release). Keys moved for a
--- migrating slot are looked at one EXISTS each: the importing node refuses a command on
--- several keys it lacks.
+-- EXISTS would be a ninth command for an uncontended acquire and release).
 -- The marker's name ends with the server's last save, which a restart moves (epoch.lua).
 local marker = EPOCH_MARKER .. ':' .. last_save()
-local lock_and_queue, epoch_found
-if KEYS_MOVED then
-  lock_and_queue = redis.call('exists', LOCK) + redis.call('exists', QUEUE)
-  epoch_found = redis.call('exists', EPOCH) + redis.call('exists', marker)
-else
-  local count = redis.call('exists', LOCK, QUEUE,
-    EPOCH, EPOCH, EPOCH, marker, marker, marker)
-  lock_and_queue = count % 3
-  epoch_found = (count - lock_and_queue) / 3
-end
+local count = redis.call('exists', LOCK, QUEUE, EPOCH, EPOCH, EPOCH, marker, marker, marker)
+local lock_and_queue = count % 3
+local epoch_found = (count - lock_and_queue) / 3
 local epoch_current = epoch_found == 2 and LEASE_WITHIN_KNOWN == 'yes'
 if lock_and_queue == 0 and MODE ~= 'reenter' and epoch_current then
   local first, reserved = take_free(OWNER, LEASE_MS, tonumber(TOKEN_BLOCK))

@@ -29,15 +29,9 @@ if taking then
     return blocked
   end
 end
--- The lock and its queue in one call: neither exists for most acquisitions. Keys moved for a
--- migrating slot are looked at one EXISTS each: the importing node refuses a command on
--- several keys it lacks.
+-- The lock and its queue in one call: neither exists for most acquisitions.
 local lock_and_queue
-if not taking then
-  lock_and_queue = nil
-elseif KEYS_MOVED then
-  lock_and_queue = redis.call('exists', LOCK) + redis.call('exists', QUEUE)
-else
+if taking then
   lock_and_queue = redis.call('exists', LOCK, QUEUE)
 end
 if lock_and_queue == 0 then

@@ -122,7 +122,7 @@ local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms, mar
       string.format('%s %s %s%s', epoch, quarantine_until, longest, recorded))
   end
   local saved = saved_of(recorded)
-  if marker and not KEYS_MOVED and saved ~= '0' then
+  if marker and saved ~= '0' then
     redis.call('set', epoch_marker(key, epoch, longest, saved), '')
   end
   return nil
