@@ -1300,3 +1300,276 @@ async fn given_a_cluster_node_without_cluster_lockctl_switches_to_cluster_mode_a
     }
     locks.shutdown().await;
 }
+
+/// The slot's keys under `lock:` on the node on `port`, each with its `DUMP` (the value,
+/// byte for byte), sorted.
+fn library_keys(
+    cluster: &support::cluster::RedisCluster,
+    port: u16,
+    slot: u16,
+) -> Vec<(String, Vec<u8>)> {
+    let mut keys: Vec<(String, Vec<u8>)> = cluster
+        .keys_in_slot(port, slot)
+        .into_iter()
+        .filter(|key| key.starts_with("lock:"))
+        .map(|key| {
+            let dump: Vec<u8> = cluster.cmd(port, &["DUMP", &key]);
+            (key, dump)
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
+fn keys_counted(cluster: &support::cluster::RedisCluster, port: u16, slot: u16) -> i64 {
+    cluster.cmd(port, &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()])
+}
+
+/// Runs `CLUSTER SETSLOT <slot> ARGS…` on the node on `port`.
+fn setslot(cluster: &support::cluster::RedisCluster, port: u16, slot: u16, args: &[&str]) {
+    let slot = slot.to_string();
+    let mut command = vec!["CLUSTER", "SETSLOT", &slot];
+    command.extend(args);
+    let _: () = cluster.cmd(port, &command);
+}
+
+/// What `stranded --json` listed as stranded: (node, slot, key, owner), sorted.
+fn stranded_events(lines: &[Value]) -> Vec<(String, u64, String, String)> {
+    let mut found: Vec<_> = lines
+        .iter()
+        .filter(|line| line["event"] == "stranded")
+        .map(|line| {
+            (
+                line["node"].as_str().expect("a node").to_owned(),
+                line["slot"].as_u64().expect("a slot"),
+                line["key"].as_str().expect("a key").to_owned(),
+                line["owner"].as_str().expect("an owner").to_owned(),
+            )
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// An aborted migration: keys of a slot copied to another master (`MIGRATE … COPY`, the
+/// owner keeps its own) and one written there after `ASKING`, then the slot set `STABLE` on
+/// both. `lockctl stranded` lists exactly those keys, and not those of a slot still
+/// importing; `--delete` needs `--yes` without a terminal, then removes them and nothing
+/// else (not the owner's keys of the same names, not a key outside the prefix, not the open
+/// slot's); the slot, whose migration to that master failed with BUSYKEY before, migrates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stranded_lists_and_deletes_what_an_aborted_migration_left_and_the_slot_migrates_again() {
+    let cluster = support::cluster::RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let urls = cluster.urls();
+    let (name, open_name) = ("stranded-a", "open-b");
+    let slot = cluster.slot_of(&format!("lock:{{{name}}}"));
+    let open_slot = cluster.slot_of(&format!("lock:{{{open_name}}}"));
+    assert_ne!(slot, open_slot);
+    let from = cluster.node_of(&format!("lock:{{{name}}}"));
+    let to = cluster.other_master(from);
+
+    let locks = LockClient::builder_cluster(&urls).build().await.unwrap();
+    locks
+        .lock(name)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let owned = library_keys(&cluster, from, slot);
+    assert!(
+        !owned.is_empty(),
+        "the slot has no library key on its owner"
+    );
+
+    // The aborted migration.
+    let (from_id, to_id) = (cluster.node_id(from), cluster.node_id(to));
+    setslot(&cluster, to, slot, &["IMPORTING", &from_id]);
+    setslot(&cluster, from, slot, &["MIGRATING", &to_id]);
+    let to_port = to.to_string();
+    let mut migrate = vec![
+        "MIGRATE",
+        "127.0.0.1",
+        &to_port,
+        "",
+        "0",
+        "5000",
+        "COPY",
+        "KEYS",
+    ];
+    migrate.extend(owned.iter().map(|(key, _)| key.as_str()));
+    let _: String = cluster.cmd(from, &migrate);
+    let ghost = format!("lock:{{{name}}}");
+    let _: i64 = cluster.cmd_asking(to, &["HSET", &ghost, "ghost-owner", "1"]);
+    let foreign = format!("app:{{{name}}}");
+    let _: () = cluster.cmd_asking(to, &["SET", &foreign, "kept"]);
+    setslot(&cluster, to, slot, &["STABLE"]);
+    setslot(&cluster, from, slot, &["STABLE"]);
+    assert_eq!(keys_counted(&cluster, to, slot), owned.len() as i64 + 2);
+
+    // Moving the slot there now fails: its keys are already there.
+    setslot(&cluster, to, slot, &["IMPORTING", &from_id]);
+    setslot(&cluster, from, slot, &["MIGRATING", &to_id]);
+    let mut conn = redis::Client::open(format!("redis://127.0.0.1:{from}"))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    let mut moving = redis::cmd("MIGRATE");
+    moving.arg(&["127.0.0.1", &to_port, "", "0", "5000", "KEYS"]);
+    moving.arg(
+        owned
+            .iter()
+            .map(|(key, _)| key.as_str())
+            .collect::<Vec<_>>(),
+    );
+    let refused = moving.query::<String>(&mut conn).unwrap_err();
+    assert!(refused.to_string().contains("BUSYKEY"), "{refused}");
+    setslot(&cluster, to, slot, &["STABLE"]);
+    setslot(&cluster, from, slot, &["STABLE"]);
+
+    // A migration under way: its keys on the importing node are not stranded.
+    let open_from = cluster.node_of(&format!("lock:{{{open_name}}}"));
+    let open_to = cluster.other_master(open_from);
+    cluster.start_migration(open_slot, open_from, open_to, &[]);
+    let moving_key = format!("lock:{{{open_name}}}:fence");
+    let _: () = cluster.cmd_asking(open_to, &["SET", &moving_key, "7"]);
+
+    let node = |port: u16| format!("127.0.0.1:{port}");
+    let mut wanted: Vec<(String, u64, String, String)> = owned
+        .iter()
+        .map(|(key, _)| key.clone())
+        .chain([ghost.clone()])
+        .map(|key| (node(to), u64::from(slot), key, node(from)))
+        .collect();
+    wanted.sort();
+    let (code, stdout, stderr) = ctl_plain_urls(&urls, &["--cluster", "stranded", "--json"]).await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let lines = json_lines(&stdout);
+    assert_eq!(stranded_events(&lines), wanted, "{stdout}");
+    let skipped: Vec<&Value> = lines.iter().filter(|l| l["event"] == "skipped").collect();
+    assert_eq!(skipped.len(), 1, "{stdout}");
+    assert_eq!(
+        (
+            &skipped[0]["node"],
+            &skipped[0]["slot"],
+            &skipped[0]["keys"]
+        ),
+        (
+            &json!(node(open_to)),
+            &json!(open_slot),
+            &json!([moving_key])
+        ),
+    );
+    let summary = lines.last().expect("a summary");
+    assert_eq!(
+        (&summary["event"], &summary["stranded"], &summary["skipped"]),
+        (&json!("summary"), &json!(wanted.len()), &json!(1))
+    );
+    assert_eq!(
+        (&summary["others"], &summary["deleted"]),
+        (&json!(1), &Value::Null)
+    );
+
+    // The same as lines for people.
+    let (code, stdout, _) = ctl_plain_urls(&urls, &["--cluster", "stranded"]).await;
+    assert_eq!(code, 0, "{stdout}");
+    let line = format!(
+        "stranded {} slot {slot} {ghost} (owner {})",
+        node(to),
+        node(from)
+    );
+    assert!(
+        stdout.lines().any(|l| l == line),
+        "no {line:?} in\n{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l.starts_with(&format!(
+            "skipped {} slot {open_slot}: 1 key",
+            node(open_to)
+        ))),
+        "{stdout}"
+    );
+    let count = format!("{} stranded keys, 1 skipped", wanted.len());
+    assert!(
+        stdout.lines().last().unwrap().starts_with(&count),
+        "{stdout}"
+    );
+
+    // Without a terminal to ask on, --delete needs --yes, and changes nothing.
+    let (code, stdout, stderr) =
+        ctl_plain_urls(&urls, &["--cluster", "stranded", "--delete"]).await;
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("--yes"), "{stderr}");
+    assert_eq!(keys_counted(&cluster, to, slot), owned.len() as i64 + 2);
+
+    let (code, stdout, stderr) = ctl_plain_urls(
+        &urls,
+        &["--cluster", "stranded", "--delete", "--yes", "--json"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let lines = json_lines(&stdout);
+    let deleted: Vec<&Value> = lines.iter().filter(|l| l["event"] == "deleted").collect();
+    assert_eq!(deleted.len(), 1, "{stdout}");
+    assert_eq!(
+        (
+            &deleted[0]["node"],
+            &deleted[0]["slot"],
+            &deleted[0]["keys"]
+        ),
+        (&json!(node(to)), &json!(slot), &json!(wanted.len()))
+    );
+    assert_eq!(lines.last().unwrap()["deleted"], json!(wanted.len()));
+    // Only the stranded keys went: the key outside the prefix stays, as do the owner's keys
+    // of the same names, and the open slot's, still importing.
+    let left: Vec<String> = cluster.keys_in_slot(to, slot);
+    assert_eq!(left, [foreign.as_str()]);
+    assert_eq!(library_keys(&cluster, from, slot), owned);
+    assert_eq!(keys_counted(&cluster, open_to, open_slot), 1);
+    let open_nodes: String = cluster.cmd(open_to, &["CLUSTER", "NODES"]);
+    assert!(
+        open_nodes.contains(&format!("[{open_slot}-<-")),
+        "{open_nodes}"
+    );
+    let to_nodes: String = cluster.cmd(to, &["CLUSTER", "NODES"]);
+    assert!(
+        !to_nodes.contains(&format!("[{slot}-<-")),
+        "left importing: {to_nodes}"
+    );
+
+    // The foreign key is the operator's to move or remove; then the slot moves whole.
+    setslot(&cluster, to, slot, &["IMPORTING", &from_id]);
+    let _: i64 = cluster.cmd_asking(to, &["DEL", &foreign]);
+    setslot(&cluster, to, slot, &["STABLE"]);
+    assert_eq!(keys_counted(&cluster, to, slot), 0);
+    cluster.migrate_slot(slot, from, to);
+    assert_eq!(keys_counted(&cluster, from, slot), 0);
+    // The owner's state is what arrived, and only it.
+    assert_eq!(library_keys(&cluster, to, slot), owned);
+    assert_eq!(cluster.node_of(&ghost), to);
+    let (code, stdout, _) = ctl_plain_urls(&urls, &["--cluster", "stranded", "--json"]).await;
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(
+        json_lines(&stdout).last().unwrap()["stranded"],
+        0,
+        "{stdout}"
+    );
+    locks.shutdown().await;
+}
+
+/// One server owns every key: nothing to check, exit 0.
+#[tokio::test]
+async fn stranded_on_one_server_has_nothing_to_check() {
+    let server = RedisServer::start();
+    let (code, stdout, stderr) = ctl(&server, &["stranded"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("nothing to check"), "{stdout}");
+    let (code, stdout, _) = ctl(&server, &["stranded", "--delete", "--yes", "--json"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(json_lines(&stdout)[0]["cluster"], false);
+    let (code, _, stderr) = ctl(&server, &["stranded", "--yes"]).await;
+    assert_eq!(code, 2, "{stderr}");
+}

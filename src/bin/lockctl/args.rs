@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::connect::Settings;
 use crate::operate::Watch;
+use crate::stranded::Stranded;
 
 /// What `parse` answers for `-h` and `--help`: the usage, on stdout, and exit 0.
 pub(crate) const HELP: &str = "help";
@@ -23,6 +24,7 @@ pub(crate) const USAGE: &str =
        lockctl --url URL --url URL ... hold NAME --for DURATION --kind redlock
        lockctl [--url URL] waive-quarantine
        lockctl [--url URL] idempotent KEY [--scope PART ...] [--layer-prefix P] [--json]
+       lockctl --cluster --url SEED stranded [--delete [--yes]] [--json]
        lockctl --cluster --url SEED [--url SEED ...] COMMAND ...
        lockctl --sentinel MASTER --url SENTINEL [--url SENTINEL ...] COMMAND ...
 options: --prefix PREFIX (the key prefix, default lock:), --instance-name NAME (lockctl's own,
@@ -103,6 +105,9 @@ pub(crate) enum Command {
         layer_prefix: String,
         json: bool,
     },
+    /// The keys under the prefix on a cluster master that does not own their slot, left by
+    /// an aborted migration; `--delete` removes them.
+    Stranded(Stranded),
 }
 
 /// What `parse` finds: the URLs, what they are, the clients' settings and the command.
@@ -126,6 +131,7 @@ fn options_of(verb: &str) -> &'static [&'static str] {
         "watch" => &["--interval", "--count", "--limit", "--json"],
         "force-unlock" => &["--kind", "--yes", "--json"],
         "idempotent" => &["--scope", "--layer-prefix", "--json"],
+        "stranded" => &["--delete", "--yes", "--json"],
         _ => &[],
     }
 }
@@ -141,7 +147,7 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Parsed, String> {
     let (mut hold_for, mut lease, mut wait) = (None, None, None);
     let mut kind = Kind::Exclusive;
     let (mut permits, mut take) = (None, None);
-    let (mut json, mut yes) = (false, false);
+    let (mut json, mut yes, mut delete) = (false, false, false);
     let (mut limit, mut cursor) = (DEFAULT_LIMIT, None);
     let (mut interval, mut count) = (Duration::from_secs(1), None);
     let (mut tls_cert, mut tls_key) = (None, None);
@@ -167,6 +173,7 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Parsed, String> {
             "--take" => take = Some(number::<u32>(&value()?)?),
             "--json" => json = true,
             "--yes" | "-y" => yes = true,
+            "--delete" => delete = true,
             "--limit" => limit = number(&value()?)?,
             "--cursor" => cursor = Some(value()?),
             "--interval" => interval = duration(&value()?)?,
@@ -270,6 +277,12 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Parsed, String> {
             layer_prefix,
             json,
         },
+        [verb] if verb == "stranded" => {
+            if yes && !delete {
+                return Err("stranded --yes is for --delete".into());
+            }
+            Command::Stranded(Stranded { delete, yes, json })
+        }
         _ => return Err("expected a command and its arguments".into()),
     };
     let redlock = matches!(

@@ -1,6 +1,6 @@
 //! The clients a command runs on: one for a server, a cluster or a sentinel-watched master,
 //! or one per server for a quorum lock, each built with the settings the options ask for and
-//! shut down before lockctl exits.
+//! shut down before lockctl exits; `stranded` makes its own connections, to each master.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use tower_redis_lock::{LockClient, LockClientBuilder, LockError, RedLock};
 use crate::args::{Command, Kind, SEVERAL_URLS, Topology};
 use crate::dispatch::run_on;
 use crate::hold::{hold_redlock, lease_of};
+use crate::stranded;
 
 /// The settings of lockctl's clients the options ask for.
 #[derive(Default)]
@@ -27,7 +28,7 @@ pub(crate) struct Settings {
 
 impl Settings {
     /// The options given set on `builder`; the rest keep the library's defaults.
-    fn apply(&self, mut builder: LockClientBuilder) -> LockClientBuilder {
+    pub(crate) fn apply(&self, mut builder: LockClientBuilder) -> LockClientBuilder {
         if let Some(prefix) = &self.prefix {
             builder = builder.key_prefix(prefix);
         }
@@ -121,6 +122,10 @@ pub(crate) async fn run(
             locks.shutdown().await;
         }
         return outcome;
+    }
+    // Not through a client: it reads each master of a cluster on a connection of its own.
+    if let Command::Stranded(ask) = &command {
+        return stranded::run(urls, topology, settings, ask).await;
     }
     let builder = match topology {
         Topology::Servers => LockClient::builder(&urls[0]),

@@ -63,5 +63,7 @@ pub(crate) async fn run_on(locks: &LockClient, command: Command) -> Result<ExitC
             layer_prefix,
             json,
         } => idempotent::show(locks, &key, &scope, &layer_prefix, json).await,
+        // It needs no client: `connect::run` runs it on connections to each master.
+        Command::Stranded(_) => unreachable!("connect::run runs stranded without a client"),
     }
 }

@@ -12,6 +12,7 @@
 //! lockctl --url URL1 --url URL2 --url URL3 hold NAME --for 2s --kind redlock
 //! lockctl [--url URL] waive-quarantine
 //! lockctl [--url URL] idempotent KEY [--scope PART ...] [--layer-prefix P] [--json]
+//! lockctl --cluster --url SEED stranded [--delete [--yes]] [--json]
 //! lockctl --cluster --url SEED [--url SEED ...] COMMAND ...
 //! lockctl --sentinel MASTER --url SENTINEL [--url SENTINEL ...] COMMAND ...
 //! ```
@@ -26,7 +27,10 @@
 //! lease with the watchdog (`--watchdog-lease`, default 30 s, renewed every third of it)
 //! unless `--lease` fixes it. `idempotent` shows what the idempotency layer stored for KEY:
 //! each `--scope` is one part of the layer's scope (a tenant, say; none: the default scope),
-//! `--layer-prefix` the layer's `key_prefix`.
+//! `--layer-prefix` the layer's `key_prefix`. `stranded` lists the keys under the prefix that
+//! sit on a cluster master that does not own their slot while the slot is stable (what a
+//! migration aborted after some keys moved leaves behind), and with `--delete` removes them,
+//! after asking as `force-unlock` does; without a cluster there is nothing to check.
 //! With `--cluster`, the URLs are seeds of one Redis Cluster (without it too, when the first
 //! URL's server is a node of a cluster: a note on stderr says so); with `--sentinel MASTER`,
 //! they are the sentinels that name that master; `--prefix` is the clients' key prefix and
@@ -34,18 +38,21 @@
 //! A `rediss://` URL is checked against the system's roots unless `--tls-ca FILE` names the
 //! CA (PEM) to trust; `--tls-cert FILE --tls-key FILE` present a client certificate to a
 //! server that asks for one. A password goes in the URL (`rediss://user:password@host`).
-//! Exit codes: 0 done, 1 error (or a force-unlock answered no), 2 usage (or a force-unlock
-//! without a terminal to ask on and without `--yes`), 3 wait timed out, 4 lease lost while
-//! holding. The URL defaults to `$REDIS_URL`, else `redis://127.0.0.1:6379`.
+//! Exit codes: 0 done, 1 error (or a force-unlock or a stranded --delete answered no, or a
+//! master stranded could not check), 2 usage (or either without a terminal to ask on and
+//! without `--yes`), 3 wait timed out, 4 lease lost while holding. The URL defaults to
+//! `$REDIS_URL`, else `redis://127.0.0.1:6379`.
 
 mod args;
 mod connect;
 mod dispatch;
 mod hold;
 mod idempotent;
+mod nodes;
 mod operate;
 mod out;
 mod show;
+mod stranded;
 
 use std::process::ExitCode;
 
@@ -54,9 +61,11 @@ use serde_json::json;
 use crate::args::{Command, HELP, USAGE, parse};
 use crate::connect::{run, settle};
 use crate::out::sayln;
+use crate::stranded::Stranded;
 
-/// Parses, refuses a force-unlock it cannot confirm, runs the command and turns the outcome
-/// into the exit code; an error is a JSON event where the command prints JSON.
+/// Parses, refuses a force-unlock or a deletion of stranded keys it cannot confirm, runs the
+/// command and turns the outcome into the exit code; an error is a JSON event where the
+/// command prints JSON.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let (urls, topology, settings, command) = match parse(std::env::args().skip(1).collect()) {
@@ -81,6 +90,19 @@ async fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if let Command::Stranded(Stranded {
+        delete: true,
+        yes: false,
+        ..
+    }) = &command
+        && !operate::can_confirm()
+    {
+        eprintln!(
+            "lockctl: stranded --delete asks for confirmation, and stdin is not a terminal: \
+             pass --yes to delete without asking; nothing was changed"
+        );
+        return ExitCode::from(2);
+    }
     let topology = match settle(&urls, topology, &settings, &command).await {
         Ok(topology) => topology,
         Err(problem) => {
@@ -95,6 +117,7 @@ async fn main() -> ExitCode {
         | Command::ForceUnlock { json, .. }
         | Command::Idempotent { json, .. } => *json,
         Command::Watch(watch) => watch.json,
+        Command::Stranded(ask) => ask.json,
     };
     match run(&urls, &topology, &settings, command).await {
         Ok(code) => code,

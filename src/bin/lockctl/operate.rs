@@ -1,4 +1,5 @@
-//! The operator's commands: `list`, `inspect`, `watch` and `force-unlock`.
+//! The operator's commands: `list`, `inspect`, `watch` and `force-unlock` (and the question
+//! `force-unlock` and `stranded --delete` ask).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
@@ -163,9 +164,20 @@ fn title(watch: &Watch, time: &str) -> String {
     )
 }
 
-/// Whether `force-unlock` may ask on this terminal; without one it needs `--yes`.
+/// Whether `force-unlock` (or `stranded --delete`) may ask on this terminal; without one it
+/// needs `--yes`.
 pub(crate) fn can_confirm() -> bool {
     std::io::stdin().is_terminal()
+}
+
+/// Asks `question` on the terminal (stderr, so stdout stays the command's): whether the
+/// operator answered yes. Anything else, an empty line or end of input included, is no.
+pub(crate) fn confirmed(question: &str) -> bool {
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes")
 }
 
 /// The lock `name`, or the semaphore `name`, as Redis holds it.
@@ -195,11 +207,7 @@ pub(crate) async fn force_unlock(
     }
     if !yes {
         eprintln!("{}", summary(&before));
-        eprint!("force-unlock {name}? [y/N] ");
-        let _ = std::io::stderr().flush();
-        let mut answer = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut answer);
-        if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+        if !confirmed(&format!("force-unlock {name}?")) {
             eprintln!("not unlocked");
             return Ok(ExitCode::from(1));
         }
