@@ -99,11 +99,8 @@ impl LockClient {
     /// nodes, each `redis://[[user]:password@]host:port`; the client learns the rest).
     ///
     /// Commands go through redis-rs's cluster client, which follows redirections (`MOVED`),
-    /// node failovers and topology changes. While a slot migrates (a resharding), the
-    /// scripts of its locks run on no node: each is refused before its first write and tried
-    /// again until the migration ends, so no lock state is ever written to a node that does
-    /// not own its slot, and an aborted migration strands none (see the safety chapter of
-    /// the guide). Holders keep the lease they have meanwhile. Every script
+    /// node failovers and topology changes. In a slot that migrates, no script runs until
+    /// the migration ends ([`crate::guide::topologies`]); holders keep their leases. Every script
     /// touches only keys of its lock's own slot: each slot has its own epoch key, so a node
     /// that fails over to a replica without the data quarantines and loses only its own
     /// slots' locks. Wake-ups use sharded pub/sub (SPUBLISH in the lock's slot, SSUBSCRIBE on

@@ -12,7 +12,9 @@
 use redis::{Arg, Cmd, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind};
 
 use crate::wire::conn::Conn;
-use crate::wire::script::CLUSTER_PRELUDE;
+
+/// The prelude of every script a cluster client runs (see `lua/cluster.lua`).
+pub(crate) const CLUSTER_PRELUDE: &str = include_str!("lua/cluster.lua");
 
 /// A script's whole source, and its SHA: as a server runs it, and as a cluster does.
 pub(crate) struct Lua {

@@ -34,9 +34,6 @@ pub(crate) const LIBRARIES: &[(&str, &str)] = &[
     ("semaphore", include_str!("lua/lib/semaphore.lua")),
 ];
 
-/// The prelude of every script a cluster client runs (see `lua/cluster.lua`).
-pub(crate) const CLUSTER_PRELUDE: &str = include_str!("lua/cluster.lua");
-
 /// How an include of a library is written in a script's file.
 pub(crate) const INCLUDE: &str = "--#include ";
 

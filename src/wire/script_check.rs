@@ -3,7 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::wire::script::{Described, INCLUDE, LIBRARIES, CLUSTER_PRELUDE, library};
+use crate::wire::lua::CLUSTER_PRELUDE;
+use crate::wire::script::{Described, INCLUDE, LIBRARIES, library};
 use crate::wire::scripts;
 
 /// Lua's keywords, and the globals a Redis script may read.
