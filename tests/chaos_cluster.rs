@@ -116,7 +116,10 @@ async fn inject(kind: Fault, rng: &mut StdRng, cluster: &mut RedisCluster) -> bo
                     let () = cluster.cmd(port, &["CLUSTER", "SETSLOT", &slot, "STABLE"]);
                 }
                 let stranded: i64 = cluster.cmd(to, &["CLUSTER", "COUNTKEYSINSLOT", &slot]);
-                assert_eq!(stranded, 0, "slot {slot}: keys left on {to} by an aborted migration");
+                assert_eq!(
+                    stranded, 0,
+                    "slot {slot}: keys left on {to} by an aborted migration"
+                );
             } else {
                 // Some of the slot's keys (each with an even chance) move before the stall.
                 let keys = cluster.keys_in_slot(from, slot);

@@ -199,7 +199,8 @@ async fn nothing_granted_or_written_while_open(
     );
     let on_importing: i64 = cluster.cmd(to, &["CLUSTER", "COUNTKEYSINSLOT", &slot]);
     assert_eq!(
-        on_importing, moved as i64,
+        on_importing,
+        moved as i64,
         "the library wrote to the node importing the slot: {:?}",
         cluster.keys_in_slot(to, cluster.slot_of(KEY))
     );
@@ -244,7 +245,10 @@ async fn a_slot_left_half_migrated_grants_and_writes_nothing_and_its_holder_keep
     );
     nothing_granted_or_written_while_open(&cluster, &other, to, moved.len()).await;
     assert_eq!(lost.reason(), None, "told lost while its lease runs");
-    assert!(!waiting.is_finished(), "the waiter was served while the slot migrated");
+    assert!(
+        !waiting.is_finished(),
+        "the waiter was served while the slot migrated"
+    );
 
     cluster.finish_migration(slot, from, to);
     assert_eq!(cluster.node_of(KEY), to);
@@ -270,10 +274,7 @@ async fn a_slot_left_half_migrated_grants_and_writes_nothing_and_its_holder_keep
 async fn a_migration_aborted_by_the_operator_strands_nothing_and_grants_nothing_twice() {
     let cluster = RedisCluster::start(3);
     cluster.provision_epochs().await;
-    let (holder, other) = (
-        patient_client(cluster.urls()).await,
-        client(&cluster).await,
-    );
+    let (holder, other) = (patient_client(cluster.urls()).await, client(&cluster).await);
     let held = holder.lock(NAME).unwrap().acquire().await.unwrap();
     let lost = held.lost_signal();
     let from = cluster.node_of(KEY);
@@ -292,9 +293,18 @@ async fn a_migration_aborted_by_the_operator_strands_nothing_and_grants_nothing_
     }
 
     let on_importing: i64 = cluster.cmd(to, &["CLUSTER", "COUNTKEYSINSLOT", &slot_arg]);
-    assert_eq!(on_importing, 0, "keys stranded on the node the slot never went to");
+    assert_eq!(
+        on_importing, 0,
+        "keys stranded on the node the slot never went to"
+    );
     assert!(
-        other.lock(NAME).unwrap().try_acquire().await.unwrap().is_none(),
+        other
+            .lock(NAME)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
         "granted a second time after the abort"
     );
     assert!(
@@ -491,4 +501,88 @@ async fn a_migration_under_a_held_lock_needs_no_rights_beyond_the_librarys_own()
         .unwrap();
     assert!(again.fencing_token() > token);
     again.release().await.unwrap();
+}
+
+/// Hand-overs go on through reshardings of their slot: two clients take and release the lock
+/// in turn while the operator moves its slot from master to master, keys and all, as
+/// `redis-cli --cluster reshard` does. A script that meets the slot migrating is tried again
+/// within a third of a second, which outlasts such a move: no release is told `NotOwner`, no
+/// error but Redis being unavailable for now is seen, every token is larger than the one
+/// before, and the hand-overs go on after each move.
+#[tokio::test(flavor = "multi_thread")]
+async fn hand_overs_go_on_through_reshardings_of_their_slot() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let cluster = RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let unavailable = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut turns = Vec::new();
+    for _ in 0..2 {
+        let locks = client(&cluster).await;
+        let (stop, tokens, unavailable) = (stop.clone(), tokens.clone(), unavailable.clone());
+        turns.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let acquired = tokio::time::timeout(PROMPTLY, locks.lock(NAME).unwrap().acquire())
+                    .await
+                    .expect("no grant within the bound");
+                let guard = match acquired {
+                    Ok(guard) => guard,
+                    Err(err) if err.kind() == tower_redis_lock::ErrorKind::RedisUnavailable => {
+                        unavailable.lock().unwrap().push(format!("acquire: {err}"));
+                        continue;
+                    }
+                    Err(err) => panic!("acquire: {err:?}"),
+                };
+                tokens.lock().unwrap().push(guard.fencing_token());
+                match guard.release().await {
+                    Ok(()) => {}
+                    Err(err) if err.kind() == tower_redis_lock::ErrorKind::RedisUnavailable => {
+                        unavailable.lock().unwrap().push(format!("release: {err}"));
+                    }
+                    Err(err) => panic!("release: {err:?}"),
+                }
+            }
+            locks.shutdown().await;
+        }));
+    }
+
+    let slot = cluster.slot_of(KEY);
+    let mut served_before = 0;
+    for _ in 0..4 {
+        assert!(
+            support::eventually(PROMPTLY, || tokens.lock().unwrap().len()
+                > served_before + 20)
+            .await,
+            "the hand-overs stopped"
+        );
+        let from = cluster.node_of(KEY);
+        let to = cluster.other_master(from);
+        cluster.migrate_slot(slot, from, to);
+        assert_eq!(cluster.node_of(KEY), to);
+        served_before = tokens.lock().unwrap().len();
+    }
+    assert!(
+        support::eventually(PROMPTLY, || tokens.lock().unwrap().len()
+            > served_before + 20)
+        .await,
+        "the hand-overs stopped after the last move"
+    );
+    stop.store(true, Ordering::Relaxed);
+    for turn in turns {
+        turn.await.expect("a client's turns panicked");
+    }
+
+    let tokens = tokens.lock().unwrap();
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens went back"
+    );
+    let unavailable = unavailable.lock().unwrap();
+    println!(
+        "{} hand-overs through 4 moves of their slot; unavailable for now: {unavailable:?}",
+        tokens.len()
+    );
 }

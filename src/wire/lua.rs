@@ -5,16 +5,26 @@
 //! again is always safe.
 //!
 //! A cluster client runs each script with `lua/cluster.lua` before it (another SHA), which
-//! stops it before its first write while its slot migrates: the refusal comes back as an
-//! error the callers count as Redis being unavailable for now, and try again within their
-//! own bounds until the migration ends.
+//! stops it before its first write while its slot migrates. A resharding moves a slot in
+//! milliseconds, so a stopped script is tried again a few times within about a third of a
+//! second (as redis-rs tries a `TRYAGAIN` again); after that the refusal comes back as an
+//! error the callers count as Redis being unavailable for now, and ride out within their own
+//! bounds until the migration ends.
 
 use redis::{Arg, Cmd, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind};
 
+use std::time::Duration;
+
 use crate::wire::conn::Conn;
+use crate::wire::redis_error::stopped_by_a_migrating_slot;
 
 /// The prelude of every script a cluster client runs (see `lua/cluster.lua`).
 pub(crate) const CLUSTER_PRELUDE: &str = include_str!("lua/cluster.lua");
+
+/// How many times a script stopped by its slot's migration is tried again at once, and the
+/// pause before the first of them (doubled each time, to at most 100 ms): 350 ms in all.
+const MIGRATING_SLOT_TRIES: u32 = 6;
+const FIRST_MIGRATING_SLOT_PAUSE: Duration = Duration::from_millis(10);
 
 /// A script's whole source, and its SHA: as a server runs it, and as a cluster does.
 pub(crate) struct Lua {
@@ -95,23 +105,35 @@ impl Lua {
         conn: &mut Conn,
         cmd: &Cmd,
     ) -> RedisResult<T> {
-        let (variant, cluster_cmd);
-        let cmd = match conn {
-            Conn::Server(_) => {
-                variant = &self.server;
-                cmd
-            }
-            Conn::Cluster(_) => {
-                variant = &self.cluster;
-                cluster_cmd = variant.evalsha(cmd);
-                &cluster_cmd
-            }
-        };
-        match conn.query(cmd).await {
-            // Boxed: rare, and every script's future would carry it otherwise.
-            Err(err) if no_script(&err) => Box::pin(load_and_run(variant, conn, cmd)).await,
-            outcome => outcome,
+        if let Conn::Server(_) = conn {
+            return run_once(&self.server, conn, cmd).await;
         }
+        let cmd = self.cluster.evalsha(cmd);
+        let mut pause = FIRST_MIGRATING_SLOT_PAUSE;
+        for _ in 0..MIGRATING_SLOT_TRIES {
+            match run_once(&self.cluster, conn, &cmd).await {
+                // Stopped before its first write: nothing ran, so it may run again.
+                Err(err) if stopped_by_a_migrating_slot(&err) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                outcome => return outcome,
+            }
+        }
+        run_once(&self.cluster, conn, &cmd).await
+    }
+}
+
+/// Runs `cmd`, an `EVALSHA` of `variant`, loading the script when its node lacks it.
+async fn run_once<T: FromRedisValue>(
+    variant: &Variant,
+    conn: &mut Conn,
+    cmd: &Cmd,
+) -> RedisResult<T> {
+    match conn.query(cmd).await {
+        // Boxed: rare, and every script's future would carry it otherwise.
+        Err(err) if no_script(&err) => Box::pin(load_and_run(variant, conn, cmd)).await,
+        outcome => outcome,
     }
 }
 

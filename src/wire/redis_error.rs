@@ -40,7 +40,7 @@ impl From<redis::RedisError> for LockError {
 /// Whether `err` is a script stopped by its slot's migration (`lua/cluster.lua`): the node
 /// refused one of its commands before its first write, and the slot answers again once the
 /// migration ends.
-fn stopped_by_a_migrating_slot(err: &redis::RedisError) -> bool {
+pub(crate) fn stopped_by_a_migrating_slot(err: &redis::RedisError) -> bool {
     err.to_string().contains("non local key")
 }
 
@@ -65,10 +65,7 @@ mod tests {
             "ERR Error running script (call to f_0123): @user_script:12: Script attempted to \
              access a non local key in a cluster node",
         );
-        assert_eq!(
-            LockError::from(stopped).kind(),
-            ErrorKind::RedisUnavailable
-        );
+        assert_eq!(LockError::from(stopped).kind(), ErrorKind::RedisUnavailable);
         let other = error_reply("ERR Error running script (call to f_0123): @user_script:3: oops");
         assert_eq!(LockError::from(other).kind(), ErrorKind::Redis);
     }
