@@ -59,6 +59,11 @@ enum Fault {
     RestartRedis,
     /// Redis SIGKILLed, down for 0.5–3 s, started again without its data.
     RedisDown,
+    /// Redis SIGKILLed and started again from its own files: its append-only file
+    /// (`appendfsync everysec`: up to a second of writes lost) or its last snapshot (saved
+    /// every second: the writes since lost), at random. Whatever came back, the restart is a
+    /// loss: no lock may be granted again while a holder from before could still hold it.
+    RestartFromFiles,
     /// One process's traffic stalled while Redis restarts without its data, healed 0.5–3.5 s
     /// later: its holders cannot hear of the loss and must be told by their own deadlines
     /// before the quarantine ends.
@@ -80,7 +85,7 @@ enum Fault {
 /// starts on (the 2 s lease here).
 const STALL: Duration = Duration::from_millis(3000);
 
-const FAULTS: [Fault; 12] = [
+const FAULTS: [Fault; 13] = [
     Fault::CutConnections,
     Fault::CutPubSub,
     Fault::BlackHole,
@@ -89,6 +94,7 @@ const FAULTS: [Fault; 12] = [
     Fault::KillPubSubClients,
     Fault::RestartRedis,
     Fault::RedisDown,
+    Fault::RestartFromFiles,
     Fault::CutHolderDuringRestart,
     Fault::StallRuntime,
     Fault::ClockStepBack,
@@ -174,6 +180,18 @@ async fn inject(
             *server = restart_without_data(clock, port);
             return down + no_grants_after_a_loss();
         }
+        Fault::RestartFromFiles => {
+            clock.set_offset(0);
+            let from = if rng.random_bool(0.5) {
+                ["--appendonly", "yes"]
+            } else {
+                ["--appendonly", "no"]
+            };
+            let mut args = PERSISTENCE.to_vec();
+            args.extend(from);
+            server.crash_and_restart_with_clock(clock, &args);
+            return no_grants_after_a_loss();
+        }
         Fault::CutHolderDuringRestart => {
             one.black_hole();
             server.kill();
@@ -216,8 +234,20 @@ fn server_clock_is_right(server: &RedisServer) -> bool {
 /// server clock, which is only a floor while it did not go back (see the safety chapter).
 fn restart_without_data(clock: &FakeClock, port: u16) -> RedisServer {
     clock.set_offset(0);
-    RedisServer::start_with_clock(clock, port, &[])
+    RedisServer::start_with_clock(clock, port, &PERSISTENCE)
 }
+
+/// How the server persists: a snapshot every second with a write in it, and an append-only
+/// file written to disk every second (Redis's default when it is on). A restart from
+/// [`Fault::RestartFromFiles`] reloads one of them; a restart without data starts empty.
+const PERSISTENCE: [&str; 6] = [
+    "--save",
+    "1 1",
+    "--appendonly",
+    "yes",
+    "--appendfsync",
+    "everysec",
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
@@ -226,7 +256,7 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
     println!("chaos: {seconds} s, seed {seed} (CHAOS_SEED={seed} repeats the schedule)");
     let mut rng = StdRng::seed_from_u64(seed);
     let clock = FakeClock::new();
-    let mut server = RedisServer::start_with_clock(&clock, 0, &[]);
+    let mut server = RedisServer::start_with_clock(&clock, 0, &PERSISTENCE);
     server.provision_epoch("lock:");
     let mut proxies = Vec::new();
     for _ in 0..PROCESSES {

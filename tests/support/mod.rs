@@ -301,11 +301,20 @@ impl RedisServer {
     /// Kills the server (SIGKILL, as a crash would) and starts it again on its port from its
     /// own files, with `extra` arguments (its persistence settings): it keeps what they kept.
     pub fn crash_and_restart(&mut self, extra: &[&str]) {
+        self.crash_and_restart_with_env(extra, &[]);
+    }
+
+    /// [`Self::crash_and_restart`] of a server whose wall clock is `clock`.
+    pub fn crash_and_restart_with_clock(&mut self, clock: &clock::FakeClock, extra: &[&str]) {
+        self.crash_and_restart_with_env(extra, &clock.env());
+    }
+
+    fn crash_and_restart_with_env(&mut self, extra: &[&str], env: &[(String, String)]) {
         self.kill();
         let dir = self.dir.to_str().expect("a UTF-8 directory").to_owned();
         let mut args = vec!["--dir", dir.as_str()];
         args.extend(extra);
-        let mut restarted = Self::spawn_on(self.port, None, &args)
+        let mut restarted = Self::spawn_with_env(self.port, None, &args, env)
             .unwrap_or_else(|err| panic!("redis-server could not restart: {err}"));
         let unused = std::mem::replace(&mut restarted.dir, self.dir.clone());
         let mut crashed = std::mem::replace(self, restarted);
