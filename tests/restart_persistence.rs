@@ -105,7 +105,14 @@ async fn taken_only_after_the_quarantine(
 /// later lock is told `DataLost`, and another client gets that lock only once the server has
 /// been up the lease limit.
 async fn a_restart_from_files_is_a_loss(files: &[&str]) {
+    a_restart_is_a_loss_to_clients_told(files, false).await;
+}
+
+/// [`a_restart_from_files_is_a_loss`], to clients told (`restart_keeps_writes`) or not that
+/// the server syncs every write.
+async fn a_restart_is_a_loss_to_clients_told(files: &[&str], told_keeps_writes: bool) {
     let mut server = RedisServer::start_with(files);
+    let client = |url: &str| client(url).restart_keeps_writes(told_keeps_writes);
     let holder = client(&server.url()).build().await.unwrap();
     let (before, _) = hold(&holder, "before-snapshot").await;
     persist_now(&server, files).await;
@@ -144,6 +151,14 @@ async fn a_restart_from_an_append_only_file_synced_every_second_is_a_loss() {
 async fn a_restart_from_an_append_only_file_synced_every_write_is_a_loss_unless_the_client_is_told()
 {
     a_restart_from_files_is_a_loss(AOF_ALWAYS).await;
+}
+
+/// Clients told that every write is synced, of a server that writes no append-only file
+/// (snapshots alone): the scripts see it (`aof_enabled:0`), and the restart is a loss all the
+/// same. Before, the clients' word alone counted and the lock was granted again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_from_snapshots_is_a_loss_even_to_clients_told_that_every_write_is_synced() {
+    a_restart_is_a_loss_to_clients_told(SNAPSHOTS, true).await;
 }
 
 /// With `appendfsync always` and clients told so, the restart loses nothing: the holder keeps

@@ -66,6 +66,14 @@ local function quarantine_end(quarantine, restarted)
   return now + quarantine - up_ms
 end
 
+-- Whether this server writes an append-only file, as a client told that it syncs every
+-- write assumes: without one (snapshots alone, or no persistence), a restart loses writes
+-- whatever the client was told. Its sync policy is not in INFO; the client's word stands
+-- for it (the safety chapter says so).
+local function appends_every_write()
+  return string.find(redis.call('info', 'persistence'), 'aof_enabled:1', 1, true) ~= nil
+end
+
 -- `known` is the epoch the caller knows ('0' for none) and `known_lease` the longest lease it
 -- knows of in that epoch; `quarantine_ms` the quarantine it starts on a missing epoch (at
 -- least the longest lease it knows of), `lease_ms` the lease it asks for, which becomes the
@@ -86,7 +94,7 @@ local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms, mar
   local change, life
   if epoch then
     change, life = life_change(recorded)
-    if change == 'restarted' and keeps_writes ~= 'yes' then
+    if change == 'restarted' and not (keeps_writes == 'yes' and appends_every_write()) then
       -- The data of a process before a restart: the writes since its files may be gone.
       redis.call('del', epoch_marker(key, epoch, longest, saved_of(recorded)))
       epoch = nil
