@@ -564,8 +564,8 @@ impl LockClientBuilder {
 /// one server), so a reply to a script that took a lock is never cut off unseen. Retries
 /// (a redirection, a node away) come within milliseconds rather than redis-rs's default
 /// second and more, and give up well within the command timeout: a slot that migrates
-/// refuses the scripts of its locks until the migration ends (`wire/lua/cluster.lua`), and
-/// that, as a node that is away, is ridden out by the callers' own bounds.
+/// refuses the scripts of its locks until the migration ends (`wire/lua/cluster.lua`), which
+/// the callers' own bounds ride out as they do a node that is away.
 fn cluster_builder(seeds: &[String], command_timeout: Duration) -> ClusterClientBuilder {
     ClusterClientBuilder::new(seeds.iter().map(String::as_str))
         .connection_timeout(command_timeout)
