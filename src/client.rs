@@ -3,9 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::{Manager, Pool, Runtime};
+use deadpool_redis::Pool;
 use futures_util::{StreamExt, TryStreamExt};
-use redis::cluster::ClusterClientBuilder;
 
 use crate::engine::Engine;
 use crate::engine::config::{Config, ReplicaAck};
@@ -13,12 +12,13 @@ use crate::engine::pubsub::WakeSource;
 use crate::engine::shared::ClientState;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{DEFAULT_PREFIX, validate_prefix};
-use crate::lease::MAX_LEASE;
 use crate::wire::cluster_node::url_of;
 use crate::wire::conn::Connections;
 use crate::wire::endpoint::Endpoint;
+use crate::wire::fsync::every_write_synced;
 use crate::wire::scripts;
 use crate::wire::sentinel::Dialer;
+use crate::wire::setup::{cluster_builder, create_pool};
 
 /// Default lease of a watchdog-mode lock: renewed while held, gone this long after the
 /// holder dies.
@@ -404,6 +404,8 @@ impl LockClientBuilder {
 
     /// Says a restart loses no write (default `false`): only when every server and replica that
     /// may be promoted runs `appendfsync always`; else a restart is a loss ([`Self::lease_limit`]).
+    /// [`Self::build`] then checks it (`CONFIG GET`, on every master of a cluster; replicas are
+    /// yours to configure alike).
     pub fn restart_keeps_writes(mut self, keeps: bool) -> Self {
         self.config.restart_keeps_writes = keeps;
         self
@@ -486,7 +488,9 @@ impl LockClientBuilder {
     /// [`ErrorKind::InvalidConfig`] for an unparsable URL, a setting past the bound its
     /// method documents (the message names it), TLS
     /// certificates that cannot be read or were given for a URL without TLS, or a TLS URL
-    /// that turns certificate checks off (`#insecure`);
+    /// that turns certificate checks off (`#insecure`), or with `restart_keeps_writes(true)` a
+    /// server that does not sync every write (also `RedisUnavailable` or `AccessDenied` when it
+    /// cannot be asked: a client so told connects here);
     /// [`ErrorKind::InvalidName`] for a prefix containing `{` or `}`.
     pub async fn build(self) -> Result<LockClient> {
         let mut config = self.config;
@@ -511,10 +515,7 @@ impl LockClientBuilder {
             let wake_source =
                 WakeSource::Cluster(Box::new(cluster_builder(seeds, config.command_timeout)));
             let server = format!("cluster {}", seeds.join(","));
-            let shared = ClientState::start(config, connections, wake_source, server);
-            return Ok(LockClient {
-                engine: Arc::new(Engine::new(shared)),
-            });
+            return start(config, connections, wake_source, server).await;
         }
         if let Some((urls, master_name)) = &self.sentinel {
             if self.pool.is_some() || self.endpoint.tls.is_set() {
@@ -531,10 +532,7 @@ impl LockClientBuilder {
             ));
             let wake_source = WakeSource::Server(dialer);
             let server = format!("sentinel {master_name}");
-            let shared = ClientState::start(config, connections, wake_source, server);
-            return Ok(LockClient {
-                engine: Arc::new(Engine::new(shared)),
-            });
+            return start(config, connections, wake_source, server).await;
         }
         // One client for the pool and the pub/sub connection: the same credentials and TLS.
         let redis_client = self.endpoint.client()?;
@@ -543,7 +541,7 @@ impl LockClientBuilder {
         let url = url_of(info);
         let pool = match self.pool {
             Some(pool) => pool,
-            None => create_pool(&redis_client, &config)?,
+            None => create_pool(&redis_client, config.connections, config.command_timeout)?,
         };
         let connections = Arc::new(Connections::new(
             pool,
@@ -552,49 +550,23 @@ impl LockClientBuilder {
             config.command_timeout,
         ));
         let wake_source = WakeSource::Server(Dialer::Direct(Box::new(redis_client)));
-        let shared = ClientState::start(config, connections, wake_source, server);
-        Ok(LockClient {
-            engine: Arc::new(Engine::new(shared)),
-        })
+        start(config, connections, wake_source, server).await
     }
 }
 
-/// The settings of a cluster client of `seeds`: connections time out with the command
-/// timeout, and replies are bounded by the callers alone (as `Connections::get` does for
-/// one server), so a reply to a script that took a lock is never cut off unseen. Retries
-/// (a redirection, a node away) come within milliseconds rather than redis-rs's default
-/// second and more, and give up well within the command timeout: a slot that migrates
-/// refuses the scripts of its locks until the migration ends (`wire/lua/cluster.lua`), which
-/// the callers' own bounds ride out as they do a node that is away.
-fn cluster_builder(seeds: &[String], command_timeout: Duration) -> ClusterClientBuilder {
-    ClusterClientBuilder::new(seeds.iter().map(String::as_str))
-        .connection_timeout(command_timeout)
-        .response_timeout(MAX_LEASE)
-        .retries(CLUSTER_RETRIES)
-        .min_retry_wait(CLUSTER_RETRY_WAIT_MS.0)
-        .max_retry_wait(CLUSTER_RETRY_WAIT_MS.1)
-}
-
-/// How many times the cluster client retries a command (redirections included), and the
-/// least and most it waits before each retry (ms): at most about half a second in all.
-const CLUSTER_RETRIES: u32 = 6;
-const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 100);
-
-/// A pool of connections to the client's Redis. Their response timeout is lifted when the
-/// client checks one out (see `Connections::get`), so the command timeout alone bounds a reply.
-fn create_pool(client: &redis::Client, config: &Config) -> Result<Pool> {
-    let command_timeout = config.command_timeout;
-    let manager = Manager::new(client.get_connection_info().clone()).map_err(|err| {
-        LockError::with_source(ErrorKind::InvalidConfig, "invalid redis url", err)
-    })?;
-    Pool::builder(manager)
-        .max_size(config.connections)
-        .wait_timeout(Some(command_timeout))
-        .create_timeout(Some(command_timeout))
-        .recycle_timeout(Some(command_timeout))
-        .runtime(Runtime::Tokio1)
-        .build()
-        .map_err(|err| {
-            LockError::with_source(ErrorKind::InvalidConfig, "cannot build the pool", err)
-        })
+/// A client on `connections`, started once a client told that a restart loses no write has
+/// seen its servers sync every write (`wire/fsync.rs`).
+async fn start(
+    config: Config,
+    connections: Arc<Connections>,
+    wake_source: WakeSource,
+    server: String,
+) -> Result<LockClient> {
+    if config.restart_keeps_writes {
+        every_write_synced(&connections).await?;
+    }
+    let shared = ClientState::start(config, connections, wake_source, server);
+    Ok(LockClient {
+        engine: Arc::new(Engine::new(shared)),
+    })
 }

@@ -105,14 +105,7 @@ async fn taken_only_after_the_quarantine(
 /// later lock is told `DataLost`, and another client gets that lock only once the server has
 /// been up the lease limit.
 async fn a_restart_from_files_is_a_loss(files: &[&str]) {
-    a_restart_is_a_loss_to_clients_told(files, false).await;
-}
-
-/// [`a_restart_from_files_is_a_loss`], to clients told (`restart_keeps_writes`) or not that
-/// the server syncs every write.
-async fn a_restart_is_a_loss_to_clients_told(files: &[&str], told_keeps_writes: bool) {
     let mut server = RedisServer::start_with(files);
-    let client = |url: &str| client(url).restart_keeps_writes(told_keeps_writes);
     let holder = client(&server.url()).build().await.unwrap();
     let (before, _) = hold(&holder, "before-snapshot").await;
     persist_now(&server, files).await;
@@ -153,12 +146,50 @@ async fn a_restart_from_an_append_only_file_synced_every_write_is_a_loss_unless_
     a_restart_from_files_is_a_loss(AOF_ALWAYS).await;
 }
 
-/// Clients told that every write is synced, of a server that writes no append-only file
-/// (snapshots alone): the scripts see it (`aof_enabled:0`), and the restart is a loss all the
-/// same. Before, the clients' word alone counted and the lock was granted again at once.
+/// A client told that every write is synced checks it when it is built: a server with
+/// snapshots alone, or an append-only file synced every second, is refused with a clear
+/// error; one with `appendfsync always` is taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_from_snapshots_is_a_loss_even_to_clients_told_that_every_write_is_synced() {
-    a_restart_is_a_loss_to_clients_told(SNAPSHOTS, true).await;
+async fn a_client_told_that_every_write_is_synced_is_refused_by_a_server_that_does_not() {
+    for files in [SNAPSHOTS, AOF_EVERYSEC] {
+        let server = RedisServer::start_with(files);
+        let err = client(&server.url())
+            .restart_keeps_writes(true)
+            .build()
+            .await
+            .expect_err("built on a server that does not sync every write");
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{files:?}: {err}");
+        assert!(err.to_string().contains("appendfsync"), "{err}");
+    }
+    let server = RedisServer::start_with(AOF_ALWAYS);
+    let locks = client(&server.url())
+        .restart_keeps_writes(true)
+        .build()
+        .await
+        .expect("every write synced");
+    locks.shutdown().await;
+}
+
+/// Clients checked and told that every write is synced, of a server whose append-only file
+/// is turned off after (`CONFIG SET appendonly no`) and which restarts from its snapshot:
+/// the scripts see it (`aof_enabled:0`), and the restart is a loss all the same. Before, the
+/// clients' word alone counted and the lock was granted again 5 ms after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_from_a_snapshot_is_a_loss_even_to_clients_told_that_every_write_is_synced() {
+    let mut server = RedisServer::start_with(AOF_ALWAYS);
+    let told = |url: &str| client(url).restart_keeps_writes(true);
+    let holder = told(&server.url()).build().await.unwrap();
+    let other = told(&server.url()).build().await.unwrap();
+    let () = server.cmd(&["CONFIG", "SET", "appendonly", "no"]);
+    let (before, _) = hold(&holder, "before-snapshot").await;
+    persist_now(&server, SNAPSHOTS).await;
+    let (after, told_lost) = hold(&holder, "after-snapshot").await;
+
+    server.crash_and_restart(SNAPSHOTS);
+    let restarted_at = Instant::now();
+    let reason = taken_only_after_the_quarantine(&other, &after, told_lost, restarted_at).await;
+    assert_eq!(reason, LostReason::DataLost);
+    assert!(!before.is_held(), "the earlier lock went with its epoch");
 }
 
 /// With `appendfsync always` and clients told so, the restart loses nothing: the holder keeps
@@ -235,4 +266,38 @@ async fn a_cluster_master_restarted_from_its_snapshot_quarantines_the_slot_of_a_
     );
     let other = client(cluster.urls()).await.unwrap();
     taken_only_after_the_quarantine(&other, &after, told, restarted_at).await;
+}
+
+/// On a cluster the check asks every master: one without `appendfsync always` is named in
+/// the refusal; once every master syncs every write, the client is built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_client_told_that_every_write_is_synced_checks_every_master() {
+    let cluster = RedisCluster::start(3);
+    let build = || {
+        LockClient::builder_cluster(cluster.urls())
+            .restart_keeps_writes(true)
+            .build()
+    };
+    for port in cluster.ports() {
+        let () = cluster.cmd(port, &["CONFIG", "SET", "appendfsync", "always"]);
+        let () = cluster.cmd(port, &["CONFIG", "SET", "appendonly", "yes"]);
+    }
+    let lax = cluster.masters()[1].to_string();
+    let () = cluster.cmd(
+        cluster.masters()[1],
+        &["CONFIG", "SET", "appendfsync", "everysec"],
+    );
+    let Err(err) = build().await else {
+        panic!("built though a master syncs every second");
+    };
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(err.to_string().contains(&lax), "the master is named: {err}");
+    let () = cluster.cmd(
+        cluster.masters()[1],
+        &["CONFIG", "SET", "appendfsync", "always"],
+    );
+    let Ok(locks) = build().await else {
+        panic!("refused though every master syncs every write");
+    };
+    locks.shutdown().await;
 }

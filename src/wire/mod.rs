@@ -6,6 +6,7 @@ pub(crate) mod access;
 pub(crate) mod cluster_node;
 pub(crate) mod conn;
 pub(crate) mod endpoint;
+pub(crate) mod fsync;
 mod lua;
 mod redis_error;
 pub(crate) mod replica_ack;
@@ -15,6 +16,7 @@ mod script;
 mod script_check;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;
+pub(crate) mod setup;
 pub(crate) mod snapshot;
 pub(crate) mod tls;
 
