@@ -25,6 +25,7 @@ pub(crate) const CLUSTER_PRELUDE: &str = include_str!("lua/cluster.lua");
 /// pause before the first of them (doubled each time, to at most 100 ms): 350 ms in all.
 const MIGRATING_SLOT_TRIES: u32 = 6;
 const FIRST_MIGRATING_SLOT_PAUSE: Duration = Duration::from_millis(10);
+const LONGEST_MIGRATING_SLOT_PAUSE: Duration = Duration::from_millis(100);
 
 /// A script's whole source, and its SHA: as a server runs it, and as a cluster does.
 pub(crate) struct Lua {
@@ -115,7 +116,7 @@ impl Lua {
                 // Stopped before its first write: nothing ran, so it may run again.
                 Err(err) if stopped_by_a_migrating_slot(&err) => {
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(100));
+                    pause = (pause * 2).min(LONGEST_MIGRATING_SLOT_PAUSE);
                 }
                 outcome => return outcome,
             }
