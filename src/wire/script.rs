@@ -202,6 +202,8 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
     /// The Lua block that binds every key, argument and status to its name.
     pub(crate) fn bindings(&self) -> String {
         let mut block = format!("-- Bound from the description of {}.\n", self.file);
+        // Locals: Lua reads them faster than the globals Redis sets.
+        block.push_str("local KEYS, ARGV = KEYS, ARGV\n");
         for (position, name) in self.keys.iter().enumerate() {
             writeln!(block, "local {name} = KEYS[{}]", position + 1).expect("a String");
         }
