@@ -14,6 +14,11 @@ use std::sync::{Arc, OnceLock};
 
 use crate::keys::LockKeys;
 
+/// The key of the witness of a server's promotion, with a slot's hash tag after `:` on a
+/// cluster: outside every prefix, so that every prefix has it (`lua/lib/promotion.lua`
+/// names it alike).
+pub(crate) const PROMOTION_WITNESS: &str = "tower-redis-lock:promoted";
+
 /// Slots of a Redis Cluster.
 pub(crate) const SLOTS: u16 = 16384;
 
@@ -87,6 +92,9 @@ pub(crate) struct ScopeKeys {
     /// The counter every fencing token of the scope is taken from (see `lua/lib/tokens.lua`).
     pub(crate) tokens_key: String,
     pub(crate) wake_prefix: String,
+    /// The witness of the server's promotion, which every prefix shares (see
+    /// `lua/lib/promotion.lua`).
+    pub(crate) promotion_witness: String,
 }
 
 impl Placement {
@@ -96,6 +104,7 @@ impl Placement {
             scope: 0,
             epoch_key: format!("{prefix}epoch"),
             tokens_key: format!("{prefix}tokens"),
+            promotion_witness: PROMOTION_WITNESS.to_owned(),
             wake_prefix: format!("{prefix}wake:"),
         }))
     }
@@ -128,6 +137,7 @@ impl Placement {
                         epoch_key: format!("{prefix}epoch:{{{tag}}}"),
                         tokens_key: format!("{prefix}tokens:{{{tag}}}"),
                         wake_prefix: format!("{prefix}wake:{{{tag}}}:"),
+                        promotion_witness: format!("{PROMOTION_WITNESS}:{{{tag}}}"),
                     })
                 })
             }
@@ -181,11 +191,16 @@ mod tests {
             assert_eq!(slot_of(&names.epoch_key), slot);
             assert_eq!(slot_of(&names.tokens_key), slot);
             assert_eq!(slot_of(&format!("{}abc123", names.wake_prefix)), slot);
+            assert_eq!(slot_of(&names.promotion_witness), slot);
         }
         let single = Placement::single("lock:");
         let keys = LockKeys::new("lock:", "account-7").unwrap();
         assert_eq!(single.of(&keys).epoch_key, "lock:epoch");
         assert_eq!(single.of(&keys).tokens_key, "lock:tokens");
         assert_eq!(single.of(&keys).wake_prefix, "lock:wake:");
+        assert_eq!(
+            single.of(&keys).promotion_witness,
+            "tower-redis-lock:promoted"
+        );
     }
 }

@@ -835,7 +835,8 @@ async fn lockctl_lists_over_mutual_tls_with_a_password_given_the_files_and_is_re
 /// The commands the security chapter's ACL line grants the library's user.
 fn documented_library_commands() -> String {
     let chapter = include_str!("../src/guide/security.md");
-    let start = "ACL SETUSER locker reset on >CHANGE-ME ~lock:* resetchannels &lock:wake:* ";
+    let start = "ACL SETUSER locker reset on >CHANGE-ME ~lock:* ~tower-redis-lock:promoted* \
+                 resetchannels &lock:wake:* ";
     let line = chapter
         .lines()
         .find_map(|line| line.strip_prefix(start))
@@ -848,7 +849,8 @@ async fn an_operator_user_lists_and_inspects_with_the_library_commands_and_scan_
     let server = RedisServer::start();
     // The library's commands and keys, plus what the operating chapter's lockctl section adds.
     let rules = format!(
-        "reset on >op-pass ~lock:* resetchannels &lock:wake:* {} +scan +zcard",
+        "reset on >op-pass ~lock:* ~tower-redis-lock:promoted* resetchannels &lock:wake:* {} \
+         +scan +zcard",
         documented_library_commands()
     );
     let mut args = vec!["ACL", "SETUSER", "operator"];

@@ -358,3 +358,151 @@ async fn fresh_clients_that_find_their_grants_by_a_look_are_told_nothing_lost() 
         drop(fresh);
     }
 }
+
+/// The witness of a server's promotion (one per server; one per slot on a cluster).
+const WITNESS: &str = "tower-redis-lock:promoted";
+
+/// The replication id `server` serves under now.
+fn replication_id(info: &str) -> String {
+    info.lines()
+        .find_map(|line| line.trim_end().strip_prefix("master_replid:"))
+        .expect("INFO replication tells the replication id")
+        .to_owned()
+}
+
+/// A replica of a new server, promoted (`REPLICAOF NO ONE`) and up longer than `limit`: a
+/// master with a previous replication id, whose uptime alone would start no quarantine.
+async fn promoted_replica(limit: Duration) -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let replica = master.start_replica(master.port());
+    let _: () = replica.cmd(&["REPLICAOF", "NO", "ONE"]);
+    replica.wait_until_up_for(limit.as_secs() + 2);
+    (master, replica)
+}
+
+/// Waits until the witness on `server` vouches for its current replication id.
+async fn vouched_for(server: &RedisServer, witness: &str, limit: Duration) -> bool {
+    let id = replication_id(&server.cmd::<String>(&["INFO", "replication"]));
+    let expected = format!("{id} {}", limit.as_millis());
+    // The lease limit by the client's clock, a look a quarter of it later, and room for a
+    // busy machine.
+    eventually(limit + Duration::from_secs(20), || {
+        server.cmd::<Option<String>>(&["GET", witness]).as_deref() == Some(expected.as_str())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_seen_for_the_lease_limit_quarantines_no_new_prefix() {
+    let limit = Duration::from_secs(2);
+    let (_master, promoted) = promoted_replica(limit).await;
+    let running = limited(&promoted.url(), limit).build().await.unwrap();
+    assert!(
+        vouched_for(&promoted, WITNESS, limit).await,
+        "a client that saw the promoted master for the lease limit vouched for it"
+    );
+
+    // A prefix never used on this server (nor on the one it replicated).
+    let fresh = limited(&promoted.url(), limit)
+        .key_prefix("fresh:")
+        .build()
+        .await
+        .unwrap();
+    let granted = fresh.lock("first").unwrap().try_acquire().await.unwrap();
+    assert!(
+        granted.is_some(),
+        "a new prefix's first lock is granted at once"
+    );
+    assert_eq!(fresh.restart_quarantine_left(), None, "no quarantine");
+    drop(running);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_promotion_is_quarantined_though_an_earlier_one_was_vouched_for() {
+    let limit = Duration::from_secs(2);
+    let (_master, first) = promoted_replica(limit).await;
+    let second = first.start_replica(first.port());
+    let running = limited(&first.url(), limit).build().await.unwrap();
+    assert!(
+        vouched_for(&first, WITNESS, limit).await,
+        "first vouched for"
+    );
+    let _: i64 = first.cmd(&["WAIT", "1", "5000"]);
+    let copied: Option<String> = second.cmd(&["GET", WITNESS]);
+    assert!(copied.is_some(), "its replica has the witness");
+
+    // The replica is promoted; the first master, cut off from it, grants a lock in a new
+    // prefix: the write a failover loses.
+    let _: () = second.cmd(&["REPLICAOF", "NO", "ONE"]);
+    second.wait_until_up_for(limit.as_secs() + 2);
+    let old_side = limited(&first.url(), limit)
+        .key_prefix("fresh:")
+        .build()
+        .await
+        .unwrap();
+    let held = old_side.lock("job").unwrap().try_acquire().await.unwrap();
+    assert!(held.is_some(), "granted on the first master");
+
+    let new_side = limited(&second.url(), limit)
+        .key_prefix("fresh:")
+        .build()
+        .await
+        .unwrap();
+    let taken = new_side.lock("job").unwrap().try_acquire().await.unwrap();
+    assert!(
+        taken.is_none(),
+        "quarantined: the witness names the first promotion, not this one"
+    );
+    let left = new_side
+        .restart_quarantine_left()
+        .expect("a quarantine runs");
+    assert!(left > limit - Duration::from_millis(500), "{left:?}");
+    drop(running);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_cluster_master_seen_for_the_lease_limit_quarantines_no_unused_slot() {
+    let limit = Duration::from_secs(2);
+    let cluster = support::cluster::RedisCluster::start_with_replicas(3, 1);
+    let master = cluster.masters()[0];
+    let replica = cluster.replica_of(master);
+    assert!(
+        cluster.planned_failover(replica).await,
+        "the replica took over"
+    );
+    cluster.wait_until_up_for(replica, limit.as_secs() + 2);
+    let cluster_client = |prefix: &str| {
+        LockClient::builder_cluster(cluster.urls())
+            .key_prefix(prefix)
+            .lease_limit(limit)
+            .watchdog_lease(limit)
+            .build()
+    };
+    let running = cluster_client("lock:").await.unwrap();
+
+    // A lock whose slot the promoted master serves, and which no lock has used.
+    let name = (0..)
+        .map(|n| format!("job-{n}"))
+        .find(|name| cluster.node_of(&format!("fresh:{{{name}}}")) == replica)
+        .unwrap();
+    let slot = cluster.slot_of(&format!("fresh:{{{name}}}"));
+    assert!(
+        eventually(limit + Duration::from_secs(30), || {
+            cluster
+                .keys_in_slot(replica, slot)
+                .iter()
+                .any(|key| key.starts_with(WITNESS))
+        })
+        .await,
+        "the slot's witness was written"
+    );
+
+    let fresh = cluster_client("fresh:").await.unwrap();
+    let granted = fresh.lock(&name).unwrap().try_acquire().await.unwrap();
+    assert!(
+        granted.is_some(),
+        "the unused slot's first lock is granted at once"
+    );
+    assert_eq!(fresh.restart_quarantine_left(), None, "no quarantine");
+    drop(running);
+}

@@ -25,6 +25,10 @@ const LIBRARY_COMMANDS: &str = "-@all +evalsha +script|load +eval +exists +hexis
 
 const PASSWORD: &str = "s3cret-pass";
 
+/// The keys the library's user is granted: the prefix's, and the witness of a promotion
+/// that every prefix shares.
+const LIBRARY_KEYS: &str = "~lock:* ~tower-redis-lock:promoted*";
+
 /// Creates the ACL user `name` (password [`PASSWORD`]) with the keys and channels given and
 /// `commands`.
 fn add_user(server: &RedisServer, name: &str, keys: &str, channels: &str, commands: &str) {
@@ -40,7 +44,7 @@ fn locker_url(server: &RedisServer) -> String {
     add_user(
         server,
         "locker",
-        "~lock:*",
+        LIBRARY_KEYS,
         "&lock:wake:*",
         LIBRARY_COMMANDS,
     );
@@ -206,6 +210,44 @@ async fn an_acl_user_of_the_lock_prefix_acquires_waits_renews_and_releases() {
     assert_eq!(denied_commands(&server), Vec::<String>::new());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_the_promotion_witness_takes_locks_and_is_refused_it_once() {
+    let server = RedisServer::start();
+    add_user(
+        &server,
+        "prefix-only",
+        "~lock:*",
+        "&lock:wake:*",
+        LIBRARY_COMMANDS,
+    );
+    let url = server.url_as("prefix-only", PASSWORD);
+    let locks = LockClient::builder(&url)
+        .lease_limit(Duration::from_secs(1))
+        .watchdog_lease(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let guard = locks.lock("plain").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+    // Eight looks' time (a quarter of the lease limit apart): nothing tells of a look not
+    // made, so the test waits.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log: Vec<HashMap<String, redis::Value>> = server.cmd(&["ACL", "LOG"]);
+    let refusals: Vec<&redis::Value> = log
+        .iter()
+        .filter(|entry| {
+            matches!(entry.get("object"), Some(redis::Value::BulkString(object))
+                if object == b"tower-redis-lock:promoted")
+        })
+        .filter_map(|entry| entry.get("count"))
+        .collect();
+    assert_eq!(
+        refusals,
+        [&redis::Value::Int(1)],
+        "the witness was asked for once, then never again"
+    );
+}
+
 /// A script that cannot be loaded (here an ACL that refuses `SCRIPT LOAD`; in a cluster, a
 /// replica promoted after the load went to the masters) runs by its source, `EVAL`: the
 /// scripts that acquire, queue, hand over, renew and release all work from a server that has
@@ -214,7 +256,13 @@ async fn an_acl_user_of_the_lock_prefix_acquires_waits_renews_and_releases() {
 async fn scripts_that_cannot_be_loaded_run_by_their_source() {
     let server = RedisServer::start();
     let without_load = LIBRARY_COMMANDS.replace(" +script|load", "");
-    add_user(&server, "no-load", "~lock:*", "&lock:wake:*", &without_load);
+    add_user(
+        &server,
+        "no-load",
+        LIBRARY_KEYS,
+        "&lock:wake:*",
+        &without_load,
+    );
     let url = server.url_as("no-load", PASSWORD);
     let (holder, guard, renewed) = hand_over_and_renew(&server, &url, "unloaded").await;
     renewed.release().await.unwrap();
@@ -299,7 +347,7 @@ async fn a_key_prefix_outside_the_users_keys_is_access_denied_and_leaves_nothing
     add_user(
         &server,
         "locker",
-        "~lock:*",
+        LIBRARY_KEYS,
         "&lock:wake:*",
         LIBRARY_COMMANDS,
     );
@@ -322,7 +370,13 @@ async fn a_command_the_scripts_need_but_the_user_lacks_is_access_denied() {
     // (its start here; see `lua/lib/life.lua`).
     server.wait_until_up_for(2);
     let without_hset = LIBRARY_COMMANDS.replace(" +hset", "");
-    add_user(&server, "locker", "~lock:*", "&lock:wake:*", &without_hset);
+    add_user(
+        &server,
+        "locker",
+        LIBRARY_KEYS,
+        "&lock:wake:*",
+        &without_hset,
+    );
     let locks = LockClient::builder(&server.url_as("locker", PASSWORD))
         .command_timeout(REFUSAL_BOUND)
         .build()
@@ -347,7 +401,7 @@ fn the_security_chapter_grants_the_commands_the_tests_grant() {
     ))
     .expect("the security chapter");
     let line = format!(
-        "ACL SETUSER locker reset on >CHANGE-ME ~lock:* resetchannels &lock:wake:* {}",
+        "ACL SETUSER locker reset on >CHANGE-ME {LIBRARY_KEYS} resetchannels &lock:wake:* {}",
         LIBRARY_COMMANDS
             .split_whitespace()
             .collect::<Vec<_>>()

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::engine::config::{Config, MAX_INSTANCE_NAME};
 use crate::engine::epoch::Epoch;
 use crate::engine::giveback_tracker::GiveBackTracker;
+use crate::engine::promotion_witness::PromotionWitness;
 use crate::engine::pubsub::{PubSub, WakeSource};
 use crate::engine::watchdog::Watchdog;
 use crate::error::{LockError, Result};
@@ -29,6 +30,7 @@ pub(crate) struct ClientState {
     pub(crate) connections: Arc<Connections>,
     pub(crate) watchdog: Watchdog,
     pub(crate) pubsub: PubSub,
+    promotion_witness: PromotionWitness,
     pub(crate) runtime: tokio::runtime::Handle,
     /// Where each lock's epoch key and wake channel are.
     pub(crate) placement: Arc<Placement>,
@@ -42,9 +44,9 @@ pub(crate) struct ClientState {
 }
 
 impl ClientState {
-    /// Starts the watchdog and the pub/sub actor on the current runtime, for a client of
-    /// `server` (its wake-ups heard through `wake_source`) with a random instance id (after its name, if
-    /// it has one), and the client's metric series at 0.
+    /// Starts the watchdog, the pub/sub actor and the promotion witness on the current
+    /// runtime, for a client of `server` (its wake-ups heard through `wake_source`) with a
+    /// random instance id (after its name, if it has one), and the client's metric series at 0.
     pub(crate) fn start(
         config: Config,
         connections: Arc<Connections>,
@@ -80,9 +82,12 @@ impl ClientState {
             instance_id.clone(),
             config.command_timeout,
         );
+        let promotion_witness =
+            PromotionWitness::start(connections.clone(), placement.clone(), config.lease_limit);
         meter::start_at_zero();
         Self {
             connections,
+            promotion_witness,
             watchdog,
             pubsub,
             runtime: tokio::runtime::Handle::current(),
@@ -108,8 +113,8 @@ impl ClientState {
         self.shut_down.load(Ordering::SeqCst)
     }
 
-    /// Releases every lock the watchdog holds, wakes every waiter, and stops both actors and
-    /// the pool.
+    /// Releases every lock the watchdog holds, wakes every waiter, and stops the actors, the
+    /// promotion witness and the pool.
     pub(crate) async fn shutdown(&self) {
         self.shut_down.store(true, Ordering::SeqCst);
         // A give-back makes one more try once shut down (it stops retrying): long enough for
@@ -119,6 +124,7 @@ impl ClientState {
             .await;
         self.watchdog.shutdown().await;
         self.pubsub.shutdown().await;
+        self.promotion_witness.stop();
         self.connections.close();
     }
 

@@ -27,6 +27,7 @@ pub(crate) const LIBRARIES: &[(&str, &str)] = &[
     ("clock", include_str!("lua/lib/clock.lua")),
     ("tokens", include_str!("lua/lib/tokens.lua")),
     ("life", include_str!("lua/lib/life.lua")),
+    ("promotion", include_str!("lua/lib/promotion.lua")),
     ("epoch", include_str!("lua/lib/epoch.lua")),
     ("queue_expiry", include_str!("lua/lib/queue_expiry.lua")),
     ("queue", include_str!("lua/lib/queue.lua")),

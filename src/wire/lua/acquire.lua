@@ -42,6 +42,7 @@ end
 
 -- The functions of the slower paths are created only when a script runs this far.
 --#include life
+--#include promotion
 --#include epoch
 --#include queue_expiry
 --#include queue

@@ -14,6 +14,7 @@
 
 --#include clock
 --#include life
+--#include promotion
 --#include epoch
 
 local changed = check_epoch(EPOCH, KNOWN_EPOCH, KNOWN_LONGEST_LEASE_MS, QUARANTINE_MS,

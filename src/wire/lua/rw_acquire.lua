@@ -8,6 +8,7 @@
 --#include clock
 --#include tokens
 --#include life
+--#include promotion
 --#include epoch
 --#include queue_expiry
 --#include queue

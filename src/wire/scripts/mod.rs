@@ -5,12 +5,14 @@
 
 mod acquire;
 mod guarded;
+mod promotion;
 mod release;
 mod reply;
 mod upkeep;
 
 pub(crate) use acquire::{AcquireMode, AcquireReply, AcquireTerms, KnownEpoch, acquire};
 pub(crate) use guarded::{WriteCommand, write_if_held};
+pub(crate) use promotion::{Promotion, witness_promotion};
 pub(crate) use release::{HandoffReply, ReleaseScope, force_unlock, handoff, release};
 pub(crate) use upkeep::{RenewReply, heartbeat, renew, waive_quarantine};
 
@@ -58,6 +60,7 @@ pub(crate) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
     all.extend(release::all());
     all.extend(upkeep::all());
     all.extend(guarded::all());
+    all.extend(promotion::all());
     all.push(crate::wire::snapshot::script());
     all
 }

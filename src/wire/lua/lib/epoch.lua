@@ -1,5 +1,5 @@
--- The server's epoch, checked by the scripts that take and renew locks; needs the clock and
--- the life (life.lua).
+-- The server's epoch, checked by the scripts that take and renew locks; needs the clock, the
+-- life (life.lua) and the promotion's witness (promotion.lua).
 -- One key names the life of this Redis's data:
 --   '<epoch> <quarantine until ms, 0 for none> <longest lease ms granted in this epoch>
 --    <life>', the life ' <run id> <server ms> <last save s>' of the process that wrote it
@@ -34,26 +34,40 @@
 -- epoch key deleted alone leaves a marker of an epoch nobody is in, which the next
 -- acquisition from a client that knew it deletes).
 
--- Whether Redis shows a loss of data without a restart: a FLUSHALL or FLUSHDB run (or
--- refused) since its start, keys evicted, or a previous replication id (a replica promoted,
--- whose data came from a master that may have lost it; a restart from an RDB file, whose
--- writes since the file may be lost, keeps one too).
-local function lost_without_restart()
+-- Whether this server may have been promoted less than `quarantine` ms ago, from its INFO
+-- `replication`: it has a previous replication id (a replica promoted, whose data came from
+-- a master that may have lost it; a restart from an RDB file, whose writes since the file may
+-- be lost, keeps one too) and no witness vouches for that long under its current one (see
+-- promotion.lua). The witness is read with pcall: a user whose ACL leaves it out keeps the
+-- quarantine.
+local function promoted_within(key, quarantine, replication)
+  if string.find(replication, 'master_replid2:' .. string.rep('0', 40), 1, true) then
+    return false
+  end
+  local witness = redis.pcall('get', promotion_witness(key))
+  local id = string.match(replication, 'master_replid:(%x+)')
+  return vouched_ms(witness, id) < quarantine
+end
+
+-- Whether Redis shows a loss of data without a restart that may have touched the scope of
+-- the epoch key `key`, for a quarantine of `quarantine` ms: a FLUSHALL or FLUSHDB run (or
+-- refused) since its start, keys evicted, or a promotion less than that long ago.
+local function lost_without_restart(key, quarantine)
   local evicted = string.match(redis.call('info', 'stats'), 'evicted_keys:(%d+)')
   local commands = redis.call('info', 'commandstats')
-  local replication = redis.call('info', 'replication')
   return tonumber(evicted or '0') > 0
     or string.find(commands, 'cmdstat_flushall:', 1, true) ~= nil
     or string.find(commands, 'cmdstat_flushdb:', 1, true) ~= nil
-    or string.find(replication, 'master_replid2:' .. string.rep('0', 40), 1, true) == nil
+    or promoted_within(key, quarantine, redis.call('info', 'replication'))
 end
 
--- When the quarantine of `quarantine` ms for a lost epoch ends, in server ms (0: none).
--- After a restart it is counted from the start: the signs of a loss without one (a previous
--- replication id among them, which a restart from a snapshot keeps) are about that restart.
-local function quarantine_end(quarantine, restarted)
+-- When the quarantine of `quarantine` ms for the lost epoch at `key` ends, in server ms (0:
+-- none). After a restart it is counted from the start: the signs of a loss without one (a
+-- previous replication id among them, which a restart from a snapshot keeps) are about that
+-- restart.
+local function quarantine_end(key, quarantine, restarted)
   local now = now_ms()
-  if not restarted and lost_without_restart() then
+  if not restarted and lost_without_restart(key, quarantine) then
     return now + quarantine
   end
   -- Whole seconds of the server's clock since a start truncated to a whole second: up at
@@ -106,7 +120,8 @@ local function check_epoch(key, known, known_lease, quarantine_ms, lease_ms, mar
       redis.call('del', marker .. ':' .. last_save())
     end
     local new = now_us()
-    local ends = quarantine_end(math.max(tonumber(quarantine_ms), lease), change == 'restarted')
+    local quarantine = math.max(tonumber(quarantine_ms), lease)
+    local ends = quarantine_end(key, quarantine, change == 'restarted')
     redis.call('set', key, string.format('%d %d %d%s', new, ends, lease, life or life_now()))
     return {EPOCH_CHANGED, new, lease}
   end
