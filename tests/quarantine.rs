@@ -466,9 +466,32 @@ async fn a_promoted_cluster_master_seen_for_the_lease_limit_quarantines_no_unuse
     let cluster = support::cluster::RedisCluster::start_with_replicas(3, 1);
     let master = cluster.masters()[0];
     let replica = cluster.replica_of(master);
+    // A write the replica receives first: a replica that never received one may have no
+    // backlog, and once promoted takes a new replication id without the previous one when
+    // its old master asks it for a full sync (Valkey).
+    let written = (0..)
+        .map(|n| format!("before-{n}"))
+        .find(|key| cluster.node_of(key) == master)
+        .unwrap();
+    let () = cluster.cmd(master, &["SET", &written, "1"]);
+    let _: i64 = cluster.cmd(master, &["WAIT", "1", "5000"]);
     assert!(
         cluster.planned_failover(replica).await,
         "the replica took over"
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            cluster
+                .cmd::<String>(master, &["INFO", "replication"])
+                .contains("master_link_status:up")
+        })
+        .await,
+        "the old master follows it"
+    );
+    let replication: String = cluster.cmd(replica, &["INFO", "replication"]);
+    assert!(
+        !replication.contains(&format!("master_replid2:{}", "0".repeat(40))),
+        "a master with a previous replication id: {replication}"
     );
     cluster.wait_until_up_for(replica, limit.as_secs() + 2);
     let cluster_client = |prefix: &str| {
