@@ -29,7 +29,7 @@ source scripts/lib.sh
 
 # Release build: the figures are timings.
 cargo build --release --locked --manifest-path tools/lockbench/Cargo.toml --target-dir target
-lockbench=target/release/lockbench
+lockbench=${CARGO_TARGET_DIR:-target}/release/lockbench
 
 if [ "${1:-}" = "--cluster" ]; then
     shift
@@ -44,7 +44,7 @@ if [ "${1:-}" = "--cluster" ]; then
     done
     # A cluster that just started: every slot's epoch without a restart quarantine, as an
     # operator gives one known to be new (else it grants nothing until up the lease limit).
-    target/debug/lockctl --cluster "${seeds[@]}" waive-quarantine >/dev/null
+    "${CARGO_TARGET_DIR:-target}"/debug/lockctl --cluster "${seeds[@]}" waive-quarantine >/dev/null
     status=0
     echo "== one redis-server" >&2
     "$lockbench" --redis "$REDIS_URL" --only ours "$@" || status=$?

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 cargo build --locked --quiet --features cli --bin lockctl
-lockctl="target/debug/lockctl"
+lockctl="${CARGO_TARGET_DIR:-target}/debug/lockctl"
 start_redis
 echo "redis-server on port $REDIS_PORT"
 out=$(mktemp -d)

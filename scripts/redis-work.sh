@@ -35,7 +35,7 @@ elif [ $# -gt 0 ]; then
 fi
 
 cargo build --locked --quiet --example redis_work
-work=target/debug/examples/redis_work
+work=${CARGO_TARGET_DIR:-target}/debug/examples/redis_work
 out=$(mktemp -d)
 trap 'cleanup; rm -rf "$out"' EXIT
 start_redis valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.%p"
