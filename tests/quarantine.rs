@@ -392,6 +392,15 @@ async fn vouched_for(server: &RedisServer, witness: &str, limit: Duration) -> bo
     .await
 }
 
+/// A client of `url` with the lease limit `limit`, under a prefix no lock has used yet.
+async fn with_new_prefix(url: &str, limit: Duration) -> LockClient {
+    limited(url, limit)
+        .key_prefix("fresh:")
+        .build()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promotion_seen_for_the_lease_limit_quarantines_no_new_prefix() {
     let limit = Duration::from_secs(2);
@@ -403,11 +412,7 @@ async fn a_promotion_seen_for_the_lease_limit_quarantines_no_new_prefix() {
     );
 
     // A prefix never used on this server (nor on the one it replicated).
-    let fresh = limited(&promoted.url(), limit)
-        .key_prefix("fresh:")
-        .build()
-        .await
-        .unwrap();
+    let fresh = with_new_prefix(&promoted.url(), limit).await;
     let granted = fresh.lock("first").unwrap().try_acquire().await.unwrap();
     assert!(
         granted.is_some(),
@@ -435,19 +440,11 @@ async fn a_later_promotion_is_quarantined_though_an_earlier_one_was_vouched_for(
     // prefix: the write a failover loses.
     let _: () = second.cmd(&["REPLICAOF", "NO", "ONE"]);
     second.wait_until_up_for(limit.as_secs() + 2);
-    let old_side = limited(&first.url(), limit)
-        .key_prefix("fresh:")
-        .build()
-        .await
-        .unwrap();
+    let old_side = with_new_prefix(&first.url(), limit).await;
     let held = old_side.lock("job").unwrap().try_acquire().await.unwrap();
     assert!(held.is_some(), "granted on the first master");
 
-    let new_side = limited(&second.url(), limit)
-        .key_prefix("fresh:")
-        .build()
-        .await
-        .unwrap();
+    let new_side = with_new_prefix(&second.url(), limit).await;
     let taken = new_side.lock("job").unwrap().try_acquire().await.unwrap();
     assert!(
         taken.is_none(),
