@@ -10,7 +10,7 @@
 local replication = redis.call('info', 'replication')
 local id = string.match(replication, 'master_replid:(%x+)')
 if not id or not string.find(replication, 'role:master', 1, true)
-  or string.find(replication, 'master_replid2:' .. string.rep('0', 40), 1, true) then
+  or not was_promoted(replication) then
   return {NOT_PROMOTED, ''}
 end
 if SETTLED == '' or not string.find(SETTLED, id, 1, true) then

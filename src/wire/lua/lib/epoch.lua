@@ -41,7 +41,7 @@
 -- promotion.lua). The witness is read with pcall: a user whose ACL leaves it out keeps the
 -- quarantine.
 local function promoted_within(key, quarantine, replication)
-  if string.find(replication, 'master_replid2:' .. string.rep('0', 40), 1, true) then
+  if not was_promoted(replication) then
     return false
   end
   local witness = redis.pcall('get', promotion_witness(key))

@@ -15,6 +15,12 @@ local function promotion_witness(key)
   return 'tower-redis-lock:promoted'
 end
 
+-- Whether the server whose INFO `replication` is `replication` has a previous replication id
+-- (a replica promoted, or a restart from an RDB file, which keeps one too).
+local function was_promoted(replication)
+  return not string.find(replication, 'master_replid2:' .. string.rep('0', 40), 1, true)
+end
+
 -- How long the witness `witness` (a GET's answer) vouches that the server has been a master
 -- under `replication_id`, in ms: 0 when it names another or is missing.
 local function vouched_ms(witness, replication_id)
