@@ -212,7 +212,10 @@ impl LockGuard {
     ///
     /// A write Redis rejects when it runs (a key of another type) ends the script, and the
     /// writes before it stay, as in `MULTI`/`EXEC`: Redis does not roll back. A refusal never
-    /// writes anything: the check comes first.
+    /// writes anything: the check comes first. On a cluster, whose client sends a script
+    /// again when its connection dropped before the reply, the writes are applied once: their
+    /// first run leaves a key of its own for twice the command timeout, which a second run
+    /// finds ([`crate::guide::topologies`]).
     ///
     /// # Cancel safety
     ///

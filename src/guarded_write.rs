@@ -9,7 +9,7 @@ use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{display_name, is_library_key};
 use crate::lock_kind::LockKind;
 use crate::scopes::{Placement, slot_of};
-use crate::wire::scripts::{self, WriteCommand};
+use crate::wire::scripts::{self, WriteCommand, WriteTrace};
 
 /// The most arguments one command of a guarded write may take after its key: Lua passes them
 /// to Redis on its stack, which holds about 8,000 values. Split a longer one (an `HSET` of
@@ -152,10 +152,20 @@ pub(crate) async fn write_if_held(holder: &TaskHold, writes: &GuardedWrites) -> 
         return Ok(false);
     }
     let keys = &acquisition.keys;
+    // Where a script may run twice, a key of this write alone says it ran (one server
+    // names none, and is given the lock's own, which it never reads).
+    let trace_ms = shared.names(keys).trace_ms;
+    let trace_key = (trace_ms > 0)
+        .then(|| keys.write_trace(&format!("{}:{}", acquisition.owner, shared.new_holder_id())));
+    let trace = WriteTrace {
+        key: trace_key.as_deref().unwrap_or(keys.hash()),
+        ms: trace_ms,
+    };
     let applied = shared
         .connections
         .run(keys.hash(), |mut conn| async move {
-            scripts::write_if_held(&mut conn, keys, &acquisition.owner, &writes.commands).await
+            scripts::write_if_held(&mut conn, keys, &acquisition.owner, &writes.commands, trace)
+                .await
         })
         .await?;
     if !applied {
@@ -289,7 +299,7 @@ mod tests {
     #[test]
     fn keys_are_checked_against_the_library_and_the_locks_slot() {
         let hash = "lock:{acme}";
-        let cluster = Placement::cluster("lock:");
+        let cluster = Placement::cluster("lock:", std::time::Duration::from_secs(1));
         let single = Placement::single("lock:");
         let tagged = GuardedWrites::new().set("balance:{acme}", "1");
         assert!(check_keys("lock:", &cluster, hash, &tagged).is_ok());

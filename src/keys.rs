@@ -27,6 +27,8 @@ pub struct LockKeys {
     waiters: String,
     /// Built on first use: only read-write locks and renewals name it.
     readers: OnceLock<String>,
+    /// Built on first use: only releases name it.
+    release_trace: OnceLock<String>,
 }
 
 impl LockKeys {
@@ -80,6 +82,7 @@ impl LockKeys {
             queue: format!("{hash}:queue"),
             waiters: format!("{hash}:waiters"),
             readers: OnceLock::new(),
+            release_trace: OnceLock::new(),
             hash: hash.into(),
         })
     }
@@ -117,6 +120,19 @@ impl LockKeys {
             .get_or_init(|| format!("{}:readers", self.hash))
     }
 
+    /// The owner whose holds a release freed a moment ago, on a cluster, where a release may
+    /// run twice (a string that expires: see `lua/lib/release_trace.lua`).
+    pub fn release_trace(&self) -> &str {
+        self.release_trace
+            .get_or_init(|| format!("{}:released", self.hash))
+    }
+
+    /// The trace of the guarded write `id` (unique to its client and owner), on a cluster,
+    /// where a write may run twice (a string that expires: see `lua/guarded_write.lua`).
+    pub(crate) fn write_trace(&self, id: &str) -> String {
+        format!("{}{WRITE_TRACE}{id}", self.hash)
+    }
+
     /// The lock's cluster hash tag, `{<escaped name>}`: a key that contains it (and no `{`
     /// before it) lands in the lock's slot, where the lock's scripts can reach it. A lock
     /// and a semaphore of one name share it.
@@ -129,8 +145,11 @@ impl LockKeys {
     }
 }
 
+/// What follows a lock's hash in the name of a guarded write's trace, before the write's id.
+const WRITE_TRACE: &str = ":written:";
+
 /// What follows a lock's (or a semaphore's) hash in the names of its other keys.
-const COMPANION_SUFFIXES: [&str; 4] = [":fence", ":queue", ":waiters", ":readers"];
+const COMPANION_SUFFIXES: [&str; 5] = [":fence", ":queue", ":waiters", ":readers", ":released"];
 
 /// Whether `key` is one of the library's own keys under `prefix`, which only its scripts may
 /// write: a lock's or a semaphore's hash or one of their companions, or an epoch, its marker
@@ -145,11 +164,17 @@ pub(crate) fn is_library_key(prefix: &str, key: &str) -> bool {
             return true;
         }
     }
-    let hash = COMPANION_SUFFIXES
-        .iter()
-        .find_map(|suffix| key.strip_suffix(suffix))
-        .unwrap_or(key);
-    name_of_hash(prefix, hash).is_some()
+    // A hash itself, or what a companion's or a write trace's name starts with: a name may
+    // contain `:written:` too (only braces are escaped), so each reading is tried.
+    let is_hash = |hash: &str| name_of_hash(prefix, hash).is_some();
+    is_hash(key)
+        || COMPANION_SUFFIXES
+            .iter()
+            .filter_map(|suffix| key.strip_suffix(suffix))
+            .any(is_hash)
+        || key
+            .match_indices(WRITE_TRACE)
+            .any(|(at, _)| is_hash(&key[..at]))
 }
 
 /// How many bytes of a lock name logs and messages show: a name comes from a request, and a
@@ -450,12 +475,20 @@ mod tests {
     fn the_librarys_own_keys_are_told_from_a_users_keys_beside_them() {
         let lock = keys("acme");
         let semaphore = LockKeys::semaphore(DEFAULT_PREFIX, "acme").unwrap();
+        let written = lock.write_trace("instance:1:2");
+        // A name that holds the trace's infix itself.
+        let odd = keys("a:written:b");
+        let odd_written = odd.write_trace("instance:1:2");
         for own in [
             lock.hash(),
             lock.fence(),
             lock.queue(),
             lock.waiters(),
             lock.readers(),
+            lock.release_trace(),
+            &written,
+            odd.hash(),
+            &odd_written,
             semaphore.hash(),
             semaphore.queue(),
             "lock:epoch",
@@ -470,6 +503,8 @@ mod tests {
             "balance:{acme}",
             "lock:{acme}:balance",
             "lock:{acme}:fence:mine",
+            "lock:{acme:written:x",
+            "lock:{acme}x:written:y",
             "lock:epochs",
             "other:{acme}",
             "{acme}:x",

@@ -288,7 +288,9 @@ impl Lock {
             .connections
             .run(self.target.keys.hash(), |mut conn| async move {
                 let shared = &self.client.engine.shared;
-                scripts::force_unlock(&mut conn, &keys, self.target.kind, shared.names(&keys)).await
+                let operation = format!("force-unlock:{}", shared.new_owner());
+                let names = shared.names(&keys);
+                scripts::force_unlock(&mut conn, &keys, self.target.kind, names, &operation).await
             })
             .await
     }

@@ -11,6 +11,7 @@
 //! failover to a replica that had not received it) is noticed per slot.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use crate::keys::LockKeys;
 
@@ -79,6 +80,8 @@ pub(crate) enum Placement {
     Cluster {
         prefix: String,
         names: Box<[OnceLock<Arc<ScopeKeys>>]>,
+        /// See [`ScopeKeys::trace_ms`].
+        trace_ms: u64,
     },
 }
 
@@ -95,6 +98,10 @@ pub(crate) struct ScopeKeys {
     /// The witness of the server's promotion, which every prefix shares (see
     /// `lua/lib/promotion.lua`).
     pub(crate) promotion_witness: String,
+    /// How long a script that must not take effect twice (a release, a guarded write)
+    /// leaves its trace, in ms (see `lua/lib/release_trace.lua`): 0 on one server, whose
+    /// connections never send a script twice.
+    pub(crate) trace_ms: u64,
 }
 
 impl Placement {
@@ -106,15 +113,26 @@ impl Placement {
             tokens_key: format!("{prefix}tokens"),
             promotion_witness: PROMOTION_WITNESS.to_owned(),
             wake_prefix: format!("{prefix}wake:"),
+            trace_ms: 0,
         }))
     }
 
-    /// The placement of a cluster's locks under `prefix`.
-    pub(crate) fn cluster(prefix: &str) -> Self {
+    /// The placement of a cluster's locks under `prefix`, for a client whose commands time
+    /// out after `command_timeout`. redis-rs's cluster client sends a command again on a
+    /// fresh connection when the first dropped before its reply, until the caller stops
+    /// waiting: a script's trace outlasts that twice.
+    pub(crate) fn cluster(prefix: &str, command_timeout: Duration) -> Self {
         Self::Cluster {
             prefix: prefix.to_owned(),
             names: (0..SLOTS).map(|_| OnceLock::new()).collect(),
+            trace_ms: u64::try_from(command_timeout.as_millis() * 2).unwrap_or(u64::MAX),
         }
+    }
+
+    /// Whether a script may run twice for one send: redis-rs's cluster client sends it again
+    /// after a dropped connection; one server's connections never do.
+    pub(crate) fn may_send_again(&self) -> bool {
+        matches!(self, Self::Cluster { .. })
     }
 
     /// The scope of the lock with `keys`: its slot on a cluster, 0 on one server.
@@ -129,18 +147,21 @@ impl Placement {
     pub(crate) fn names(&self, scope: u16) -> &Arc<ScopeKeys> {
         match self {
             Self::Single(names) => names,
-            Self::Cluster { prefix, names } => {
-                names[usize::from(scope % SLOTS)].get_or_init(|| {
-                    let tag = slot_tag(scope);
-                    Arc::new(ScopeKeys {
-                        scope,
-                        epoch_key: format!("{prefix}epoch:{{{tag}}}"),
-                        tokens_key: format!("{prefix}tokens:{{{tag}}}"),
-                        wake_prefix: format!("{prefix}wake:{{{tag}}}:"),
-                        promotion_witness: format!("{PROMOTION_WITNESS}:{{{tag}}}"),
-                    })
+            Self::Cluster {
+                prefix,
+                names,
+                trace_ms,
+            } => names[usize::from(scope % SLOTS)].get_or_init(|| {
+                let tag = slot_tag(scope);
+                Arc::new(ScopeKeys {
+                    scope,
+                    epoch_key: format!("{prefix}epoch:{{{tag}}}"),
+                    tokens_key: format!("{prefix}tokens:{{{tag}}}"),
+                    wake_prefix: format!("{prefix}wake:{{{tag}}}:"),
+                    promotion_witness: format!("{PROMOTION_WITNESS}:{{{tag}}}"),
+                    trace_ms: *trace_ms,
                 })
-            }
+            }),
         }
     }
 
@@ -182,7 +203,7 @@ mod tests {
 
     #[test]
     fn a_locks_companions_share_its_slot() {
-        let placement = Placement::cluster("lock:");
+        let placement = Placement::cluster("lock:", Duration::from_secs(1));
         for name in ["account-7", "tenant/{weird}", "ü", "x"] {
             let keys = LockKeys::new("lock:", name).unwrap();
             let names = placement.of(&keys);

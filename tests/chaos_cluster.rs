@@ -161,12 +161,7 @@ async fn chaos_on_a_cluster_keeps_exclusion_and_fencing_and_leaks_nothing() {
 
     let injected = inject_faults(seconds, &mut rng, &FAULTS, &mut cluster, inject).await;
     let verdict = workers.finish().await;
-    let keys_left: Vec<String> = cluster
-        .masters()
-        .iter()
-        .flat_map(|port| cluster.cmd::<Vec<String>>(*port, &["KEYS", "lock:{*"]))
-        .filter(|key| !key.ends_with(":fence"))
-        .collect();
+    let keys_left = cluster.lock_keys_left(&cluster.masters());
 
     report_and_assert(
         "cluster, 3 masters + 3 replicas",

@@ -96,14 +96,9 @@ async fn mutual_exclusion_and_fencing_hold_on_keys_spread_over_every_node() {
     for locks in &clients {
         locks.shutdown().await;
     }
-    // Nothing left but the epochs, the token counters and the last granted token blocks
-    // (which expire with the grant's lease).
-    let left: Vec<String> = cluster
-        .ports()
-        .iter()
-        .flat_map(|port| cluster.cmd::<Vec<String>>(*port, &["KEYS", "lock:{*"]))
-        .filter(|key| !key.ends_with(":fence"))
-        .collect();
+    // Nothing left but the epochs, the token counters, and keys that expire: the last granted
+    // token blocks and the releases' traces.
+    let left = cluster.lock_keys_left(&cluster.ports());
     assert!(left.is_empty(), "keys left: {left:?}");
 }
 

@@ -5,7 +5,7 @@
 //! for.
 
 use std::ops::ControlFlow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -197,6 +197,7 @@ impl LockRequest {
             watchdog_id,
             lease_mode: self.lease,
             holds,
+            reads_within: OnceLock::new(),
         };
         TaskHold::new(Arc::new(acquisition), token, budget, handed_over, Some(0))
     }

@@ -17,7 +17,8 @@ use crate::wire::scripts::{self, ReleaseScope};
 /// How long a give-back waits before trying again on a fresh connection.
 const RETRY: Duration = Duration::from_millis(200);
 
-/// Releases every hold of `owner` (and its place in the queue) in a background task.
+/// Releases the holds of `owner` that `scope` says (every one, and its place in the queue,
+/// but for a read within a write lock) in a background task.
 ///
 /// First on `conn`, the connection the last command went out on, behind it: a command still
 /// on its way is undone after it runs. When that connection is broken, the command ran or
@@ -28,6 +29,7 @@ pub(crate) fn spawn_give_back(
     keys: Arc<LockKeys>,
     kind: LockKind,
     owner: Arc<str>,
+    scope: ReleaseScope,
     conn: Option<Conn>,
     within: Duration,
 ) {
@@ -50,7 +52,7 @@ pub(crate) fn spawn_give_back(
                         kind,
                         shared.names(&keys),
                         &owner,
-                        ReleaseScope::All,
+                        scope,
                     )
                     .await?,
                 )

@@ -14,8 +14,8 @@
 //!   again when it picks it up, and a loss after that fires the signal the successor holds.
 //! - Only watchdog-mode leases are handed over: a fixed lease belongs to one holder.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -151,26 +151,80 @@ pub(crate) struct RedisHold {
     /// Which of the owner's holds belong to this acquisition, and so which its last release
     /// releases.
     pub(crate) holds: OwnerHolds,
+    /// Of a write lock: the reads its owner takes within it. Made by the first.
+    pub(crate) reads_within: OnceLock<Arc<ReadsWithin>>,
 }
 
 /// Which of its owner's holds in Redis an acquisition answers for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum OwnerHolds {
     /// Every one, so its last release releases them all (a hold Redis counted whose reply
     /// was lost included).
     Every,
     /// Only its own: a read within a write lock, whose owner's other read holds are other
-    /// guards'.
-    OnlyItsOwn,
+    /// acquisitions' (all of this client, counted together).
+    OnlyItsOwn(Arc<ReadsWithin>),
 }
 
 impl OwnerHolds {
-    /// What the last release of an acquisition releases in Redis.
-    pub(crate) fn last_release(self) -> ReleaseScope {
+    /// What a release of one of the acquisition's holds releases in Redis: the `last`, or
+    /// one while another guard of the acquisition still holds it.
+    pub(crate) fn release(&self, last: bool) -> ReleaseScope {
+        match self {
+            OwnerHolds::Every if last => ReleaseScope::All,
+            OwnerHolds::Every => ReleaseScope::Partial,
+            OwnerHolds::OnlyItsOwn(reads) => ReleaseScope::OneWithin {
+                keep: reads.released(),
+            },
+        }
+    }
+
+    /// What a give-back releases: every hold, or the reads within that no guard needs.
+    pub(crate) fn give_back(&self) -> ReleaseScope {
         match self {
             OwnerHolds::Every => ReleaseScope::All,
-            OwnerHolds::OnlyItsOwn => ReleaseScope::One,
+            OwnerHolds::OnlyItsOwn(reads) => ReleaseScope::OneWithin {
+                keep: reads.needed(),
+            },
         }
+    }
+
+    /// One more hold is asked of Redis (a re-entry): counted before it is sent, so that no
+    /// release meanwhile lets Redis drop it.
+    pub(crate) fn asking(&self) {
+        if let OwnerHolds::OnlyItsOwn(reads) = self {
+            reads.asking();
+        }
+    }
+
+    /// A hold asked for with [`Self::asking`] was not granted (or not kept).
+    pub(crate) fn not_granted(&self) {
+        if let OwnerHolds::OnlyItsOwn(reads) = self {
+            reads.released();
+        }
+    }
+}
+
+/// The read holds within one write lock that this client's guards have or are asking for.
+/// Redis counts them together under the owner, and a release sent twice would take two:
+/// every release within says how many must stay (see `lua/rw_release.lua`).
+#[derive(Debug, Default)]
+pub(crate) struct ReadsWithin(AtomicU64);
+
+impl ReadsWithin {
+    /// One more is asked for, before its script is sent.
+    pub(crate) fn asking(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// One less: returns how many are still needed.
+    pub(crate) fn released(&self) -> u64 {
+        self.0.fetch_sub(1, Ordering::SeqCst).saturating_sub(1)
+    }
+
+    /// How many are needed now.
+    pub(crate) fn needed(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
     }
 }
 
@@ -184,6 +238,11 @@ impl Drop for RedisHold {
 }
 
 impl RedisHold {
+    /// The reads this write lock's owner takes within it.
+    pub(crate) fn reads_within(&self) -> Arc<ReadsWithin> {
+        self.reads_within.get_or_init(Arc::default).clone()
+    }
+
     /// Whether the watchdog renews this acquisition's lease.
     pub(crate) fn renewed(&self) -> bool {
         self.lease_mode == Lease::Watchdog
@@ -197,6 +256,7 @@ impl RedisHold {
             self.keys.clone(),
             self.terms.kind,
             owner,
+            self.holds.give_back(),
             None,
             Duration::from_millis(self.terms.lease_ms),
         );

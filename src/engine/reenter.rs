@@ -23,8 +23,10 @@ use crate::wire::scripts::{AcquireMode, AcquireReply, AcquireTerms};
 /// guard of the acquisition still lives.
 pub(crate) async fn reenter(holder: Arc<TaskHold>) -> Result<GuardHold> {
     holder.acquisition.shared.ensure_running()?;
-    // Counted before the script leaves, so no local hand-over starts meanwhile.
+    // Counted before the script leaves, so no local hand-over starts meanwhile, and no
+    // release within lets Redis drop the hold.
     holder.reentering.fetch_add(1, Ordering::SeqCst);
+    holder.acquisition.holds.asking();
     run_detached(holder.clone(), async move {
         let acquisition = &holder.acquisition;
         let reply = acquisition
@@ -41,6 +43,9 @@ pub(crate) async fn reenter(holder: Arc<TaskHold>) -> Result<GuardHold> {
                 })
                 .is_ok();
         holder.reentering.fetch_sub(1, Ordering::SeqCst);
+        if !counted {
+            acquisition.holds.not_granted();
+        }
         match reply {
             Ok(_) if counted => {
                 let hold = GuardHold::new(holder.clone());
@@ -69,6 +74,9 @@ pub(crate) async fn read_within(holder: Arc<TaskHold>) -> Result<GuardHold> {
         ));
     }
     acquisition.shared.ensure_running()?;
+    // Counted before the script leaves, so that no other read within lets Redis drop it.
+    let reads = acquisition.reads_within();
+    reads.asking();
     run_detached(holder, async move {
         let terms = AcquireTerms {
             kind: LockKind::Read,
@@ -77,13 +85,15 @@ pub(crate) async fn read_within(holder: Arc<TaskHold>) -> Result<GuardHold> {
         let sent_at = Instant::now();
         let reply = acquisition
             .acquire_in_redis(&terms, AcquireMode::ReadWithin)
-            .await?;
-        let AcquireReply::Acquired {
+            .await;
+        let Ok(AcquireReply::Acquired {
             token,
             lease_left_ms,
             reserved,
-        } = reply
+        }) = reply
         else {
+            reads.released();
+            reply?;
             return Err(LockError::new(
                 ErrorKind::NotOwner,
                 "the write lock is no longer held by this owner",
@@ -112,7 +122,7 @@ pub(crate) async fn read_within(holder: Arc<TaskHold>) -> Result<GuardHold> {
         };
         // The owner's read holds may be other read guards': each releases only its own.
         let shared = &acquisition.shared;
-        let holds = OwnerHolds::OnlyItsOwn;
+        let holds = OwnerHolds::OnlyItsOwn(reads);
         let read = GuardHold::new(Arc::new(
             target.grant_of(shared, None, granted, holds, None),
         ));

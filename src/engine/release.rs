@@ -26,7 +26,7 @@ use crate::engine::hold::{Budget, PassedOn, PassingHold, RedisHold, TaskHold};
 use crate::engine::waiter::{LastLook, Waiter};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::display_name;
-use crate::wire::scripts::{self, HandoffReply, ReleaseScope};
+use crate::wire::scripts::{self, HandoffReply};
 
 /// One hold of an acquisition, as one guard owns it. Dropping it releases the hold in the
 /// background and never blocks.
@@ -214,11 +214,12 @@ async fn handoff_in_redis(acquisition: &RedisHold, next_owner: &Arc<str>) -> Res
         .await
 }
 
-/// A release before the last: one hold less.
+/// A release before the last: one hold less, never the last in Redis (another guard of the
+/// acquisition still holds it), so a release sent twice cannot free the lock.
 async fn release_one(holder: &TaskHold) -> Result<()> {
-    match holder
-        .acquisition
-        .run_release_script(ReleaseScope::One)
+    let acquisition = &holder.acquisition;
+    match acquisition
+        .run_release_script(acquisition.holds.release(false))
         .await?
     {
         Some(_) => Ok(()),
@@ -235,7 +236,7 @@ async fn release_last(holder: &TaskHold) -> Result<()> {
         .shared
         .watchdog
         .unregister(acquisition.watchdog_id);
-    let scope = acquisition.holds.last_release();
+    let scope = acquisition.holds.release(true);
     match acquisition.run_release_script(scope).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(not_owner()),

@@ -60,7 +60,7 @@ impl ClientState {
         };
         let placement = Arc::new(match wake_source {
             WakeSource::Server(_) => Placement::single(&config.prefix),
-            WakeSource::Cluster(_) => Placement::cluster(&config.prefix),
+            WakeSource::Cluster(_) => Placement::cluster(&config.prefix, config.command_timeout),
         });
         let watchdog = Watchdog::start(
             connections.clone(),

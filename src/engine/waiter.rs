@@ -14,7 +14,9 @@ use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
 use crate::wire::conn::Conn;
-use crate::wire::scripts::{self, AcquireMode, AcquireReply, AcquireTerms, RenewReply};
+use crate::wire::scripts::{
+    self, AcquireMode, AcquireReply, AcquireTerms, ReleaseScope, RenewReply,
+};
 
 /// New epochs one attempt learns before it gives up (a Redis losing its data in a loop).
 const MAX_EPOCHS_LEARNED: u32 = 3;
@@ -269,9 +271,12 @@ impl Waiter {
     ) -> Result<Answer> {
         let shared = Arc::clone(&self.shared);
         // Until its first script is sent, Redis cannot know this owner: a wait joins the
-        // queue as a newcomer. Once sent, Redis may keep a place or a grant of it.
+        // queue as a newcomer. Once sent, Redis may keep a place or a grant of it. On a
+        // cluster the first script itself may run twice (redis-rs sends it again after a
+        // dropped connection), and its second run must find the lock its first took.
+        let newcomer = !shared.placement.may_send_again();
         let mut send_mode = match (mode, self.kept) {
-            (AcquireMode::Wait, Kept::Nothing) => AcquireMode::Join,
+            (AcquireMode::Wait, Kept::Nothing) if newcomer => AcquireMode::Join,
             (mode, _) => mode,
         };
         self.kept = Kept::PlaceOrGrant;
@@ -505,6 +510,7 @@ impl Drop for Waiter {
                 self.keys.clone(),
                 self.kind,
                 self.owner.clone(),
+                ReleaseScope::All,
                 self.conn.take(),
                 self.undo_within,
             );

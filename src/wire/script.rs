@@ -33,6 +33,7 @@ pub(crate) const LIBRARIES: &[(&str, &str)] = &[
     ("queue", include_str!("lua/lib/queue.lua")),
     ("rw", include_str!("lua/lib/rw.lua")),
     ("semaphore", include_str!("lua/lib/semaphore.lua")),
+    ("release_trace", include_str!("lua/lib/release_trace.lua")),
 ];
 
 /// How an include of a library is written in a script's file.

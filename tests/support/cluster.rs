@@ -421,6 +421,24 @@ impl RedisCluster {
         command.query(&mut conn)
     }
 
+    /// The lock keys on `ports` that stay: every `lock:{…` key but the last token blocks
+    /// granted (which expire with a grant's lease) and the traces of releases (which expire
+    /// after twice the command timeout, see `lua/lib/release_trace.lua`), each only if it
+    /// does expire.
+    pub fn lock_keys_left(&self, ports: &[u16]) -> Vec<String> {
+        let mut left = Vec::new();
+        for &port in ports {
+            for key in self.cmd::<Vec<String>>(port, &["KEYS", "lock:{*"]) {
+                let expiring = key.ends_with(":fence") || key.ends_with(":released");
+                // -1: no expiry; -2: gone since KEYS.
+                if !expiring || self.cmd::<i64>(port, &["PTTL", &key]) == -1 {
+                    left.push(key);
+                }
+            }
+        }
+        left
+    }
+
     /// Runs one command on the node at `port`.
     pub fn cmd<T: redis::FromRedisValue>(&self, port: u16, args: &[&str]) -> T {
         self.try_cmd(port, args)

@@ -5,15 +5,21 @@
 -- {KEPT, first token, tokens reserved} when it was kept, {NOT_HELD} when the owner no longer
 -- held it.
 
+--#include release_trace
 --#include clock
 --#include tokens
 --#include queue_expiry
 --#include queue
 
+local now = now_ms()
 if not redis.call('hget', LOCK, OWNER) then
+  -- Passed on by an earlier run of this very hand-over (see release_trace.lua), which
+  -- queued NEXT_OWNER: its answer again, with the scope's last token now.
+  if released_before() then
+    return {PASSED, now, last_token()}
+  end
   return {NOT_HELD}
 end
-local now = now_ms()
 local block = tonumber(TOKEN_BLOCK)
 local head, grant_lease, head_block = pop_live_head(now)
 if not head then
@@ -22,6 +28,7 @@ if not head then
   return {KEPT, first, reserved}
 end
 redis.call('hdel', LOCK, OWNER)
+leave_release_trace()
 grant_to(head, now, grant_lease, head_block)
 enqueue(NEXT_OWNER, now, tonumber(ALIVE_MS), tonumber(LEASE_MS), block)
 return {PASSED, now, last_token()}

@@ -1,11 +1,15 @@
 -- Release holds of a read-write lock; when the lock comes free (or only readers are left),
 -- the queue gets it: one writer, or the run of readers at its head together.
--- SCOPE: 'one' (one hold) or 'all' (every hold of the role, and the owner's place in the
--- queue: an acquisition nobody saw, or shutdown); ROLE: the role of the holds, 'read' or
--- 'write'. A writer whose last write hold goes while it still has read holds keeps the lock
--- for reading (a downgrade), with what its lease had left.
+-- SCOPE: 'all' (every hold of the role, and the owner's place in the queue: the last
+-- release of an acquisition, one nobody saw, or shutdown), 'partial' (one hold, never the
+-- last: the acquisition's other guards still hold it, so a run sent twice cannot free it)
+-- or 'one' (one read hold within the write lock, whose owner's other read holds are other
+-- acquisitions': KEEP says how many of them the client still needs); ROLE: the role of the
+-- holds, 'read' or 'write'. A writer whose last write hold goes while it still has read
+-- holds keeps the lock for reading (a downgrade), with what its lease had left.
 -- Replies: {RELEASED, holds of the role left}, or {NOT_HELD} when the owner held none.
 
+--#include release_trace
 --#include clock
 --#include tokens
 --#include queue_expiry
@@ -19,36 +23,54 @@ end
 local now = now_ms()
 local state = rw_state(now)
 local held = state and redis.call('hget', LOCK, owner)
+-- What is left of `holds` after the release.
+local function one_less(holds)
+  if scope == 'all' then
+    return 0
+  elseif scope == 'partial' then
+    return math.max(holds - 1, 1)
+  end
+  -- 'one': the read holds within the write lock that the owner's guards still need (KEEP,
+  -- counted by the client) stay, whatever Redis counted; with none needed, none stays.
+  local keep = tonumber(KEEP)
+  if keep == 0 then
+    return 0
+  end
+  return math.max(holds - 1, keep)
+end
+-- What a release that finds nothing to release answers.
+local function not_held()
+  if released_before() then
+    return {RELEASED, 0}
+  end
+  return {NOT_HELD}
+end
+
 if not held or (role == 'write' and state == 'read') then
   -- Not held (a lease that ran out, or a write guard of an owner that downgraded); the
   -- lock may have come free meanwhile, and then the queue gets it.
   if state == nil or state == 'read' then
     rw_grant(now, state)
   end
-  return {NOT_HELD}
+  return not_held()
 end
 if role == 'read' and state == 'write' then
   -- The read holds the writer took inside its write lock.
   local reads = tonumber(redis.call('hget', LOCK, owner .. ':r'))
   if not reads then
-    return {NOT_HELD}
+    return not_held()
   end
-  local left = 0
-  if scope == 'one' then
-    left = reads - 1
-  end
+  local left = one_less(reads)
   if left > 0 then
     redis.call('hset', LOCK, owner .. ':r', left)
   else
     redis.call('hdel', LOCK, owner .. ':r')
+    leave_release_trace()
   end
   return {RELEASED, left}
 end
 local holds, deadline = string.match(held, '^(%d+) ?(%d*)$')
-local left = 0
-if scope == 'one' then
-  left = tonumber(holds) - 1
-end
+local left = one_less(tonumber(holds))
 if left > 0 then
   if deadline ~= '' then
     redis.call('hset', LOCK, owner, string.format('%d %s', left, deadline))
@@ -76,5 +98,6 @@ else
     state = nil
   end
 end
+leave_release_trace()
 rw_grant(now, state)
 return {RELEASED, 0}

@@ -1,13 +1,18 @@
 -- Remove every holder of a semaphore (operators only); the queue gets its permits next, in
 -- order, on the permit count the semaphore had.
+-- OWNER: this force-unlock's own id, for its trace (see force_unlock.lua).
 -- Replies: {REMOVED} when a holder was removed, {WAS_FREE} when nobody held it.
 
+--#include release_trace
 --#include clock
 --#include tokens
 --#include queue_expiry
 --#include queue
 --#include semaphore
 
+if released_before() then
+  return {REMOVED}
+end
 local permits = tonumber(redis.call('hget', LOCK, 'permits'))
 local removed = redis.call('del', LOCK, HOLDERS) > 0
 if permits then
@@ -16,6 +21,7 @@ if permits then
   sem_settle(now, used)
 end
 if removed then
+  leave_release_trace()
   return {REMOVED}
 end
 return {WAS_FREE}

@@ -3,6 +3,7 @@
 -- shutdown); a holder holds once, so both release it whole.
 -- Replies: {RELEASED, 0}, or {NOT_HELD} when the owner held nothing.
 
+--#include release_trace
 --#include clock
 --#include tokens
 --#include queue_expiry
@@ -21,13 +22,14 @@ if held then
   redis.call('hdel', LOCK, owner)
   redis.call('zrem', HOLDERS, owner)
   used = redis.call('hincrby', LOCK, 'used', -take)
+  leave_release_trace()
 end
 if permits then
   local _
   _, _, used = sem_grant(now, permits, used)
   sem_settle(now, used)
 end
-if held then
+if held or released_before() then
   return {RELEASED, 0}
 end
 return {NOT_HELD}

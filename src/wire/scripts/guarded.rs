@@ -15,11 +15,11 @@ reply_statuses! {
     }
 }
 
-static GUARDED_WRITE: ScriptSpec<1, 1> = ScriptSpec::new(
+static GUARDED_WRITE: ScriptSpec<2, 2> = ScriptSpec::new(
     "guarded_write.lua",
     include_str!("../lua/guarded_write.lua"),
-    ["LOCK"],
-    ["OWNER"],
+    ["LOCK", "WRITTEN"],
+    ["OWNER", "WRITTEN_MS"],
     &[guarded::ALL],
 )
 .with_each(Each {
@@ -41,13 +41,23 @@ pub(crate) struct WriteCommand {
     pub(crate) args: Vec<Vec<u8>>,
 }
 
-/// Runs `writes` in one script if `owner` holds the lock with `keys` to write; returns
-/// whether it did (otherwise nothing was written).
+/// The trace a guarded write leaves where it may run twice: its key, and how long it is
+/// kept (0: no trace, on one server).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteTrace<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) ms: u64,
+}
+
+/// Runs `writes` in one script if `owner` holds the lock with `keys` to write, once however
+/// often the script is sent (`trace`); returns whether it did (otherwise nothing was
+/// written).
 pub(crate) async fn write_if_held(
     conn: &mut Conn,
     keys: &LockKeys,
     owner: &str,
     writes: &[WriteCommand],
+    trace: WriteTrace<'_>,
 ) -> redis::RedisResult<bool> {
     let items: Vec<_> = writes
         .iter()
@@ -63,7 +73,12 @@ pub(crate) async fn write_if_held(
         .iter()
         .flat_map(|write| write.args.iter().map(|arg| Arg::Bytes(arg)))
         .collect();
-    let cmd = GUARDED_WRITE.command_with_rest([keys.hash()], [Arg::Text(owner)], &items, &rest);
+    let cmd = GUARDED_WRITE.command_with_rest(
+        [keys.hash(), trace.key],
+        [Arg::Text(owner), Arg::Number(trace.ms)],
+        &items,
+        &rest,
+    );
     let reply = run(&GUARDED_WRITE, conn, &cmd).await?;
     match reply.status() {
         guarded::APPLIED => Ok(true),

@@ -40,19 +40,24 @@ reply_statuses! {
     }
 }
 
-static RELEASE: ScriptSpec<5, 3> = ScriptSpec::new(
+/// The key of a release's trace and how long it is kept, after the lock's own keys and
+/// arguments (see `lua/lib/release_trace.lua`).
+const TRACE_KEY: &str = "RELEASE_TRACE";
+const TRACE_MS: &str = "RELEASE_TRACE_MS";
+
+static RELEASE: ScriptSpec<6, 4> = ScriptSpec::new(
     "release.lua",
     include_str!("../lua/release.lua"),
-    LOCK_KEYS,
-    ["WAKE_PREFIX", "OWNER", "SCOPE"],
+    joined(LOCK_KEYS, [TRACE_KEY]),
+    ["WAKE_PREFIX", "OWNER", "SCOPE", TRACE_MS],
     &[released::ALL],
 )
 .with_short_reply(released::RELEASED);
 
-static HANDOFF: ScriptSpec<5, 6> = ScriptSpec::new(
+static HANDOFF: ScriptSpec<6, 7> = ScriptSpec::new(
     "handoff.lua",
     include_str!("../lua/handoff.lua"),
-    LOCK_KEYS,
+    joined(LOCK_KEYS, [TRACE_KEY]),
     [
         "WAKE_PREFIX",
         "OWNER",
@@ -60,47 +65,48 @@ static HANDOFF: ScriptSpec<5, 6> = ScriptSpec::new(
         "ALIVE_MS",
         "LEASE_MS",
         "TOKEN_BLOCK",
+        TRACE_MS,
     ],
     &[released::ALL, handed_off::ALL],
 );
 
-static RW_RELEASE: ScriptSpec<6, 4> = ScriptSpec::new(
+static RW_RELEASE: ScriptSpec<7, 6> = ScriptSpec::new(
     "rw_release.lua",
     include_str!("../lua/rw_release.lua"),
-    joined(LOCK_KEYS, ["READERS"]),
-    ["WAKE_PREFIX", "OWNER", "SCOPE", "ROLE"],
+    joined(LOCK_KEYS, ["READERS", TRACE_KEY]),
+    ["WAKE_PREFIX", "OWNER", "SCOPE", TRACE_MS, "ROLE", "KEEP"],
     &[released::ALL],
 );
 
-static SEM_RELEASE: ScriptSpec<6, 3> = ScriptSpec::new(
+static SEM_RELEASE: ScriptSpec<7, 4> = ScriptSpec::new(
     "sem_release.lua",
     include_str!("../lua/sem_release.lua"),
-    joined(LOCK_KEYS, ["HOLDERS"]),
-    ["WAKE_PREFIX", "OWNER", "SCOPE"],
+    joined(LOCK_KEYS, ["HOLDERS", TRACE_KEY]),
+    ["WAKE_PREFIX", "OWNER", "SCOPE", TRACE_MS],
     &[released::ALL],
 );
 
-static FORCE_UNLOCK: ScriptSpec<6, 1> = ScriptSpec::new(
+static FORCE_UNLOCK: ScriptSpec<7, 3> = ScriptSpec::new(
     "force_unlock.lua",
     include_str!("../lua/force_unlock.lua"),
-    joined(LOCK_KEYS, ["READERS"]),
-    ["WAKE_PREFIX"],
+    joined(LOCK_KEYS, ["READERS", TRACE_KEY]),
+    ["WAKE_PREFIX", "OWNER", TRACE_MS],
     &[unlocked::ALL],
 );
 
-static RW_FORCE_UNLOCK: ScriptSpec<6, 1> = ScriptSpec::new(
+static RW_FORCE_UNLOCK: ScriptSpec<7, 3> = ScriptSpec::new(
     "rw_force_unlock.lua",
     include_str!("../lua/rw_force_unlock.lua"),
-    joined(LOCK_KEYS, ["READERS"]),
-    ["WAKE_PREFIX"],
+    joined(LOCK_KEYS, ["READERS", TRACE_KEY]),
+    ["WAKE_PREFIX", "OWNER", TRACE_MS],
     &[unlocked::ALL],
 );
 
-static SEM_FORCE_UNLOCK: ScriptSpec<6, 1> = ScriptSpec::new(
+static SEM_FORCE_UNLOCK: ScriptSpec<7, 3> = ScriptSpec::new(
     "sem_force_unlock.lua",
     include_str!("../lua/sem_force_unlock.lua"),
-    joined(LOCK_KEYS, ["HOLDERS"]),
-    ["WAKE_PREFIX"],
+    joined(LOCK_KEYS, ["HOLDERS", TRACE_KEY]),
+    ["WAKE_PREFIX", "OWNER", TRACE_MS],
     &[unlocked::ALL],
 );
 
@@ -117,14 +123,38 @@ pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
     ]
 }
 
-/// How many holds a release drops.
+/// How many holds a release drops. Each leaves Redis as it should be if the script runs
+/// twice (redis-rs's cluster client sends it again after a dropped connection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReleaseScope {
-    /// One hold (the normal release of one guard).
-    One,
-    /// Every hold of the owner and its place in the queue (an acquisition nobody saw, or
-    /// shutdown).
+    /// One hold, never the last: the acquisition's other guards still hold the lock, so
+    /// Redis keeps at least one hold whatever it counted.
+    Partial,
+    /// One read hold within a write lock, whose owner's other read holds within are other
+    /// acquisitions': `keep` of them are still needed by this client's guards, and stay.
+    OneWithin { keep: u64 },
+    /// Every hold of the owner and its place in the queue: the last release of an
+    /// acquisition, one nobody saw, or shutdown.
     All,
+}
+
+impl ReleaseScope {
+    /// As the release scripts name it.
+    fn as_lua(self) -> &'static str {
+        match self {
+            ReleaseScope::Partial => "partial",
+            ReleaseScope::OneWithin { .. } => "one",
+            ReleaseScope::All => "all",
+        }
+    }
+
+    /// The read holds within a write lock that stay (0 for any other release).
+    fn keep(self) -> u64 {
+        match self {
+            ReleaseScope::OneWithin { keep } => keep,
+            ReleaseScope::Partial | ReleaseScope::All => 0,
+        }
+    }
 }
 
 /// What a hand-over release answered.
@@ -150,23 +180,27 @@ pub(crate) async fn release(
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
     let lock_keys = lock_keys(keys, names);
-    let scope = Arg::Text(match scope {
-        ReleaseScope::One => "one",
-        ReleaseScope::All => "all",
-    });
-    let args = [Arg::Text(&names.wake_prefix), Arg::Text(owner), scope];
+    let trace = keys.release_trace();
+    let args = [
+        Arg::Text(&names.wake_prefix),
+        Arg::Text(owner),
+        Arg::Text(scope.as_lua()),
+        Arg::Number(names.trace_ms),
+    ];
     let reply = match kind {
         LockKind::Exclusive | LockKind::Fair => {
-            run(&RELEASE, conn, &RELEASE.command(lock_keys, args)).await?
+            let keys = joined_values(lock_keys, [trace]);
+            run(&RELEASE, conn, &RELEASE.command(keys, args)).await?
         }
         LockKind::Read | LockKind::Write => {
-            let keys = joined_values(lock_keys, [keys.readers()]);
+            let keys = joined_values(lock_keys, [keys.readers(), trace]);
             let role = Arg::Text(rw_role(kind));
-            let cmd = RW_RELEASE.command(keys, joined_values(args, [role]));
+            let keep = Arg::Number(scope.keep());
+            let cmd = RW_RELEASE.command(keys, joined_values(args, [role, keep]));
             run(&RW_RELEASE, conn, &cmd).await?
         }
         LockKind::Semaphore { .. } => {
-            let keys = joined_values(lock_keys, [keys.readers()]);
+            let keys = joined_values(lock_keys, [keys.readers(), trace]);
             run(&SEM_RELEASE, conn, &SEM_RELEASE.command(keys, args)).await?
         }
     };
@@ -187,7 +221,7 @@ pub(crate) async fn handoff(
     terms: &AcquireTerms,
 ) -> redis::RedisResult<HandoffReply> {
     let cmd = HANDOFF.command(
-        lock_keys(keys, names),
+        joined_values(lock_keys(keys, names), [keys.release_trace()]),
         [
             Arg::Text(&names.wake_prefix),
             Arg::Text(owner),
@@ -195,6 +229,7 @@ pub(crate) async fn handoff(
             Arg::Number(terms.alive_ms),
             Arg::Number(terms.lease_ms),
             Arg::Number(terms.block),
+            Arg::Number(names.trace_ms),
         ],
     );
     let reply = run(&HANDOFF, conn, &cmd).await?;
@@ -213,20 +248,30 @@ pub(crate) async fn handoff(
 }
 
 /// Removes the lock whoever holds it; returns whether one was held. Every kind removes the
-/// readers' index too: a plain lock's name may be read-held.
+/// readers' index too: a plain lock's name may be read-held. `operation` names this
+/// force-unlock alone, for its trace where it may run twice.
 pub(crate) async fn force_unlock(
     conn: &mut Conn,
     keys: &LockKeys,
     kind: LockKind,
     names: &ScopeKeys,
+    operation: &str,
 ) -> redis::RedisResult<bool> {
     let script = match kind {
         LockKind::Exclusive | LockKind::Fair => &FORCE_UNLOCK,
         LockKind::Read | LockKind::Write => &RW_FORCE_UNLOCK,
         LockKind::Semaphore { .. } => &SEM_FORCE_UNLOCK,
     };
-    let keys = joined_values(lock_keys(keys, names), [keys.readers()]);
-    let cmd = script.command(keys, [Arg::Text(&names.wake_prefix)]);
+    let keys = joined_values(
+        lock_keys(keys, names),
+        [keys.readers(), keys.release_trace()],
+    );
+    let args = [
+        Arg::Text(&names.wake_prefix),
+        Arg::Text(operation),
+        Arg::Number(names.trace_ms),
+    ];
+    let cmd = script.command(keys, args);
     let reply: ScriptReply = run(script, conn, &cmd).await?;
     match reply.status() {
         unlocked::REMOVED => Ok(true),
