@@ -12,11 +12,11 @@
 --#include queue_expiry
 --#include queue
 
-if released_before() then
+if released_before(OWNER) then
   return {REMOVED}
 end
 if redis.call('del', LOCK) + redis.call('del', READERS) > 0 then
-  leave_release_trace()
+  leave_release_trace(OWNER)
   grant_head(nil)
   return {REMOVED}
 end

@@ -15,7 +15,7 @@ local now = now_ms()
 if not redis.call('hget', LOCK, OWNER) then
   -- Passed on by an earlier run of this very hand-over (see release_trace.lua), which
   -- queued NEXT_OWNER: its answer again, with the scope's last token now.
-  if released_before() then
+  if released_before(OWNER) then
     return {PASSED, now, last_token()}
   end
   return {NOT_HELD}
@@ -28,7 +28,7 @@ if not head then
   return {KEPT, first, reserved}
 end
 redis.call('hdel', LOCK, OWNER)
-leave_release_trace()
+leave_release_trace(OWNER)
 grant_to(head, now, grant_lease, head_block)
 enqueue(NEXT_OWNER, now, tonumber(ALIVE_MS), tonumber(LEASE_MS), block)
 return {PASSED, now, last_token()}

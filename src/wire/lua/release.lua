@@ -43,12 +43,12 @@ if SCOPE == 'all' then
   if not released then
     -- An acquisition nobody saw may have left this owner queued.
     dequeue(OWNER)
-    if released_before() then
+    if released_before(OWNER) then
       return {RELEASED, 0}
     end
     return {NOT_HELD}
   end
-  leave_release_trace()
+  leave_release_trace(OWNER)
   -- A holder is never queued: taking the lock took it out of the queue.
   if may_wait then
     grant_live_head(nil)
@@ -59,7 +59,7 @@ end
 -- 3. One hold of several.
 local count = redis.call('hget', LOCK, OWNER)
 if not count then
-  if released_before() then
+  if released_before(OWNER) then
     return {RELEASED, 0}
   end
   return {NOT_HELD}

@@ -10,13 +10,13 @@
 --#include queue
 --#include rw
 
-if released_before() then
+if released_before(OWNER) then
   return {REMOVED}
 end
 local removed = redis.call('del', LOCK, READERS) > 0
 rw_grant(now_ms(), nil)
 if removed then
-  leave_release_trace()
+  leave_release_trace(OWNER)
   return {REMOVED}
 end
 return {WAS_FREE}

@@ -17,6 +17,8 @@
 --#include rw
 
 local owner, scope, role = OWNER, SCOPE, ROLE
+-- An owner's read holds within its write lock go apart from its write holds.
+local releaser = owner .. ' ' .. role
 if scope == 'all' then
   dequeue(owner)
 end
@@ -40,7 +42,7 @@ local function one_less(holds)
 end
 -- What a release that finds nothing to release answers.
 local function not_held()
-  if released_before() then
+  if released_before(releaser) then
     return {RELEASED, 0}
   end
   return {NOT_HELD}
@@ -65,7 +67,7 @@ if role == 'read' and state == 'write' then
     redis.call('hset', LOCK, owner .. ':r', left)
   else
     redis.call('hdel', LOCK, owner .. ':r')
-    leave_release_trace()
+    leave_release_trace(releaser)
   end
   return {RELEASED, left}
 end
@@ -98,6 +100,6 @@ else
     state = nil
   end
 end
-leave_release_trace()
+leave_release_trace(releaser)
 rw_grant(now, state)
 return {RELEASED, 0}

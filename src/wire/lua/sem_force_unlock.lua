@@ -10,7 +10,7 @@
 --#include queue
 --#include semaphore
 
-if released_before() then
+if released_before(OWNER) then
   return {REMOVED}
 end
 local permits = tonumber(redis.call('hget', LOCK, 'permits'))
@@ -21,7 +21,7 @@ if permits then
   sem_settle(now, used)
 end
 if removed then
-  leave_release_trace()
+  leave_release_trace(OWNER)
   return {REMOVED}
 end
 return {WAS_FREE}

@@ -22,14 +22,14 @@ if held then
   redis.call('hdel', LOCK, owner)
   redis.call('zrem', HOLDERS, owner)
   used = redis.call('hincrby', LOCK, 'used', -take)
-  leave_release_trace()
+  leave_release_trace(OWNER)
 end
 if permits then
   local _
   _, _, used = sem_grant(now, permits, used)
   sem_settle(now, used)
 end
-if held or released_before() then
+if held or released_before(OWNER) then
   return {RELEASED, 0}
 end
 return {NOT_HELD}
