@@ -123,6 +123,16 @@ pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
     ]
 }
 
+/// The key of a release's trace where one is left; one server leaves none, and is given the
+/// lock's own name, which its scripts never read as a trace (no name to build per release).
+fn trace_key<'a>(keys: &'a LockKeys, names: &ScopeKeys) -> &'a str {
+    if names.trace_ms == 0 {
+        keys.hash()
+    } else {
+        keys.release_trace()
+    }
+}
+
 /// How many holds a release drops. Each leaves Redis as it should be if the script runs
 /// twice (redis-rs's cluster client sends it again after a dropped connection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,7 +190,7 @@ pub(crate) async fn release(
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
     let lock_keys = lock_keys(keys, names);
-    let trace = keys.release_trace();
+    let trace = trace_key(keys, names);
     let args = [
         Arg::Text(&names.wake_prefix),
         Arg::Text(owner),
@@ -221,7 +231,7 @@ pub(crate) async fn handoff(
     terms: &AcquireTerms,
 ) -> redis::RedisResult<HandoffReply> {
     let cmd = HANDOFF.command(
-        joined_values(lock_keys(keys, names), [keys.release_trace()]),
+        joined_values(lock_keys(keys, names), [trace_key(keys, names)]),
         [
             Arg::Text(&names.wake_prefix),
             Arg::Text(owner),
@@ -264,7 +274,7 @@ pub(crate) async fn force_unlock(
     };
     let keys = joined_values(
         lock_keys(keys, names),
-        [keys.readers(), keys.release_trace()],
+        [keys.readers(), trace_key(keys, names)],
     );
     let args = [
         Arg::Text(&names.wake_prefix),
