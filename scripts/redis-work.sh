@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Redis's own work per lock operation, counted in instructions that redis-server executes
 # (callgrind), so the figures do not move with the load on a shared machine as timings do:
-# per uncontended acquire + release of this library (16 at once on one client), per
-# hand-over between two instances through Redis, and per acquire + release of a plain
-# `SET NX PX` lock with a compare-and-delete release (the commands rslock sends), with the
-# ratio of ours to it. Each figure is the difference between a run of N rounds and one of
+# per uncontended acquire + release of this library (16 at once on one client, and one at a
+# time), per hand-over between two instances through Redis, and per acquire + release of a
+# plain `SET NX PX` lock with a compare-and-delete release (the commands rslock sends, 16 at
+# once and one at a time), with the ratios of ours to it. Each figure is the difference between a run of N rounds and one of
 # 3N, over the operations between them, so connecting and warming up cancel out; the
 # commands Redis ran (scripts' own included) are counted over the same window.
 #
@@ -61,18 +61,21 @@ count() {
 }
 
 json="{\"rounds\":$rounds"
-printf '%-12s %14s %12s\n' workload instructions commands >&2
-for workload in uncontended hand-over peer; do
+printf '%-19s %14s %12s\n' workload instructions commands >&2
+for workload in uncontended one-at-a-time hand-over peer peer-one-at-a-time; do
     read -r ops1 ir1 cmds1 <<<"$(count "$workload" "$rounds")"
     read -r ops3 ir3 cmds3 <<<"$(count "$workload" "$((3 * rounds))")"
     per_op=$(((ir3 - ir1) / (ops3 - ops1)))
     commands=$(awk -v a="$cmds1" -v b="$cmds3" -v n="$((ops3 - ops1))" \
         'BEGIN { printf "%.2f", (b - a) / n }')
-    printf '%-12s %14d %12s\n' "$workload" "$per_op" "$commands" >&2
+    printf '%-19s %14d %12s\n' "$workload" "$per_op" "$commands" >&2
     key=${workload//-/_}
     json+=",\"${key}_instructions\":$per_op,\"${key}_commands\":$commands"
     declare "per_op_$key=$per_op"
 done
 ratio=$(awk -v a="$per_op_uncontended" -v b="$per_op_peer" 'BEGIN { printf "%.3f", a / b }')
-echo "instructions per uncontended acquire + release against the peer's: $ratio" >&2
-echo "$json,\"uncontended_vs_peer\":$ratio}"
+one_ratio=$(awk -v a="$per_op_one_at_a_time" -v b="$per_op_peer_one_at_a_time" \
+    'BEGIN { printf "%.3f", a / b }')
+echo "instructions per uncontended acquire + release against the peer's:" \
+    "$ratio (16 at once), $one_ratio (one at a time)" >&2
+echo "$json,\"uncontended_vs_peer\":$ratio,\"one_at_a_time_vs_peer\":$one_ratio}"

@@ -3,15 +3,18 @@
 //! figure that does not move with the load on a shared machine as wall-clock times do.
 //!
 //! ```text
-//! redis_work --redis URL --workload uncontended|hand-over|peer --rounds N
+//! redis_work --redis URL --workload uncontended|one-at-a-time|hand-over|peer|peer-one-at-a-time --rounds N
 //! ```
 //!
 //! - `uncontended`: one client; per round, 16 tasks each acquire and release a lock of their
 //!   own at once (16 operations).
+//! - `one-at-a-time`: one client, one task; per round, it acquires and releases a lock that
+//!   nobody else takes (1 operation): nothing to share a call with.
 //! - `hand-over`: two clients (two instances) take turns on one lock; per round, one waits
 //!   queued in Redis while the other releases, so the release grants it (1 operation).
 //! - `peer`: the simplest lock of the fast-path bench (`SET NX PX`, and a compare-and-delete
 //!   release: what rslock sends), 16 at once per round on one connection (16 operations).
+//! - `peer-one-at-a-time`: the same lock, one acquire and release per round (1 operation).
 //!
 //! The program connects and warms up (scripts loaded, epoch learned) first, prints `ready`
 //! and waits for a line on stdin; then resets the server's command statistics, runs its
@@ -50,9 +53,11 @@ async fn main() -> Res<()> {
             .await?,
     };
     let operations = match workload.as_str() {
-        "uncontended" => uncontended(&url, rounds, &mut window).await?,
+        "uncontended" => uncontended(&url, rounds, IN_FLIGHT, &mut window).await?,
+        "one-at-a-time" => uncontended(&url, rounds, 1, &mut window).await?,
         "hand-over" => hand_over(&url, rounds, &mut window).await?,
-        "peer" => peer(&url, rounds, &mut window).await?,
+        "peer" => peer(&url, rounds, IN_FLIGHT, &mut window).await?,
+        "peer-one-at-a-time" => peer(&url, rounds, 1, &mut window).await?,
         other => return Err(format!("unknown workload {other}").into()),
     };
     let commands = window.commands().await?;
@@ -73,7 +78,8 @@ fn parse() -> Res<(String, String, usize)> {
             _ => return Err(format!("unknown option {flag}").into()),
         }
     }
-    let usage = "usage: redis_work --redis URL --workload uncontended|hand-over|peer --rounds N";
+    let usage = "usage: redis_work --redis URL --workload \
+                 uncontended|one-at-a-time|hand-over|peer|peer-one-at-a-time --rounds N";
     Ok((
         url.ok_or(usage)?,
         workload.ok_or(usage)?,
@@ -117,9 +123,10 @@ impl Window {
     }
 }
 
-async fn uncontended(url: &str, rounds: usize, window: &mut Window) -> Res<usize> {
+/// Per round, `at_once` tasks of one client each acquire and release a lock of their own.
+async fn uncontended(url: &str, rounds: usize, at_once: usize, window: &mut Window) -> Res<usize> {
     let client = LockClient::connect(url).await?;
-    let locks = (0..IN_FLIGHT)
+    let locks = (0..at_once)
         .map(|worker| client.lock(&format!("redis-work:{worker}")))
         .collect::<Result<Vec<_>, _>>()?;
     let round = || {
@@ -135,7 +142,7 @@ async fn uncontended(url: &str, rounds: usize, window: &mut Window) -> Res<usize
         round().await?;
     }
     client.shutdown().await;
-    Ok(rounds * IN_FLIGHT)
+    Ok(rounds * at_once)
 }
 
 async fn hand_over(url: &str, rounds: usize, window: &mut Window) -> Res<usize> {
@@ -182,9 +189,10 @@ async fn hand_over_once(next_client: &LockClient, next: &Lock, held: LockGuard) 
     Ok(next)
 }
 
-async fn peer(url: &str, rounds: usize, window: &mut Window) -> Res<usize> {
+/// Per round, `at_once` acquire and release the simplest lock, each on a key of its own.
+async fn peer(url: &str, rounds: usize, at_once: usize, window: &mut Window) -> Res<usize> {
     let lock = SimplestLock::connect(url).await?;
-    let keys: Vec<String> = (0..IN_FLIGHT)
+    let keys: Vec<String> = (0..at_once)
         .map(|worker| format!("redis-work:peer:{worker}"))
         .collect();
     let round = || join_all(keys.iter().map(|key| lock.acquire_release(key)));
@@ -193,5 +201,5 @@ async fn peer(url: &str, rounds: usize, window: &mut Window) -> Res<usize> {
     for _ in 0..rounds {
         round().await;
     }
-    Ok(rounds * IN_FLIGHT)
+    Ok(rounds * at_once)
 }
