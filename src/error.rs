@@ -169,6 +169,22 @@ impl LockError {
         }
     }
 
+    /// The same error for one more caller of a call that failed for several (a Redis error
+    /// as its source is kept, and with it whether the connection broke).
+    pub(crate) fn for_another(&self) -> Self {
+        let source = self
+            .source
+            .as_deref()
+            .and_then(|source| source.downcast_ref::<redis::RedisError>())
+            .map(|err| Box::new(err.clone()) as Box<dyn StdError + Send + Sync>);
+        Self {
+            kind: self.kind,
+            detail: self.detail.clone(),
+            source,
+            retry_after: self.retry_after,
+        }
+    }
+
     pub(crate) fn command_timeout() -> Self {
         Self::new(
             ErrorKind::RedisUnavailable,

@@ -8,9 +8,12 @@
 //! bottom [`shared::ClientState`], the state they all reach.
 
 pub(crate) mod acquire;
+pub(crate) mod call_queue;
 pub(crate) mod config;
 pub(crate) mod deadlines;
 pub(crate) mod epoch;
+pub(crate) mod gathered;
+pub(crate) mod gathered_releases;
 pub(crate) mod giveback;
 pub(crate) mod giveback_tracker;
 pub(crate) mod hold;

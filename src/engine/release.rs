@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::deadlines::{Registration, lost_deadline};
+use crate::engine::gathered_releases;
 use crate::engine::hold::{Budget, PassedOn, PassingHold, RedisHold, TaskHold};
 use crate::engine::waiter::{LastLook, Waiter};
 use crate::error::{ErrorKind, LockError, Result};
@@ -237,7 +238,7 @@ async fn release_last(holder: &TaskHold) -> Result<()> {
         .watchdog
         .unregister(acquisition.watchdog_id);
     let scope = acquisition.holds.release(true);
-    match acquisition.run_release_script(scope).await {
+    match gathered_releases::release(acquisition, scope).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(not_owner()),
         Err(err) => {

@@ -7,6 +7,7 @@ use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::engine::call_queue::{CallQueues, QueuedLook, QueuedRelease};
 use crate::engine::config::{Config, MAX_INSTANCE_NAME};
 use crate::engine::epoch::Epoch;
 use crate::engine::giveback_tracker::GiveBackTracker;
@@ -41,6 +42,10 @@ pub(crate) struct ClientState {
     shut_down: AtomicBool,
     /// The give-backs under way, which shutdown lets finish.
     pub(crate) give_backs: GiveBackTracker,
+    /// First looks gathered while one of their connection is in flight (one server).
+    pub(crate) look_queues: CallQueues<QueuedLook>,
+    /// Last releases gathered while one of their connection is in flight (one server).
+    pub(crate) release_queues: CallQueues<QueuedRelease>,
 }
 
 impl ClientState {
@@ -85,7 +90,10 @@ impl ClientState {
         let promotion_witness =
             PromotionWitness::start(connections.clone(), placement.clone(), config.lease_limit);
         meter::start_at_zero();
+        let shards = connections.shard_count();
         Self {
+            look_queues: CallQueues::new(shards),
+            release_queues: CallQueues::new(shards),
             connections,
             promotion_witness,
             watchdog,

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::engine::call_queue::{Answer, LookOwner, QueuedLook, Turn};
 use crate::engine::deadlines::lost_deadline;
+use crate::engine::gathered::{AloneCall, QueuedAnswer, look_queues, send_looks};
 use crate::engine::giveback::spawn_give_back;
 use crate::engine::shared::ClientState;
 use crate::engine::wake::{Grant, Listening, WakeSlot};
@@ -97,15 +99,6 @@ enum Reconnect {
     Available,
     /// Used once: a connection that breaks again is an outage, ridden out or given back.
     Used,
-}
-
-/// What Redis answered one send of the acquire script.
-struct Answer {
-    sent_at: Instant,
-    reply: AcquireReply,
-    /// The epoch the script ran in, when it asked for a lease longer than the client knew
-    /// of in it: a grant raises what the client knows.
-    asked_in: Option<u64>,
 }
 
 /// The last look that found the lock held (or the release that queued this owner): a grant
@@ -279,10 +272,21 @@ impl Waiter {
             (AcquireMode::Wait, Kept::Nothing) if newcomer => AcquireMode::Join,
             (mode, _) => mode,
         };
-        self.kept = Kept::PlaceOrGrant;
+        // A first look at an exclusive or fair lock on one server may go out with others.
+        let mut first_look = newcomer
+            && self.kept == Kept::Nothing
+            && matches!(self.kind, LockKind::Exclusive | LockKind::Fair)
+            && matches!(send_mode, AcquireMode::Join | AcquireMode::Try);
         let mut epochs_learned = 0;
         loop {
-            let sent = self.send(&mut route.conn, terms, send_mode).await;
+            let sent = if std::mem::take(&mut first_look) {
+                self.send_first_look(&mut route.conn, terms, send_mode)
+                    .await
+            } else {
+                self.kept = Kept::PlaceOrGrant;
+                self.send(&mut route.conn, terms, send_mode).await
+            };
+            self.kept = Kept::PlaceOrGrant;
             send_mode = mode;
             let answer = match sent {
                 Ok(answer) => answer,
@@ -321,6 +325,41 @@ impl Waiter {
                 }
                 _ => return Ok(answer),
             }
+        }
+    }
+
+    /// Sends the first look of this owner, in `mode`: alone and at once when nothing of its
+    /// connection is in flight, or else with the first looks that come meanwhile, when the
+    /// call in flight ends (see `gathered.rs`). Redis may keep something of the owner once the
+    /// look is sent alone; a queued look abandoned before its answer is read is given back by
+    /// whoever sees the answer.
+    async fn send_first_look(
+        &mut self,
+        conn: &mut Conn,
+        terms: &AcquireTerms,
+        mode: AcquireMode,
+    ) -> Result<Answer> {
+        let shared = Arc::clone(&self.shared);
+        let shard = shared.connections.shard_of(self.keys.hash());
+        let of = LookOwner {
+            keys: self.keys.clone(),
+            owner: self.owner.clone(),
+            kind: self.kind,
+            mode,
+            undo_within: self.undo_within,
+        };
+        let queue = |answer| QueuedLook {
+            of: of.clone(),
+            terms: *terms,
+            answer,
+        };
+        match shared.look_queues.enter(shard, queue) {
+            Turn::Alone => {
+                let _in_flight = AloneCall::new(&shared, shard, look_queues, send_looks);
+                self.kept = Kept::PlaceOrGrant;
+                self.send(conn, terms, mode).await
+            }
+            Turn::Queued(receiver) => QueuedAnswer::new(&shared, receiver, of, conn.clone()).await,
         }
     }
 

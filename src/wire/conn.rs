@@ -185,11 +185,20 @@ impl Connections {
         self.sent.load(Ordering::Relaxed)
     }
 
-    fn shard(&self, key: &str) -> &Shard {
+    /// How many connections the commands spread over.
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The number of the shard, and so of the connection, of `key`.
+    pub(crate) fn shard_of(&self, key: &str) -> usize {
         let mut hasher = std::hash::DefaultHasher::new();
         std::hash::Hash::hash(key, &mut hasher);
-        let index = std::hash::Hasher::finish(&hasher) as usize % self.shards.len();
-        &self.shards[index]
+        std::hash::Hasher::finish(&hasher) as usize % self.shards.len()
+    }
+
+    fn shard(&self, key: &str) -> &Shard {
+        &self.shards[self.shard_of(key)]
     }
 
     /// A handle on the connection of `key`'s shard, checking a new one out of the pool when

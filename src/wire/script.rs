@@ -70,6 +70,9 @@ pub(crate) struct ScriptSpec<const KEYS: usize, const ARGS: usize> {
     /// The status a reply of one integer alone stands for, with that integer as its first
     /// figure (the fast path's answer: cheaper for Redis than a table).
     pub(crate) short_reply: Option<i64>,
+    /// Whether its own code runs once per item, with the item's names, and the script answers
+    /// a table of the items' replies (see [`Self::with_code_per_item`]).
+    pub(crate) per_item: bool,
     /// Its own code.
     pub(crate) code: &'static str,
     /// The whole source and its SHA, built on first use.
@@ -92,7 +95,7 @@ impl Each {
         args: &[],
     };
 
-    fn is_none(&self) -> bool {
+    const fn is_none(&self) -> bool {
         self.keys.is_empty() && self.args.is_empty()
     }
 }
@@ -156,6 +159,7 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
             rest: false,
             statuses,
             short_reply: None,
+            per_item: false,
             code,
             lua: OnceLock::new(),
         }
@@ -177,6 +181,17 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
         self
     }
 
+    /// This script, whose own code runs once per item in order, as a function of the item's
+    /// keys and arguments (by their names), with the fixed ones and every library it includes
+    /// as one call of it would see them; it answers a table of the items' replies. One call
+    /// then does the work of many, which Redis charges once: the command, its parsing, the
+    /// script's start.
+    pub(crate) const fn with_code_per_item(mut self) -> Self {
+        assert!(!self.each.is_none(), "the items have keys or arguments");
+        self.per_item = true;
+        self
+    }
+
     /// This script, whose reply of one integer `n` alone stands for `{status, n}`.
     pub(crate) const fn with_short_reply(mut self, status: i64) -> Self {
         self.short_reply = Some(status);
@@ -192,11 +207,24 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
     /// libraries it includes.
     pub(crate) fn source(&self) -> String {
         let mut source = self.bindings();
+        let item_names = self.each.keys.iter().chain(self.each.args).copied();
+        let item_names = item_names.collect::<Vec<_>>().join(", ");
+        if self.per_item {
+            writeln!(source, "local function run_item({item_names})").expect("a String");
+        }
         for line in self.code.split_inclusive('\n') {
             match line.trim_end().strip_prefix(INCLUDE) {
                 Some(name) => source.push_str(library(name)),
                 None => source.push_str(line),
             }
+        }
+        if self.per_item {
+            write!(
+                source,
+                "end\nlocal replies = {{}}\nfor n, {item_names} in each_item() do\n  \
+                 replies[n] = run_item({item_names})\nend\nreturn replies\n"
+            )
+            .expect("a String");
         }
         source
     }
@@ -392,9 +420,13 @@ impl<const KEYS: usize, const ARGS: usize> Described for ScriptSpec<KEYS, ARGS> 
 
     fn names(&self) -> Vec<&'static str> {
         let statuses = self.statuses.iter().flat_map(|group| group.iter());
+        // The code of a script run per item reads the items' names as its own.
+        let item_names = self.each.keys.iter().chain(self.each.args);
+        let item_names = item_names.filter(|_| self.per_item);
         self.keys
             .iter()
             .chain(&self.args)
+            .chain(item_names)
             .copied()
             .chain(statuses.map(|(name, _)| *name))
             .collect()

@@ -7,7 +7,7 @@ use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
 use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, ScriptSpec, joined, joined_values, reply_statuses};
+use crate::wire::script::{Arg, Each, ScriptSpec, joined, joined_values, reply_statuses};
 use crate::wire::scripts::reply::{ScriptReply, run};
 use crate::wire::scripts::{LOCK_KEYS, lock_keys, rw_role};
 
@@ -60,6 +60,34 @@ static ACQUIRE: ScriptSpec<7, 11> = ScriptSpec::new(
 )
 .with_short_reply(acquired::ACQUIRED);
 
+/// [`ACQUIRE`] for many owners of one scope at once, each on a lock of its own: the keys and
+/// argument that differ per lock and owner are given per item, the rest once, and the script's
+/// code runs once per item. It answers a table of what [`ACQUIRE`] answers each.
+static ACQUIRE_EACH: ScriptSpec<3, 10> = ScriptSpec::new(
+    "acquire.lua",
+    include_str!("../lua/acquire.lua"),
+    ["TOKEN_COUNTER", "EPOCH", "EPOCH_MARKER"],
+    [
+        "WAKE_PREFIX",
+        "LEASE_MS",
+        "MODE",
+        "TOKEN_BLOCK",
+        "KNOWN_LONGEST_LEASE_MS",
+        "ALIVE_MS",
+        "KNOWN_EPOCH",
+        "QUARANTINE_MS",
+        "RESTART_KEEPS_WRITES",
+        "LEASE_WITHIN_KNOWN",
+    ],
+    ACQUIRE_STATUSES,
+)
+.with_each(Each {
+    keys: &["LOCK", "LAST_GRANT", "QUEUE", "WAITER_TERMS"],
+    args: &["OWNER"],
+})
+.with_code_per_item()
+.with_short_reply(acquired::ACQUIRED);
+
 static RW_ACQUIRE: ScriptSpec<7, 11> = ScriptSpec::new(
     "rw_acquire.lua",
     include_str!("../lua/rw_acquire.lua"),
@@ -78,7 +106,7 @@ static SEM_ACQUIRE: ScriptSpec<7, 12> = ScriptSpec::new(
 
 #[cfg(test)]
 pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
-    vec![&ACQUIRE, &RW_ACQUIRE, &SEM_ACQUIRE]
+    vec![&ACQUIRE, &ACQUIRE_EACH, &RW_ACQUIRE, &SEM_ACQUIRE]
 }
 
 /// What an owner asks of Redis when it takes a lock or waits for one.
@@ -224,6 +252,60 @@ pub(crate) async fn acquire(
     };
     let lease_ms = i64::try_from(terms.lease_ms).unwrap_or(i64::MAX);
     acquire_reply(&reply, lease_ms, terms.block)
+}
+
+/// One run of the acquire script of an exclusive (or fair) lock for each of `owners` (each on
+/// a lock of its own in the scope of `names`), all with `terms` and in `mode`: the reply for
+/// each, in their order, or the error of the whole call.
+pub(crate) async fn acquire_each(
+    conn: &mut Conn,
+    owners: &[(&LockKeys, &str)],
+    names: &ScopeKeys,
+    terms: &AcquireTerms,
+    mode: AcquireMode,
+    epoch: &KnownEpoch<'_>,
+) -> redis::RedisResult<Vec<redis::RedisResult<AcquireReply>>> {
+    debug_assert!(
+        matches!(terms.kind, LockKind::Exclusive | LockKind::Fair),
+        "only an exclusive or fair lock's acquisitions are sent together"
+    );
+    let within = epoch.known_lease_ms >= terms.lease_ms;
+    let args = [
+        Arg::Text(&names.wake_prefix),
+        Arg::Number(terms.lease_ms),
+        Arg::Text(mode.as_str()),
+        Arg::Number(terms.block),
+        Arg::Number(epoch.known_lease_ms),
+        Arg::Number(terms.alive_ms),
+        Arg::Number(epoch.known),
+        Arg::Number(epoch.quarantine_ms),
+        epoch.restart_keeps_writes(),
+        Arg::Text(if within { "yes" } else { "no" }),
+    ];
+    let items: Vec<([&str; 4], [Arg<'_>; 1])> = owners
+        .iter()
+        .map(|(keys, owner)| {
+            let item_keys = [keys.hash(), keys.fence(), keys.queue(), keys.waiters()];
+            (item_keys, [Arg::Text(owner)])
+        })
+        .collect();
+    let fixed_keys = [names.tokens_key.as_str(), epoch.key, &epoch.marker];
+    let cmd = ACQUIRE_EACH.command_each(fixed_keys, args, &items);
+    let replies: Vec<redis::Value> = ACQUIRE_EACH.lua().run(conn, &cmd).await?;
+    if replies.len() != owners.len() {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "acquire.lua answered another count of items than it was given",
+        )));
+    }
+    let lease_ms = i64::try_from(terms.lease_ms).unwrap_or(i64::MAX);
+    Ok(replies
+        .into_iter()
+        .map(|value| {
+            let reply = ScriptReply::read(ACQUIRE_EACH.file, value, ACQUIRE_EACH.short_reply)?;
+            acquire_reply(&reply, lease_ms, terms.block)
+        })
+        .collect())
 }
 
 /// `lease_ms`, the lease asked for, is what a lock taken at once has left, and `block`, the

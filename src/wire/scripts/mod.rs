@@ -10,10 +10,14 @@ mod release;
 mod reply;
 mod upkeep;
 
-pub(crate) use acquire::{AcquireMode, AcquireReply, AcquireTerms, KnownEpoch, acquire};
+pub(crate) use acquire::{
+    AcquireMode, AcquireReply, AcquireTerms, KnownEpoch, acquire, acquire_each,
+};
 pub(crate) use guarded::{WriteCommand, WriteTrace, write_if_held};
 pub(crate) use promotion::{Promotion, witness_promotion};
-pub(crate) use release::{HandoffReply, ReleaseScope, force_unlock, handoff, release};
+pub(crate) use release::{
+    HandoffReply, ReleaseScope, force_unlock, handoff, release, release_each,
+};
 pub(crate) use upkeep::{RenewReply, heartbeat, renew, waive_quarantine};
 
 use crate::keys::LockKeys;

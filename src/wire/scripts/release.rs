@@ -5,7 +5,7 @@ use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
 use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, ScriptSpec, joined, joined_values, reply_statuses};
+use crate::wire::script::{Arg, Each, ScriptSpec, joined, joined_values, reply_statuses};
 use crate::wire::scripts::acquire::AcquireTerms;
 use crate::wire::scripts::reply::{ScriptReply, run};
 use crate::wire::scripts::{LOCK_KEYS, lock_keys, rw_role};
@@ -52,6 +52,24 @@ static RELEASE: ScriptSpec<6, 4> = ScriptSpec::new(
     ["WAKE_PREFIX", "OWNER", "SCOPE", TRACE_MS],
     &[released::ALL],
 )
+.with_short_reply(released::RELEASED);
+
+/// [`RELEASE`] of every hold of many owners of one scope at once, each of a lock of its own:
+/// the keys and argument that differ per lock and owner are given per item, the rest once,
+/// and the script's code runs once per item. It answers a table of what [`RELEASE`] answers
+/// each.
+static RELEASE_EACH: ScriptSpec<1, 3> = ScriptSpec::new(
+    "release.lua",
+    include_str!("../lua/release.lua"),
+    ["TOKEN_COUNTER"],
+    ["WAKE_PREFIX", "SCOPE", TRACE_MS],
+    &[released::ALL],
+)
+.with_each(Each {
+    keys: &["LOCK", "LAST_GRANT", "QUEUE", "WAITER_TERMS", TRACE_KEY],
+    args: &["OWNER"],
+})
+.with_code_per_item()
 .with_short_reply(released::RELEASED);
 
 static HANDOFF: ScriptSpec<6, 7> = ScriptSpec::new(
@@ -114,6 +132,7 @@ static SEM_FORCE_UNLOCK: ScriptSpec<7, 3> = ScriptSpec::new(
 pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
     vec![
         &RELEASE,
+        &RELEASE_EACH,
         &HANDOFF,
         &RW_RELEASE,
         &SEM_RELEASE,
@@ -214,6 +233,54 @@ pub(crate) async fn release(
             run(&SEM_RELEASE, conn, &SEM_RELEASE.command(keys, args)).await?
         }
     };
+    released_holds(&reply)
+}
+
+/// Every hold of each of `owners` (each of an exclusive or fair lock of its own in the scope
+/// of `names`) released in one call: the holds left for each (`None`: it held nothing), in
+/// their order, or the error of the whole call.
+pub(crate) async fn release_each(
+    conn: &mut Conn,
+    owners: &[(&LockKeys, &str)],
+    names: &ScopeKeys,
+) -> redis::RedisResult<Vec<redis::RedisResult<Option<u64>>>> {
+    let args = [
+        Arg::Text(&names.wake_prefix),
+        Arg::Text(ReleaseScope::All.as_lua()),
+        Arg::Number(names.trace_ms),
+    ];
+    let items: Vec<([&str; 5], [Arg<'_>; 1])> = owners
+        .iter()
+        .map(|(keys, owner)| {
+            let item_keys = [
+                keys.hash(),
+                keys.fence(),
+                keys.queue(),
+                keys.waiters(),
+                trace_key(keys, names),
+            ];
+            (item_keys, [Arg::Text(owner)])
+        })
+        .collect();
+    let cmd = RELEASE_EACH.command_each([names.tokens_key.as_str()], args, &items);
+    let replies: Vec<redis::Value> = RELEASE_EACH.lua().run(conn, &cmd).await?;
+    if replies.len() != owners.len() {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "release.lua answered another count of items than it was given",
+        )));
+    }
+    Ok(replies
+        .into_iter()
+        .map(|value| {
+            let reply = ScriptReply::read(RELEASE_EACH.file, value, RELEASE_EACH.short_reply)?;
+            released_holds(&reply)
+        })
+        .collect())
+}
+
+/// What a release's `reply` says: the holds left, or `None` when the owner held nothing.
+fn released_holds(reply: &ScriptReply) -> redis::RedisResult<Option<u64>> {
     match reply.status() {
         released::RELEASED => Ok(Some(reply.non_negative(0))),
         released::NOT_HELD => Ok(None),

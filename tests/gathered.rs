@@ -1,0 +1,212 @@
+//! Calls gathered on one server: the acquisitions (and the releases) of exclusive locks that
+//! come while one of their connection is in flight go out together as one call when it ends,
+//! and each gets what it would alone. A waiter that gives up while its look is gathered leaves
+//! no lock behind, whether its look was sent or not; a release given up while gathered still
+//! frees its lock.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use support::RedisServer;
+use support::proxy::FaultProxy;
+use tower_redis_lock::LockClient;
+
+/// Lock names taken at once.
+const AT_ONCE: usize = 16;
+
+/// Well below the 30 s lease a lock nobody gives back keeps, and generous for a shared
+/// machine: a lock freed within it was given back, not left to run out.
+const GIVEN_BACK_WITHIN: Duration = Duration::from_secs(10);
+
+/// Calls of `command` since the last `CONFIG RESETSTAT`.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = server.cmd(&["INFO", "commandstats"]);
+    let counts: BTreeMap<&str, u64> = stats
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            Some((name, rest.split(',').next()?.parse().ok()?))
+        })
+        .collect();
+    counts.get(command).copied().unwrap_or(0)
+}
+
+/// A server up past its first second (see `tests/redis_cost.rs`), a proxy in front of it, and
+/// a client through the proxy on one command connection (5 s command timeouts), warmed up: its connection open,
+/// its script loaded, the epoch learned.
+async fn through_proxy_on_one_connection() -> (RedisServer, FaultProxy, LockClient) {
+    let server = RedisServer::start();
+    server.wait_until_up_for(2);
+    let proxy = FaultProxy::start(server.port()).await;
+    let locks = LockClient::builder(&proxy.url())
+        .connections(1)
+        // Room for the slow proxy of the last test.
+        .command_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .expect("client");
+    // Two at once: the second look goes out gathered, which loads that script too.
+    let warm = join_all(["warm-up-1", "warm-up-2"].map(|name| {
+        let lock = locks.lock(name).unwrap();
+        async move { lock.acquire().await.unwrap().release().await.unwrap() }
+    }));
+    warm.await;
+    (server, proxy, locks)
+}
+
+/// Waits until `locks` sent `calls` calls in all (counted when they go out).
+async fn in_flight(locks: &LockClient, calls: u64) {
+    assert!(
+        support::eventually(GIVEN_BACK_WITHIN, || locks.round_trips() >= calls).await,
+        "{calls} calls went out"
+    );
+}
+
+#[tokio::test]
+async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_each_gets_its_own_lock()
+ {
+    let (server, proxy, locks) = through_proxy_on_one_connection().await;
+    // The first look is in flight for a while: every other one comes meanwhile.
+    proxy.set_latency(Duration::from_millis(30));
+    let names: Vec<String> = (0..AT_ONCE).map(|n| format!("gathered-{n}")).collect();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+
+    let guards = join_all(names.iter().map(|name| {
+        let lock = locks.lock(name).unwrap();
+        async move { lock.acquire().await }
+    }))
+    .await;
+    let guards: Vec<_> = guards
+        .into_iter()
+        .map(|guard| guard.expect("every lock is free"))
+        .collect();
+
+    assert_eq!(
+        calls(&server, "evalsha"),
+        2,
+        "one call for the first look, sent alone, and one for the {} gathered behind it",
+        AT_ONCE - 1
+    );
+    assert_eq!(
+        calls(&server, "hset"),
+        AT_ONCE as u64,
+        "each lock taken once"
+    );
+    let tokens: BTreeSet<u64> = guards.iter().map(|guard| guard.fencing_token()).collect();
+    assert_eq!(tokens.len(), AT_ONCE, "every holder has a token of its own");
+    for name in &names {
+        let held: i64 = server.cmd(&["EXISTS", &format!("lock:{{{name}}}")]);
+        assert_eq!(held, 1, "{name} is held in Redis");
+    }
+
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let released = join_all(guards.into_iter().map(|guard| guard.release())).await;
+    assert!(released.iter().all(Result::is_ok), "{released:?}");
+    assert_eq!(
+        calls(&server, "evalsha"),
+        2,
+        "one call for the first release, and one for those gathered behind it"
+    );
+    for name in &names {
+        let held: i64 = server.cmd(&["EXISTS", &format!("lock:{{{name}}}")]);
+        assert_eq!(held, 0, "{name} was released");
+    }
+}
+
+#[tokio::test]
+async fn a_gathered_look_given_up_before_its_call_goes_out_is_never_sent() {
+    let (server, proxy, locks) = through_proxy_on_one_connection().await;
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    // The first look stalls in the proxy: the second is gathered behind it, and given up.
+    proxy.black_hole();
+    let sent_before = locks.round_trips();
+    let first = locks.lock("first").unwrap();
+    let first = tokio::spawn(async move { first.acquire().await });
+    in_flight(&locks, sent_before + 1).await;
+    let given_up = tokio::time::timeout(
+        Duration::from_millis(200),
+        locks.lock("given-up").unwrap().acquire(),
+    )
+    .await;
+    assert!(given_up.is_err(), "the gathered look waits for the first");
+    proxy.heal();
+    let first = first.await.unwrap().expect("the first lock");
+    // A look after it, on the same connection, goes out behind anything gathered before.
+    let after = locks.lock("after").unwrap().acquire().await.unwrap();
+
+    assert_eq!(
+        calls(&server, "hset"),
+        2,
+        "only the first lock and the one after were taken: the given-up look never went out"
+    );
+    let held: i64 = server.cmd(&["EXISTS", "lock:{given-up}"]);
+    assert_eq!(held, 0, "nothing of the given-up look is in Redis");
+    first.release().await.unwrap();
+    after.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_gathered_look_given_up_while_its_call_is_in_flight_has_its_lock_given_back() {
+    let (server, proxy, locks) = through_proxy_on_one_connection().await;
+    let other = support::client(&server).await;
+    // Each call takes two seconds through the proxy: the gathered call's reply is still on its
+    // way when its waiter gives up.
+    proxy.set_latency(Duration::from_secs(1));
+    let sent_before = locks.round_trips();
+    let first = locks.lock("first").unwrap();
+    let first = tokio::spawn(async move { first.acquire().await });
+    in_flight(&locks, sent_before + 1).await;
+    let given_up = locks.lock("given-up").unwrap();
+    let given_up = tokio::spawn(async move { given_up.acquire().await });
+    let first = first.await.unwrap().expect("the first lock");
+    // The gathered call goes out when the first ends, and takes the lock a second before
+    // its reply comes back (no signal: Redis's state is polled).
+    let taken = support::eventually(GIVEN_BACK_WITHIN, || {
+        server.cmd::<i64>(&["EXISTS", "lock:{given-up}"]) == 1
+    });
+    assert!(taken.await, "the gathered look took its lock");
+    given_up.abort();
+    assert!(given_up.await.unwrap_err().is_cancelled());
+
+    let taken = support::acquire_within(
+        &other,
+        "given-up",
+        GIVEN_BACK_WITHIN,
+        "the lock the given-up look took is given back when its answer comes",
+    )
+    .await;
+    taken.release().await.unwrap();
+    first.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_gathered_release_given_up_still_frees_its_lock() {
+    let (server, proxy, locks) = through_proxy_on_one_connection().await;
+    let other = support::client(&server).await;
+    let first = locks.lock("first").unwrap().acquire().await.unwrap();
+    let given_up = locks.lock("given-up").unwrap().acquire().await.unwrap();
+    // The first release stalls in the proxy: the second is gathered behind it, and given up.
+    proxy.black_hole();
+    let sent_before = locks.round_trips();
+    let first = tokio::spawn(first.release());
+    in_flight(&locks, sent_before + 1).await;
+    let abandoned = tokio::time::timeout(Duration::from_millis(200), given_up.release()).await;
+    assert!(
+        abandoned.is_err(),
+        "the gathered release waits for the first"
+    );
+    proxy.heal();
+    first.await.unwrap().expect("the first release");
+
+    let taken = support::acquire_within(
+        &other,
+        "given-up",
+        GIVEN_BACK_WITHIN,
+        "a release given up while gathered still goes out",
+    )
+    .await;
+    taken.release().await.unwrap();
+}
