@@ -25,6 +25,7 @@ const MAX_NUMBER_LEN: usize = 20;
 /// The libraries a script may include, by name.
 pub(crate) const LIBRARIES: &[(&str, &str)] = &[
     ("clock", include_str!("lua/lib/clock.lua")),
+    ("saves", include_str!("lua/lib/saves.lua")),
     ("tokens", include_str!("lua/lib/tokens.lua")),
     ("life", include_str!("lua/lib/life.lua")),
     ("promotion", include_str!("lua/lib/promotion.lua")),
@@ -73,6 +74,8 @@ pub(crate) struct ScriptSpec<const KEYS: usize, const ARGS: usize> {
     /// Whether its own code runs once per item, with the item's names, and the script answers
     /// a table of the items' replies (see [`Self::with_code_per_item`]).
     pub(crate) per_item: bool,
+    /// The libraries a script run per item includes once for all its items.
+    hoisted: &'static [&'static str],
     /// Its own code.
     pub(crate) code: &'static str,
     /// The whole source and its SHA, built on first use.
@@ -160,6 +163,7 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
             statuses,
             short_reply: None,
             per_item: false,
+            hoisted: &[],
             code,
             lua: OnceLock::new(),
         }
@@ -185,10 +189,12 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
     /// keys and arguments (by their names), with the fixed ones and every library it includes
     /// as one call of it would see them; it answers a table of the items' replies. One call
     /// then does the work of many, which Redis charges once: the command, its parsing, the
-    /// script's start.
-    pub(crate) const fn with_code_per_item(mut self) -> Self {
+    /// script's start. The libraries `hoisted` (which read none of the items' names) are
+    /// included once, before the items: what they read from Redis they read once per call.
+    pub(crate) const fn with_code_per_item(mut self, hoisted: &'static [&'static str]) -> Self {
         assert!(!self.each.is_none(), "the items have keys or arguments");
         self.per_item = true;
+        self.hoisted = hoisted;
         self
     }
 
@@ -210,10 +216,14 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
         let item_names = self.each.keys.iter().chain(self.each.args).copied();
         let item_names = item_names.collect::<Vec<_>>().join(", ");
         if self.per_item {
+            for name in self.hoisted {
+                source.push_str(library(name));
+            }
             writeln!(source, "local function run_item({item_names})").expect("a String");
         }
         for line in self.code.split_inclusive('\n') {
             match line.trim_end().strip_prefix(INCLUDE) {
+                Some(name) if self.per_item && self.hoisted.contains(&name) => {}
                 Some(name) => source.push_str(library(name)),
                 None => source.push_str(line),
             }

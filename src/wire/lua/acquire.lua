@@ -16,6 +16,7 @@
 -- about a tenth of an uncontended acquire and release.
 
 --#include clock
+--#include saves
 --#include tokens
 
 -- 1. A free lock nobody waits for, in the epoch the client knows, is taken at once: most

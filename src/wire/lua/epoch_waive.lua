@@ -7,6 +7,7 @@
 -- ran.
 
 --#include clock
+--#include saves
 --#include life
 
 local current = redis.call('get', EPOCH)

@@ -13,6 +13,7 @@
 -- the locks it finds are of this epoch.
 
 --#include clock
+--#include saves
 --#include life
 --#include promotion
 --#include epoch

@@ -6,6 +6,7 @@
 -- Replies: as acquire.lua's. A reader's lease left is its own, not the longest reader's.
 
 --#include clock
+--#include saves
 --#include tokens
 --#include life
 --#include promotion

@@ -6,6 +6,7 @@
 -- an earlier look queued is given up.
 
 --#include clock
+--#include saves
 --#include tokens
 --#include life
 --#include promotion

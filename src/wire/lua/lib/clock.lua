@@ -15,13 +15,3 @@ end
 local function now_ms()
   return math.floor(now_us() / 1000)
 end
-
--- When the server last saved its data (or started), in whole seconds of its clock (LASTSAVE):
--- a restart always moves it, and so does every snapshot. Read once per script.
-local server_saved
-local function last_save()
-  if not server_saved then
-    server_saved = redis.call('lastsave')
-  end
-  return server_saved
-end
