@@ -26,6 +26,7 @@ const MAX_NUMBER_LEN: usize = 20;
 pub(crate) const LIBRARIES: &[(&str, &str)] = &[
     ("clock", include_str!("lua/lib/clock.lua")),
     ("saves", include_str!("lua/lib/saves.lua")),
+    ("counter", include_str!("lua/lib/counter.lua")),
     ("tokens", include_str!("lua/lib/tokens.lua")),
     ("life", include_str!("lua/lib/life.lua")),
     ("promotion", include_str!("lua/lib/promotion.lua")),

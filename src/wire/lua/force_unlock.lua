@@ -8,6 +8,7 @@
 
 --#include release_trace
 --#include clock
+--#include counter
 --#include tokens
 --#include queue_expiry
 --#include queue

@@ -34,6 +34,7 @@ end
 -- The functions of the slower paths are created only when a script runs this far.
 --#include release_trace
 --#include clock
+--#include counter
 --#include tokens
 --#include queue_expiry
 --#include queue

@@ -7,6 +7,7 @@
 
 --#include clock
 --#include saves
+--#include counter
 --#include tokens
 --#include life
 --#include promotion

@@ -85,7 +85,7 @@ static ACQUIRE_EACH: ScriptSpec<3, 10> = ScriptSpec::new(
     keys: &["LOCK", "LAST_GRANT", "QUEUE", "WAITER_TERMS"],
     args: &["OWNER"],
 })
-.with_code_per_item(&["saves"])
+.with_code_per_item(&["clock", "saves", "counter"])
 .with_short_reply(acquired::ACQUIRED);
 
 static RW_ACQUIRE: ScriptSpec<7, 11> = ScriptSpec::new(

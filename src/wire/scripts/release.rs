@@ -69,7 +69,7 @@ static RELEASE_EACH: ScriptSpec<1, 3> = ScriptSpec::new(
     keys: &["LOCK", "LAST_GRANT", "QUEUE", "WAITER_TERMS", TRACE_KEY],
     args: &["OWNER"],
 })
-.with_code_per_item(&[])
+.with_code_per_item(&["clock", "counter"])
 .with_short_reply(released::RELEASED);
 
 static HANDOFF: ScriptSpec<6, 7> = ScriptSpec::new(
