@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Redis's own work per lock operation, counted in instructions that redis-server executes
 # (callgrind), so the figures do not move with the load on a shared machine as timings do:
-# per uncontended acquire + release of this library (16 at once on one client, and one at a
-# time), per hand-over between two instances through Redis, and per acquire + release of a
+# per uncontended acquire + release of this library (16 at once on one client, without and
+# with group commit, and one at a time), per hand-over between two instances through Redis, and per acquire + release of a
 # plain `SET NX PX` lock with a compare-and-delete release (the commands rslock sends, 16 at
 # once and one at a time), with the ratios of ours to it. Each figure is the difference between a run of N rounds and one of
 # 3N, over the operations between them, so connecting and warming up cancel out; the
@@ -62,7 +62,7 @@ count() {
 
 json="{\"rounds\":$rounds"
 printf '%-19s %14s %12s\n' workload instructions commands >&2
-for workload in uncontended one-at-a-time hand-over peer peer-one-at-a-time; do
+for workload in uncontended group-commit one-at-a-time hand-over peer peer-one-at-a-time; do
     read -r ops1 ir1 cmds1 <<<"$(count "$workload" "$rounds")"
     read -r ops3 ir3 cmds3 <<<"$(count "$workload" "$((3 * rounds))")"
     per_op=$(((ir3 - ir1) / (ops3 - ops1)))
@@ -74,8 +74,9 @@ for workload in uncontended one-at-a-time hand-over peer peer-one-at-a-time; do
     declare "per_op_$key=$per_op"
 done
 ratio=$(awk -v a="$per_op_uncontended" -v b="$per_op_peer" 'BEGIN { printf "%.3f", a / b }')
+group_ratio=$(awk -v a="$per_op_group_commit" -v b="$per_op_peer" 'BEGIN { printf "%.3f", a / b }')
 one_ratio=$(awk -v a="$per_op_one_at_a_time" -v b="$per_op_peer_one_at_a_time" \
     'BEGIN { printf "%.3f", a / b }')
 echo "instructions per uncontended acquire + release against the peer's:" \
-    "$ratio (16 at once), $one_ratio (one at a time)" >&2
-echo "$json,\"uncontended_vs_peer\":$ratio,\"one_at_a_time_vs_peer\":$one_ratio}"
+    "$ratio (16 at once), $group_ratio (with group commit), $one_ratio (one at a time)" >&2
+echo "$json,\"uncontended_vs_peer\":$ratio,\"group_commit_vs_peer\":$group_ratio,\"one_at_a_time_vs_peer\":$one_ratio}"

@@ -1,6 +1,6 @@
-//! Calls gathered on one server: the acquisitions (and the releases) of exclusive locks that
-//! come while one of their connection is in flight go out together as one call when it ends,
-//! and each gets what it would alone. A waiter that gives up while its look is gathered leaves
+//! Calls gathered on one server (group commit, off by default): the acquisitions (and the
+//! releases) of exclusive locks that come while one of their connection is in flight go out
+//! together as one call when it ends, and each gets what it would alone. A waiter that gives up while its look is gathered leaves
 //! no lock behind, whether its look was sent or not; a release given up while gathered still
 //! frees its lock.
 
@@ -35,7 +35,8 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
 }
 
 /// A server up past its first second (see `tests/redis_cost.rs`), a proxy in front of it, and
-/// a client through the proxy on one command connection (5 s command timeouts), warmed up: its connection open,
+/// a client with group commit through the proxy on one command connection (5 s command
+/// timeouts), warmed up: its connection open,
 /// its script loaded, the epoch learned.
 async fn through_proxy_on_one_connection() -> (RedisServer, FaultProxy, LockClient) {
     let server = RedisServer::start();
@@ -43,6 +44,7 @@ async fn through_proxy_on_one_connection() -> (RedisServer, FaultProxy, LockClie
     let proxy = FaultProxy::start(server.port()).await;
     let locks = LockClient::builder(&proxy.url())
         .connections(1)
+        .group_commit(true)
         // Room for the slow proxy of the last test.
         .command_timeout(Duration::from_secs(5))
         .build()
@@ -114,6 +116,40 @@ async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_eac
         let held: i64 = server.cmd(&["EXISTS", &format!("lock:{{{name}}}")]);
         assert_eq!(held, 0, "{name} was released");
     }
+}
+
+#[tokio::test]
+async fn without_group_commit_each_acquisition_and_release_is_a_call_of_its_own() {
+    let server = RedisServer::start();
+    server.wait_until_up_for(2);
+    let locks = LockClient::builder(&server.url())
+        .connections(1)
+        .build()
+        .await
+        .expect("client");
+    locks
+        .lock("warm-up")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+
+    let guards = join_all((0..AT_ONCE).map(|n| {
+        let lock = locks.lock(&format!("alone-{n}")).unwrap();
+        async move { lock.acquire().await.unwrap() }
+    }))
+    .await;
+    join_all(guards.into_iter().map(|guard| guard.release())).await;
+
+    assert_eq!(
+        calls(&server, "evalsha"),
+        2 * AT_ONCE as u64,
+        "a call per acquisition and per release"
+    );
 }
 
 #[tokio::test]

@@ -29,6 +29,9 @@ pub(crate) struct Config {
     pub(crate) instance_name: Option<String>,
     /// Command connections the client keeps, lock names spread over them.
     pub(crate) connections: usize,
+    /// Whether calls that come while one of their kind is in flight go out together (see
+    /// `engine/gathered.rs`).
+    pub(crate) group_commit: bool,
 }
 
 /// The longest instance name: owner ids travel in every script's arguments and every wake
@@ -211,6 +214,7 @@ mod tests {
             replica_ack: None,
             instance_name: None,
             connections: 1,
+            group_commit: false,
         }
     }
 

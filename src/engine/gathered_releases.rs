@@ -18,11 +18,13 @@ use crate::lock_kind::LockKind;
 use crate::wire::scripts::{self, ReleaseScope};
 
 /// Runs the release script for `acquisition` in `scope`: the holds left (`None`: it held
-/// nothing). The last release of an exclusive or fair lock on one server goes out alone when
-/// none of its connection is in flight, or else with those that come meanwhile.
+/// nothing). With group commit, the last release of an exclusive or fair lock on one server
+/// goes out alone when none of its connection is in flight, or else with those that come
+/// meanwhile.
 pub(crate) async fn release(acquisition: &RedisHold, scope: ReleaseScope) -> Result<Option<u64>> {
     let shared = &acquisition.shared;
-    let gathered = scope == ReleaseScope::All
+    let gathered = shared.config.group_commit
+        && scope == ReleaseScope::All
         && !shared.placement.may_send_again()
         && matches!(acquisition.terms.kind, LockKind::Exclusive | LockKind::Fair);
     if !gathered {

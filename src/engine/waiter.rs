@@ -272,8 +272,10 @@ impl Waiter {
             (AcquireMode::Wait, Kept::Nothing) if newcomer => AcquireMode::Join,
             (mode, _) => mode,
         };
-        // A first look at an exclusive or fair lock on one server may go out with others.
-        let mut first_look = newcomer
+        // With group commit, a first look at an exclusive or fair lock on one server may go
+        // out with others.
+        let mut first_look = shared.config.group_commit
+            && newcomer
             && self.kept == Kept::Nothing
             && matches!(self.kind, LockKind::Exclusive | LockKind::Fair)
             && matches!(send_mode, AcquireMode::Join | AcquireMode::Try);

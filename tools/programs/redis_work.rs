@@ -3,11 +3,14 @@
 //! figure that does not move with the load on a shared machine as wall-clock times do.
 //!
 //! ```text
-//! redis_work --redis URL --workload uncontended|one-at-a-time|hand-over|peer|peer-one-at-a-time --rounds N
+//! redis_work --redis URL --workload uncontended|group-commit|one-at-a-time|hand-over|peer|peer-one-at-a-time \
+//!     --rounds N
 //! ```
 //!
 //! - `uncontended`: one client; per round, 16 tasks each acquire and release a lock of their
 //!   own at once (16 operations).
+//! - `group-commit`: `uncontended` with a client whose calls that come while one is in flight
+//!   go out together (`LockClientBuilder::group_commit`).
 //! - `one-at-a-time`: one client, one task; per round, it acquires and releases a lock that
 //!   nobody else takes (1 operation): nothing to share a call with.
 //! - `hand-over`: two clients (two instances) take turns on one lock; per round, one waits
@@ -53,8 +56,9 @@ async fn main() -> Res<()> {
             .await?,
     };
     let operations = match workload.as_str() {
-        "uncontended" => uncontended(&url, rounds, IN_FLIGHT, &mut window).await?,
-        "one-at-a-time" => uncontended(&url, rounds, 1, &mut window).await?,
+        "uncontended" => uncontended(&url, rounds, IN_FLIGHT, false, &mut window).await?,
+        "group-commit" => uncontended(&url, rounds, IN_FLIGHT, true, &mut window).await?,
+        "one-at-a-time" => uncontended(&url, rounds, 1, false, &mut window).await?,
         "hand-over" => hand_over(&url, rounds, &mut window).await?,
         "peer" => peer(&url, rounds, IN_FLIGHT, &mut window).await?,
         "peer-one-at-a-time" => peer(&url, rounds, 1, &mut window).await?,
@@ -79,7 +83,8 @@ fn parse() -> Res<(String, String, usize)> {
         }
     }
     let usage = "usage: redis_work --redis URL --workload \
-                 uncontended|one-at-a-time|hand-over|peer|peer-one-at-a-time --rounds N";
+                 uncontended|group-commit|one-at-a-time|hand-over|peer|peer-one-at-a-time \
+                 --rounds N";
     Ok((
         url.ok_or(usage)?,
         workload.ok_or(usage)?,
@@ -123,9 +128,19 @@ impl Window {
     }
 }
 
-/// Per round, `at_once` tasks of one client each acquire and release a lock of their own.
-async fn uncontended(url: &str, rounds: usize, at_once: usize, window: &mut Window) -> Res<usize> {
-    let client = LockClient::connect(url).await?;
+/// Per round, `at_once` tasks of one client (with `group_commit` or not) each acquire and
+/// release a lock of their own.
+async fn uncontended(
+    url: &str,
+    rounds: usize,
+    at_once: usize,
+    group_commit: bool,
+    window: &mut Window,
+) -> Res<usize> {
+    let client = LockClient::builder(url)
+        .group_commit(group_commit)
+        .build()
+        .await?;
     let locks = (0..at_once)
         .map(|worker| client.lock(&format!("redis-work:{worker}")))
         .collect::<Result<Vec<_>, _>>()?;
