@@ -35,10 +35,9 @@ reply_statuses! {
     }
 }
 
-/// The arguments every acquisition takes, in their order.
-const ACQUIRE_ARGS: [&str; 10] = [
-    "WAKE_PREFIX",
-    "OWNER",
+/// The terms every acquisition takes after its wake prefix and owner, in their order: the
+/// same for every owner that asks alike (see [`terms_args`]).
+const TERMS_ARGS: [&str; 8] = [
     "LEASE_MS",
     "MODE",
     "TOKEN_BLOCK",
@@ -48,6 +47,9 @@ const ACQUIRE_ARGS: [&str; 10] = [
     "QUARANTINE_MS",
     "RESTART_KEEPS_WRITES",
 ];
+
+/// The arguments every acquisition takes, in their order.
+const ACQUIRE_ARGS: [&str; 10] = joined(["WAKE_PREFIX", "OWNER"], TERMS_ARGS);
 
 const ACQUIRE_STATUSES: &[&[(&str, i64)]] = &[acquired::ALL, epoch_checked::ALL];
 
@@ -67,18 +69,10 @@ static ACQUIRE_EACH: ScriptSpec<3, 10> = ScriptSpec::new(
     "acquire.lua",
     include_str!("../lua/acquire.lua"),
     ["TOKEN_COUNTER", "EPOCH", "EPOCH_MARKER"],
-    [
-        "WAKE_PREFIX",
-        "LEASE_MS",
-        "MODE",
-        "TOKEN_BLOCK",
-        "KNOWN_LONGEST_LEASE_MS",
-        "ALIVE_MS",
-        "KNOWN_EPOCH",
-        "QUARANTINE_MS",
-        "RESTART_KEEPS_WRITES",
-        "LEASE_WITHIN_KNOWN",
-    ],
+    joined(
+        joined::<1, 8, 9>(["WAKE_PREFIX"], TERMS_ARGS),
+        ["LEASE_WITHIN_KNOWN"],
+    ),
     ACQUIRE_STATUSES,
 )
 .with_each(Each {
@@ -207,6 +201,20 @@ impl KnownEpoch<'_> {
     }
 }
 
+/// The values of [`TERMS_ARGS`].
+fn terms_args<'a>(terms: &AcquireTerms, mode: AcquireMode, epoch: &KnownEpoch<'_>) -> [Arg<'a>; 8] {
+    [
+        Arg::Number(terms.lease_ms),
+        Arg::Text(mode.as_str()),
+        Arg::Number(terms.block),
+        Arg::Number(epoch.known_lease_ms),
+        Arg::Number(terms.alive_ms),
+        Arg::Number(epoch.known),
+        Arg::Number(epoch.quarantine_ms),
+        epoch.restart_keeps_writes(),
+    ]
+}
+
 pub(crate) async fn acquire(
     conn: &mut Conn,
     keys: &LockKeys,
@@ -217,18 +225,10 @@ pub(crate) async fn acquire(
     epoch: &KnownEpoch<'_>,
 ) -> redis::RedisResult<AcquireReply> {
     let lock_keys = lock_keys(keys, names);
-    let args = [
-        Arg::Text(&names.wake_prefix),
-        Arg::Text(owner),
-        Arg::Number(terms.lease_ms),
-        Arg::Text(mode.as_str()),
-        Arg::Number(terms.block),
-        Arg::Number(epoch.known_lease_ms),
-        Arg::Number(terms.alive_ms),
-        Arg::Number(epoch.known),
-        Arg::Number(epoch.quarantine_ms),
-        epoch.restart_keeps_writes(),
-    ];
+    let args: [Arg<'_>; 10] = joined_values(
+        [Arg::Text(&names.wake_prefix), Arg::Text(owner)],
+        terms_args(terms, mode, epoch),
+    );
     let reply = match terms.kind {
         LockKind::Exclusive | LockKind::Fair => {
             let keys = joined_values(lock_keys, [epoch.key, &epoch.marker]);
@@ -270,18 +270,13 @@ pub(crate) async fn acquire_each(
         "only an exclusive or fair lock's acquisitions are sent together"
     );
     let within = epoch.known_lease_ms >= terms.lease_ms;
-    let args = [
-        Arg::Text(&names.wake_prefix),
-        Arg::Number(terms.lease_ms),
-        Arg::Text(mode.as_str()),
-        Arg::Number(terms.block),
-        Arg::Number(epoch.known_lease_ms),
-        Arg::Number(terms.alive_ms),
-        Arg::Number(epoch.known),
-        Arg::Number(epoch.quarantine_ms),
-        epoch.restart_keeps_writes(),
-        Arg::Text(if within { "yes" } else { "no" }),
-    ];
+    let args = joined_values(
+        joined_values::<_, 1, 8, 9>(
+            [Arg::Text(&names.wake_prefix)],
+            terms_args(terms, mode, epoch),
+        ),
+        [Arg::Text(if within { "yes" } else { "no" })],
+    );
     let items: Vec<([&str; 4], [Arg<'_>; 1])> = owners
         .iter()
         .map(|(keys, owner)| {
