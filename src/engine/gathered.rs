@@ -1,8 +1,12 @@
-//! Group commit of first looks on one server: the first looks at exclusive and fair locks that
-//! come while a call of their connection is in flight wait in `look_queue.rs`, and when it
-//! ends go out as one call of the acquire script run once per look, which Redis charges once
-//! (the command, its parsing, the script's start). What Redis does for each look, and what it
-//! answers, is what a look sent alone gets.
+//! Group commit on one server ([`LockClientBuilder::group_commit`]), and its first looks: the
+//! first looks at exclusive and fair locks that come while one of their connection is in
+//! flight wait in `call_queue.rs`, and when it ends go out as one call of the acquire script
+//! run once per look, which Redis charges once (the command, its parsing, the script's start).
+//! What Redis does for each look, and what it answers, is what a look sent alone gets.
+//! [`AloneCall`] sends what queued behind a call for any kind (releases: see
+//! `gathered_releases.rs`).
+//!
+//! [`LockClientBuilder::group_commit`]: crate::LockClientBuilder::group_commit
 //!
 //! A queued look abandoned by its waiter (cancelled, timed out) is still answered: Redis may
 //! have taken the lock or queued the owner for it, and whoever sees the answer last gives that
