@@ -246,3 +246,41 @@ async fn a_gathered_release_given_up_still_frees_its_lock() {
     .await;
     taken.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_gathered_look_whose_connection_is_cut_after_it_ran_gets_the_lock_it_took_once() {
+    let (server, proxy, locks) = through_proxy_on_one_connection().await;
+    // Each call takes two seconds through the proxy: the gathered call's reply is still on its
+    // way when the connection is cut.
+    proxy.set_latency(Duration::from_secs(1));
+    let sent_before = locks.round_trips();
+    let first = locks.lock("first").unwrap();
+    let first = tokio::spawn(async move { first.acquire().await });
+    in_flight(&locks, sent_before + 1).await;
+    let cut_off = locks.lock("cut-off").unwrap();
+    let cut_off = tokio::spawn(async move { cut_off.acquire().await });
+    let first = first.await.unwrap().expect("the first lock");
+    // The gathered call took the lock (no signal: Redis's state is polled); its reply is cut.
+    let taken = support::eventually(GIVEN_BACK_WITHIN, || {
+        server.cmd::<i64>(&["EXISTS", "lock:{cut-off}"]) == 1
+    });
+    assert!(taken.await, "the gathered look took its lock");
+    proxy.set_latency(Duration::ZERO);
+    assert!(proxy.cut_all() > 0, "a connection was cut");
+
+    let guard = tokio::time::timeout(GIVEN_BACK_WITHIN, cut_off)
+        .await
+        .expect("the cut-off look is answered again on a fresh connection")
+        .unwrap()
+        .expect("the lock it took is its own");
+    let holds: Vec<String> = server.cmd(&["HVALS", "lock:{cut-off}"]);
+    assert_eq!(
+        holds,
+        ["1"],
+        "one hold, by its owner: the look did not count twice"
+    );
+    guard.release().await.unwrap();
+    let held: i64 = server.cmd(&["EXISTS", "lock:{cut-off}"]);
+    assert_eq!(held, 0, "released whole");
+    first.release().await.unwrap();
+}
