@@ -67,6 +67,35 @@ async fn in_flight(locks: &LockClient, calls: u64) {
     );
 }
 
+/// Through a proxy whose calls take two seconds, a first lock's look goes out alone and
+/// `name`'s is gathered behind it; returns the first lock, once held, and `name`'s waiting
+/// acquisition, once its gathered call took the lock in Redis and while the reply is still on
+/// its way (no signal for that: Redis's state is polled).
+async fn gathered_and_taken_before_its_reply(
+    server: &RedisServer,
+    proxy: &FaultProxy,
+    locks: &LockClient,
+    name: &str,
+) -> (
+    tower_redis_lock::LockGuard,
+    tokio::task::JoinHandle<tower_redis_lock::Result<tower_redis_lock::LockGuard>>,
+) {
+    proxy.set_latency(Duration::from_secs(1));
+    let sent_before = locks.round_trips();
+    let first = locks.lock("first").unwrap();
+    let first = tokio::spawn(async move { first.acquire().await });
+    in_flight(locks, sent_before + 1).await;
+    let gathered = locks.lock(name).unwrap();
+    let gathered = tokio::spawn(async move { gathered.acquire().await });
+    let first = first.await.unwrap().expect("the first lock");
+    let key = format!("lock:{{{name}}}");
+    let taken = support::eventually(GIVEN_BACK_WITHIN, || {
+        server.cmd::<i64>(&["EXISTS", &key]) == 1
+    });
+    assert!(taken.await, "the gathered look took its lock");
+    (first, gathered)
+}
+
 #[tokio::test]
 async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_each_gets_its_own_lock()
  {
@@ -188,22 +217,9 @@ async fn a_gathered_look_given_up_before_its_call_goes_out_is_never_sent() {
 async fn a_gathered_look_given_up_while_its_call_is_in_flight_has_its_lock_given_back() {
     let (server, proxy, locks) = through_proxy_on_one_connection().await;
     let other = support::client(&server).await;
-    // Each call takes two seconds through the proxy: the gathered call's reply is still on its
-    // way when its waiter gives up.
-    proxy.set_latency(Duration::from_secs(1));
-    let sent_before = locks.round_trips();
-    let first = locks.lock("first").unwrap();
-    let first = tokio::spawn(async move { first.acquire().await });
-    in_flight(&locks, sent_before + 1).await;
-    let given_up = locks.lock("given-up").unwrap();
-    let given_up = tokio::spawn(async move { given_up.acquire().await });
-    let first = first.await.unwrap().expect("the first lock");
-    // The gathered call goes out when the first ends, and takes the lock a second before
-    // its reply comes back (no signal: Redis's state is polled).
-    let taken = support::eventually(GIVEN_BACK_WITHIN, || {
-        server.cmd::<i64>(&["EXISTS", "lock:{given-up}"]) == 1
-    });
-    assert!(taken.await, "the gathered look took its lock");
+    // The gathered call's reply is still on its way when its waiter gives up.
+    let (first, given_up) =
+        gathered_and_taken_before_its_reply(&server, &proxy, &locks, "given-up").await;
     given_up.abort();
     assert!(given_up.await.unwrap_err().is_cancelled());
 
@@ -250,21 +266,9 @@ async fn a_gathered_release_given_up_still_frees_its_lock() {
 #[tokio::test]
 async fn a_gathered_look_whose_connection_is_cut_after_it_ran_gets_the_lock_it_took_once() {
     let (server, proxy, locks) = through_proxy_on_one_connection().await;
-    // Each call takes two seconds through the proxy: the gathered call's reply is still on its
-    // way when the connection is cut.
-    proxy.set_latency(Duration::from_secs(1));
-    let sent_before = locks.round_trips();
-    let first = locks.lock("first").unwrap();
-    let first = tokio::spawn(async move { first.acquire().await });
-    in_flight(&locks, sent_before + 1).await;
-    let cut_off = locks.lock("cut-off").unwrap();
-    let cut_off = tokio::spawn(async move { cut_off.acquire().await });
-    let first = first.await.unwrap().expect("the first lock");
-    // The gathered call took the lock (no signal: Redis's state is polled); its reply is cut.
-    let taken = support::eventually(GIVEN_BACK_WITHIN, || {
-        server.cmd::<i64>(&["EXISTS", "lock:{cut-off}"]) == 1
-    });
-    assert!(taken.await, "the gathered look took its lock");
+    // The gathered call's reply is still on its way when the connection is cut.
+    let (first, cut_off) =
+        gathered_and_taken_before_its_reply(&server, &proxy, &locks, "cut-off").await;
     proxy.set_latency(Duration::ZERO);
     assert!(proxy.cut_all() > 0, "a connection was cut");
 
