@@ -90,6 +90,9 @@ run() {
         cargo tree --locked --all-features -e normal,dev --depth 1 --prefix none |
             grep -v -e '^tower-redis-lock ' -e ' (\*)$' | sort -u | tr '\n' ' '
         echo
+        # The crate's own binaries from the build before are stale: drop them, so the disk
+        # holds one resolution's test binaries at a time (dependencies stay shared).
+        cargo clean --quiet --locked -p tower-redis-lock
         cargo build --locked --all-features --all-targets
         cargo test --locked --all-features --lib --bins "${subset[@]}"
         cargo test --locked --all-features --doc
