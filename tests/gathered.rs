@@ -126,6 +126,10 @@ async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_eac
         AT_ONCE as u64,
         "each lock taken once"
     );
+    // What every item would read alone is read once per call.
+    for once_per_call in ["lastsave", "time"] {
+        assert_eq!(calls(&server, once_per_call), 2, "{once_per_call}");
+    }
     let tokens: BTreeSet<u64> = guards.iter().map(|guard| guard.fencing_token()).collect();
     assert_eq!(tokens.len(), AT_ONCE, "every holder has a token of its own");
     for name in &names {
