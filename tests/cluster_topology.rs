@@ -19,8 +19,14 @@ const KEY: &str = "lock:{order-1}";
 
 /// A client that re-polls only every minute: a waiter served sooner was woken by its grant.
 async fn client(cluster: &RedisCluster) -> LockClient {
+    client_with_lease(cluster, LEASE).await
+}
+
+/// [`client`] with another watchdog lease, which is also how long its queued waiters ride out
+/// a look Redis refuses.
+async fn client_with_lease(cluster: &RedisCluster, lease: Duration) -> LockClient {
     LockClient::builder_cluster(cluster.urls())
-        .watchdog_lease(LEASE)
+        .watchdog_lease(lease)
         .repoll_interval(Duration::from_secs(60))
         .build()
         .await
@@ -172,18 +178,6 @@ async fn patient_client(urls: Vec<String>) -> LockClient {
         .expect("cluster client")
 }
 
-/// A waiter like [`client`]'s that rides out a look refused in the migrating slot (a pub/sub
-/// reconnection on a busy machine makes one) for [`PATIENT_LEASE`], longer than the slot stays
-/// open: the test then sees what the migration does to its wait, not the end of a ride-out.
-async fn patient_waiter(cluster: &RedisCluster) -> LockClient {
-    LockClient::builder_cluster(cluster.urls())
-        .watchdog_lease(PATIENT_LEASE)
-        .repoll_interval(Duration::from_secs(60))
-        .build()
-        .await
-        .expect("cluster client")
-}
-
 /// The lease of [`patient_client`]: renewed every 10 s, so one renewal at least is refused
 /// in a migration left open for [`OPEN_FOR`], and the lease left then is still 15 s or more.
 const PATIENT_LEASE: Duration = Duration::from_secs(30);
@@ -227,7 +221,11 @@ async fn a_slot_left_half_migrated_grants_and_writes_nothing_and_its_holder_keep
     let cluster = RedisCluster::start(3);
     cluster.provision_epochs().await;
     let holder = patient_client(cluster.urls()).await;
-    let (waiter, other) = (patient_waiter(&cluster).await, client(&cluster).await);
+    // Its waiter rides out a look refused in the migrating slot (a pub/sub reconnection on a
+    // busy machine makes one) for longer than the slot stays open: the test sees what the
+    // migration does to its wait, not the end of a ride-out.
+    let waiter = client_with_lease(&cluster, PATIENT_LEASE).await;
+    let other = client(&cluster).await;
     let (held, waiting) = held_and_awaited(&cluster, &holder, &waiter).await;
     let lost = held.lost_signal();
 
