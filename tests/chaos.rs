@@ -1,6 +1,7 @@
 //! The chaos run: several worker processes (`tools/programs/chaos_worker.rs`), each behind its own
 //! fault proxy, take hot and cold keys while faults are injected at random, the server's wall
 //! clock among them (`support/clock_shim.c`); then the checker reads every process's log.
+//! Half the processes gather their calls (group commit), half send each alone.
 //!
 //! `CHAOS_SECONDS` (default 90) sets the length and `CHAOS_SEED` the fault schedule (a
 //! random one is printed otherwise); `CHAOS_KEEP_LOGS` keeps the workers' logs. The summary is one JSON line on stdout (`cargo test
@@ -113,6 +114,8 @@ fn spawn_worker(index: usize, url: &str, log: &str, seconds: u64, seed: u64) -> 
         .args(["--quarantine-ms", &QUARANTINE.as_millis().to_string()])
         .args(["--seed", &(seed + index as u64).to_string()])
         .args(["--stall-ms", &STALL.as_millis().to_string()])
+        // Half the processes gather their calls (group commit): every fault meets both paths.
+        .args((index % 2 == 1).then_some("--group-commit"))
         .stdout(Stdio::null())
         .kill_on_drop(true)
         .spawn()

@@ -157,7 +157,8 @@ async fn chaos_on_a_cluster_keeps_exclusion_and_fencing_and_leaks_nothing() {
     cluster.provision_epochs().await;
     let urls = cluster.urls();
 
-    let workers = Workers::start("chaos-cluster", &["--cluster"], &urls, seconds, seed);
+    // No group commit: a cluster client never gathers its calls.
+    let workers = Workers::start("chaos-cluster", &["--cluster"], &[], &urls, seconds, seed);
 
     let injected = inject_faults(seconds, &mut rng, &FAULTS, &mut cluster, inject).await;
     let verdict = workers.finish().await;

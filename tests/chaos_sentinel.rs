@@ -6,6 +6,9 @@
 //! process's log: no overlap among holders that were not told, tokens increasing per key,
 //! no stuck waiter, no key left.
 //!
+//! Every other process (one of the three) gathers its calls (group commit); the others send
+//! each alone.
+//!
 //! The workers acquire with `min_replicas_acked(1)`: an acquisition that a killed master had
 //! not passed to its replica is never reported as held (`tests/sentinel.rs` shows the hole
 //! without it).
@@ -162,7 +165,16 @@ async fn chaos_behind_sentinel_keeps_exclusion_and_fencing_and_leaks_nothing() {
     };
 
     let topology_flags = ["--sentinel", Sentinels::MASTER];
-    let workers = Workers::start("chaos-sentinel", &topology_flags, &urls, seconds, seed);
+    // Every other process gathers its calls (group commit): every failover meets both paths.
+    let gathering = ["--group-commit"];
+    let workers = Workers::start(
+        "chaos-sentinel",
+        &topology_flags,
+        &gathering,
+        &urls,
+        seconds,
+        seed,
+    );
 
     let injected = inject_faults(seconds, &mut rng, &FAULTS, &mut topology, inject).await;
     let verdict = workers.finish().await;

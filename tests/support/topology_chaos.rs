@@ -42,10 +42,17 @@ pub struct Workers {
 
 impl Workers {
     /// Starts the workers (`chaos_worker`, with `topology` flags such as `--cluster`, and the
-    /// `urls` of the topology) for `seconds`. They acquire with `min_replicas_acked(1)`: an
-    /// acquisition that a killed master had not passed to its replica is never reported as
-    /// held.
-    pub fn start(run: &str, topology: &[&str], urls: &[String], seconds: u64, seed: u64) -> Self {
+    /// `urls` of the topology) for `seconds`; every other one (the odd-numbered) also gets
+    /// `odd_flags`. They acquire with `min_replicas_acked(1)`: an acquisition that a killed
+    /// master had not passed to its replica is never reported as held.
+    pub fn start(
+        run: &str,
+        topology: &[&str],
+        odd_flags: &[&str],
+        urls: &[String],
+        seconds: u64,
+        seed: u64,
+    ) -> Self {
         let (dir, logs) = log_paths(run, seed, PROCESSES);
         let children = logs
             .iter()
@@ -53,6 +60,9 @@ impl Workers {
             .map(|(index, log)| {
                 let mut command = Command::new(super::example_path("chaos_worker"));
                 command.args(topology);
+                if index % 2 == 1 {
+                    command.args(odd_flags);
+                }
                 for url in urls {
                     command.args(["--url", url]);
                 }

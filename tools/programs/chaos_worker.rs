@@ -6,11 +6,14 @@
 //! chaos_worker --url URL --log PATH --seconds N [--tasks 8] [--hot 3] [--cold 2000]
 //!              [--lease-ms 2000] [--wait-ms 4000] [--quarantine-ms 2000] [--seed N]
 //!              [--stall-ms 0] [--cluster | --sentinel MASTER] [--replicas-acked N]
+//!              [--group-commit]
 //! ```
 //!
 //! With `--cluster`, the `--url`s (one or more) are seeds of a Redis Cluster; with
 //! `--sentinel MASTER`, they are sentinels that name the master `MASTER`; with
-//! `--replicas-acked N`, every acquisition waits for N replicas (`min_replicas_acked`).
+//! `--replicas-acked N`, every acquisition waits for N replicas (`min_replicas_acked`);
+//! with `--group-commit`, its clients gather the calls that come while one is in flight
+//! (`LockClientBuilder::group_commit`).
 //!
 //! With `--stall-ms`, one more task runs with a client of its own on a runtime of one thread;
 //! on SIGUSR1 that thread is blocked for the given time while the task waits for a lock (never
@@ -48,6 +51,8 @@ struct Settings {
     sentinel: Option<String>,
     /// Replicas that must acknowledge an acquisition (0: none).
     replicas_acked: u32,
+    /// The clients gather their calls (group commit).
+    group_commit: bool,
     log: String,
     seconds: u64,
     tasks: usize,
@@ -68,6 +73,7 @@ fn parse() -> Result<Settings, String> {
         cluster: false,
         sentinel: None,
         replicas_acked: 0,
+        group_commit: false,
         log: String::new(),
         seconds: 10,
         tasks: 8,
@@ -81,9 +87,17 @@ fn parse() -> Result<Settings, String> {
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        if flag == "--cluster" {
-            settings.cluster = true;
-            continue;
+        // The flags without a value.
+        match flag.as_str() {
+            "--cluster" => {
+                settings.cluster = true;
+                continue;
+            }
+            "--group-commit" => {
+                settings.group_commit = true;
+                continue;
+            }
+            _ => {}
         }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         let number = || value.parse::<u64>().map_err(|err| format!("{flag}: {err}"));
@@ -271,7 +285,8 @@ async fn client(settings: &Settings) -> LockClient {
         .watchdog_lease(settings.lease)
         .renew_interval(settings.lease / 3)
         .command_timeout(Duration::from_millis(500))
-        .lease_limit(settings.quarantine.max(settings.lease));
+        .lease_limit(settings.quarantine.max(settings.lease))
+        .group_commit(settings.group_commit);
     let builder = match settings.replicas_acked {
         0 => builder,
         replicas => builder.min_replicas_acked(replicas, Duration::from_millis(500)),
@@ -311,6 +326,7 @@ async fn main() {
     if let Some(stalling) = stalling {
         stalling.join().expect("the stalling task panicked");
     }
+    let round_trips = locks.round_trips();
     locks.shutdown().await;
 
     let records = records.lock().await;
@@ -323,6 +339,11 @@ async fn main() {
     let acquired = records.iter().filter(|r| r.get("token").is_some()).count();
     println!(
         "{}",
-        json!({"pid": std::process::id(), "acquired": acquired, "failed": records.len() - acquired})
+        json!({
+            "pid": std::process::id(),
+            "acquired": acquired,
+            "failed": records.len() - acquired,
+            "round_trips": round_trips,
+        })
     );
 }
