@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Long chaos runs (not CI): the chaos suites again and again for a given time, on Redis and on
 # Valkey, on one server, a cluster and Sentinel, each run with a seed of its own. Every run
-# prints one line (server, suite, seed, seconds, pass or FAIL); a failure also prints the end
-# of its output, and CHAOS_SEED=<seed> with the same suite and server repeats its schedule.
+# prints one line (server, suite, seed, seconds, pass or FAIL); a failure also prints its panic,
+# its summary and the end of its output, and keeps the whole output and the workers' logs in
+# a directory it names; CHAOS_SEED=<seed> with the same suite and server repeats its schedule.
 #
 #   ./scripts/chaos-long.sh [--minutes N] [--servers redis,valkey] [--suites chaos,chaos_cluster,chaos_sentinel]
 #
@@ -46,16 +47,27 @@ while ((SECONDS < deadline)); do
         seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
         started=$SECONDS
         status=0
-        CHAOS_SEED=$seed LOCK_TEST_SERVER=$server cargo test --locked --all-features --quiet \
-            --test "$suite" -- --nocapture >"$out/run" 2>&1 || status=$?
+        CHAOS_KEEP_LOGS=1 CHAOS_SEED=$seed LOCK_TEST_SERVER=$server RUST_BACKTRACE=0 \
+            cargo test --locked --all-features --quiet --test "$suite" -- --nocapture \
+            >"$out/run" 2>&1 || status=$?
+        # The workers' logs of this run (kept for a failure, removed for a pass).
+        logs=$(find "${TMPDIR:-/tmp}" -maxdepth 1 -name "${suite//_/-}-*-$seed" -newer "$out" 2>/dev/null)
         runs=$((runs + 1))
         if ((status == 0)); then
             summary=$(grep -m1 '^{' "$out/run" || true)
             echo "$server $suite seed=$seed $((SECONDS - started)) s pass $summary"
+            [ -z "$logs" ] || rm -rf $logs
         else
             failures=$((failures + 1))
             echo "$server $suite seed=$seed $((SECONDS - started)) s FAIL (exit $status)"
-            tail -n 40 "$out/run" | sed 's/^/    /'
+            # What failed first (the panic, the summary), then the end of the output; the whole
+            # output is kept beside the workers' logs.
+            grep -m3 -E "panicked|^\{" "$out/run" | sed 's/^/    /'
+            tail -n 20 "$out/run" | sed 's/^/    /'
+            kept=$(mktemp -d "${TMPDIR:-/tmp}/chaos-long-failed-XXXX")
+            cp "$out/run" "$kept/output"
+            [ -z "$logs" ] || mv $logs "$kept/"
+            echo "    output and logs kept in $kept"
         fi
     done
     round=$((round + 1))
