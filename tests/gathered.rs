@@ -1,8 +1,8 @@
 //! Calls gathered on one server (group commit, off by default): the acquisitions (and the
 //! releases) of exclusive locks that come while one of their connection is in flight go out
-//! together as one call when it ends, and each gets what it would alone. A waiter that gives up while its look is gathered leaves
-//! no lock behind, whether its look was sent or not; a release given up while gathered still
-//! frees its lock.
+//! together as one call when it ends, and each gets what it would alone. A waiter that gives
+//! up while its look is gathered leaves no lock behind, whether its look was sent or not; a
+//! release given up while gathered still frees its lock.
 
 mod support;
 
