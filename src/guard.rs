@@ -1,13 +1,18 @@
 //! What a holder gets: the guard, its fencing token and its lost signal.
 
+use std::sync::Arc;
+
 use futures_util::future::select_all;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
+use crate::engine::hold::PassedOn;
+use crate::engine::lease_state::LeaseState;
 use crate::engine::reenter;
 use crate::engine::release::GuardHold;
 use crate::error::Result;
 use crate::guarded_write::{self, GuardedWrites};
-use crate::lease::LostReason;
+use crate::lease::{Lease, LostReason};
 use crate::meter::HandOverPath;
 
 /// Tells a holder that its lease was lost: after that, another owner may hold the lock.
@@ -126,6 +131,20 @@ impl LockGuard {
     /// A signal that fires if the lease is lost while this guard is held.
     pub fn lost_signal(&self) -> LostSignal {
         LostSignal::from_receiver(self.hold.holder().acquisition.lease.subscribe())
+    }
+
+    /// When this guard's lease runs out in Redis at the earliest, as this process reckons it,
+    /// kept current as the watchdog renews it.
+    pub(crate) fn lease_end(&self) -> LeaseEnd {
+        let acquisition = &self.hold.holder().acquisition;
+        let lease = match acquisition.lease_mode {
+            Lease::Watchdog => acquisition.shared.config.watchdog_lease,
+            Lease::Fixed(lease) => lease,
+        };
+        LeaseEnd {
+            lease: Arc::clone(&acquisition.lease),
+            told_before: lease / 10,
+        }
     }
 
     /// Whether this guard still holds the lock, as far as this process knows: no lost lease
@@ -262,5 +281,23 @@ impl LockGuard {
     /// [`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown) after shutdown.
     pub async fn release(self) -> Result<()> {
         self.hold.release().await
+    }
+}
+
+/// When a lease runs out in Redis at the earliest, as this process reckons it: the lost
+/// signal's deadline (its last renewal's or grant's sending plus the lease, less a tenth)
+/// plus that tenth. Redis started the lease after the sending, so by its clock it runs out
+/// later still. Read again on every call: a renewal moves it on.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseEnd {
+    lease: Arc<LeaseState<PassedOn>>,
+    /// How long before the lease runs out its holder is told it is lost.
+    told_before: std::time::Duration,
+}
+
+impl LeaseEnd {
+    /// The moment, as this process's monotonic clock counts.
+    pub(crate) fn at(&self) -> Instant {
+        self.lease.deadline() + self.told_before
     }
 }

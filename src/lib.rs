@@ -159,6 +159,7 @@ mod lock;
 mod lock_kind;
 mod meter;
 mod scopes;
+pub mod singleton;
 mod wire;
 
 pub use client::{
@@ -184,3 +185,4 @@ pub use lease::{Lease, LostReason, MAX_LEASE};
 pub use lock::{Lock, LockState};
 pub use lock_kind::LockKind;
 pub use meter::describe_metrics;
+pub use singleton::{Leadership, Singleton, SingletonHandle};

@@ -1,7 +1,8 @@
 //! What the client counts, through the `metrics` facade (feature `metrics`, on by default):
 //! the application installs the recorder and exporter it wants, and without one every call
 //! here costs next to nothing. Labels come from small fixed sets (kinds, outcomes, reasons),
-//! never from a lock name: names are tenants, accounts, orders, without bound.
+//! never from a lock name: names are tenants, accounts, orders, without bound. The one
+//! exception is a singleton task's name (`leadership`): a job the code names, a fixed few.
 
 use std::future::Future;
 #[cfg(feature = "metrics")]
@@ -9,6 +10,7 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 mod labels;
+mod leadership;
 
 use crate::error::ErrorKind;
 use crate::lease::LostReason;
@@ -17,9 +19,12 @@ pub(crate) use labels::{HandOverPath, IdempotentOutcome, Renewal, kind_label, lo
 #[cfg(feature = "metrics")]
 use labels::{KINDS, LOST_REASONS, OUTCOMES, REDIS_ERROR_KINDS};
 use labels::{outcome_of, redis_error_label};
+pub(crate) use leadership::{
+    LEADER, LEADERSHIP_CHANGES, LeadershipChange, leadership_changed, start_leadership_at_zero,
+};
 
 /// Every metric's name, kind and meaning, as [`describe_metrics`] registers them.
-const METRICS: [(&str, Shape, &str); 11] = [
+const METRICS: [(&str, Shape, &str); 13] = [
     (
         ACQUISITIONS,
         Shape::Counter,
@@ -74,6 +79,17 @@ const METRICS: [(&str, Shape, &str); 11] = [
         "Requests the idempotency layer handled, by outcome (first, replayed, mismatch, \
          in_progress, not_stored, over_bound, refused, lease_lost, store_failed, unguarded, \
          no_key, rejected).",
+    ),
+    (
+        LEADER,
+        Shape::Gauge,
+        "1 while this instance leads the singleton task `name`, else 0.",
+    ),
+    (
+        LEADERSHIP_CHANGES,
+        Shape::Counter,
+        "Leaderships of singleton tasks by this instance, by name and change (gained, lost, \
+         resigned).",
     ),
 ];
 

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -57,6 +58,11 @@ impl<B> LeaseState<B> {
     /// passed (a stalled runtime may not have run the watchdog yet).
     pub(crate) fn is_live(&self) -> bool {
         nanos_since_base(Instant::now()) < self.deadline.load(Ordering::Acquire) && !self.is_lost()
+    }
+
+    /// When the holder must be told the lease is lost unless a renewal comes first.
+    pub(crate) fn deadline(&self) -> Instant {
+        base_instant() + Duration::from_nanos(self.deadline.load(Ordering::Acquire))
     }
 
     /// Moves the deadline to `deadline` (a renewal, or a registration with the watchdog).
@@ -158,7 +164,11 @@ impl<B: Send + std::fmt::Debug> Watched for LeaseState<B> {
 /// every local hand-over, and an atomic number reads without a lock. A moment before that
 /// first one counts as 0, past. A u64 of nanoseconds lasts 584 years.
 fn nanos_since_base(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(base_instant()).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The first moment this process asked for a deadline: what [`nanos_since_base`] counts from.
+fn base_instant() -> Instant {
     static BASE: OnceLock<Instant> = OnceLock::new();
-    let base = *BASE.get_or_init(Instant::now);
-    u64::try_from(at.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
+    *BASE.get_or_init(Instant::now)
 }

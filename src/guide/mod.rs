@@ -13,6 +13,9 @@ pub mod configuration {}
 #[doc = include_str!("safety.md")]
 pub mod safety {}
 
+#[doc = include_str!("singleton.md")]
+pub mod singleton {}
+
 #[doc = include_str!("topologies.md")]
 pub mod topologies {}
 
