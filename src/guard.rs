@@ -1,6 +1,7 @@
 //! What a holder gets: the guard, its fencing token and its lost signal.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::select_all;
 use tokio::sync::watch;
@@ -14,6 +15,7 @@ use crate::error::Result;
 use crate::guarded_write::{self, GuardedWrites};
 use crate::lease::{Lease, LostReason};
 use crate::meter::HandOverPath;
+use crate::tick_claim::{self, ClaimMode, TickReply};
 
 /// Tells a holder that its lease was lost: after that, another owner may hold the lock.
 ///
@@ -262,6 +264,11 @@ impl LockGuard {
         guarded_write::write_if_held(self.hold.holder(), writes).await
     }
 
+    /// Claims the current tick of a schedule of `period` whose lock this guard holds.
+    pub(crate) async fn claim_tick(&self, period: Duration, mode: ClaimMode) -> Result<TickReply> {
+        tick_claim::claim_tick(self.hold.holder(), period, mode).await
+    }
+
     /// Releases this hold. The last hold hands the lock to the next task of this client
     /// that waits for it, when the fairness budget allows (no round trip), or releases it in
     /// Redis and waits for Redis to confirm; Redis then hands it to the first waiting
@@ -292,7 +299,7 @@ impl LockGuard {
 pub(crate) struct LeaseEnd {
     lease: Arc<LeaseState<PassedOn>>,
     /// How long before the lease runs out its holder is told it is lost.
-    told_before: std::time::Duration,
+    told_before: Duration,
 }
 
 impl LeaseEnd {

@@ -29,6 +29,8 @@ pub struct LockKeys {
     readers: OnceLock<String>,
     /// Built on first use: only releases name it.
     release_trace: OnceLock<String>,
+    /// Built on first use: only schedules name it.
+    ticks: OnceLock<String>,
 }
 
 impl LockKeys {
@@ -83,6 +85,7 @@ impl LockKeys {
             waiters: format!("{hash}:waiters"),
             readers: OnceLock::new(),
             release_trace: OnceLock::new(),
+            ticks: OnceLock::new(),
             hash: hash.into(),
         })
     }
@@ -127,6 +130,12 @@ impl LockKeys {
             .get_or_init(|| format!("{}:released", self.hash))
     }
 
+    /// The last tick claimed of a schedule whose lock this is (a string, `<tick> <claim>`,
+    /// kept: see `lua/claim_tick.lua`).
+    pub fn ticks(&self) -> &str {
+        self.ticks.get_or_init(|| format!("{}:ticks", self.hash))
+    }
+
     /// The trace of the guarded write `id` (unique to its client and owner), on a cluster,
     /// where a write may run twice (a string that expires: see `lua/guarded_write.lua`).
     pub(crate) fn write_trace(&self, id: &str) -> String {
@@ -149,7 +158,14 @@ impl LockKeys {
 const WRITE_TRACE: &str = ":written:";
 
 /// What follows a lock's (or a semaphore's) hash in the names of its other keys.
-const COMPANION_SUFFIXES: [&str; 5] = [":fence", ":queue", ":waiters", ":readers", ":released"];
+const COMPANION_SUFFIXES: [&str; 6] = [
+    ":fence",
+    ":queue",
+    ":waiters",
+    ":readers",
+    ":released",
+    ":ticks",
+];
 
 /// Whether `key` is one of the library's own keys under `prefix`, which only its scripts may
 /// write: a lock's or a semaphore's hash or one of their companions, or an epoch, its marker

@@ -160,6 +160,7 @@ mod lock_kind;
 mod meter;
 mod scopes;
 pub mod singleton;
+mod tick_claim;
 mod wire;
 
 pub use client::{
@@ -185,4 +186,4 @@ pub use lease::{Lease, LostReason, MAX_LEASE};
 pub use lock::{Lock, LockState};
 pub use lock_kind::LockKind;
 pub use meter::describe_metrics;
-pub use singleton::{Leadership, Singleton, SingletonHandle};
+pub use singleton::{Leadership, Schedule, Singleton, SingletonHandle, Tick};

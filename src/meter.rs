@@ -20,11 +20,12 @@ pub(crate) use labels::{HandOverPath, IdempotentOutcome, Renewal, kind_label, lo
 use labels::{KINDS, LOST_REASONS, OUTCOMES, REDIS_ERROR_KINDS};
 use labels::{outcome_of, redis_error_label};
 pub(crate) use leadership::{
-    LEADER, LEADERSHIP_CHANGES, LeadershipChange, leadership_changed, start_leadership_at_zero,
+    LEADER, LEADERSHIP_CHANGES, LeadershipChange, TICKS, TickOutcome, leadership_changed,
+    start_leadership_at_zero, start_ticks_at_zero, ticks,
 };
 
 /// Every metric's name, kind and meaning, as [`describe_metrics`] registers them.
-const METRICS: [(&str, Shape, &str); 13] = [
+const METRICS: [(&str, Shape, &str); 14] = [
     (
         ACQUISITIONS,
         Shape::Counter,
@@ -90,6 +91,12 @@ const METRICS: [(&str, Shape, &str); 13] = [
         Shape::Counter,
         "Leaderships of singleton tasks by this instance, by name and change (gained, lost, \
          resigned).",
+    ),
+    (
+        TICKS,
+        Shape::Counter,
+        "Ticks of schedules, by name and outcome (run, skipped, missed), each counted by the \
+         one instance that ran, skipped or found it.",
     ),
 ];
 

@@ -1,11 +1,64 @@
-//! What singleton tasks count: whether this instance leads each singleton, and how its
-//! leaderships began and ended. The `name` label is a singleton's name: a job the code names
+//! What singleton tasks and schedules count: whether this instance leads each singleton, how
+//! its leaderships began and ended, and what became of each schedule's ticks. The `name` label is a singleton's name: a job the code names
 //! (a reconciliation loop, a consumer), a fixed few per service, never a tenant or an order.
 
 /// `redis_lock_leader{name}`.
 pub(crate) const LEADER: &str = "redis_lock_leader";
 /// `redis_lock_leadership_changes_total{name, change}`.
 pub(crate) const LEADERSHIP_CHANGES: &str = "redis_lock_leadership_changes_total";
+
+/// `redis_lock_ticks_total{name, outcome}`.
+pub(crate) const TICKS: &str = "redis_lock_ticks_total";
+
+/// What became of a schedule's tick, as the instance that saw it counts it (each tick is
+/// counted by one instance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TickOutcome {
+    /// This instance ran the tick's job.
+    Run,
+    /// The tick came while this instance's job of an earlier tick still ran, and was not run
+    /// ([`Overrun::Skip`](crate::singleton::Overrun::Skip)), or it may have run before Redis
+    /// lost its data.
+    Skipped,
+    /// No instance ran the tick (every instance down, or its runner's lock lost): found by
+    /// the next instance that claimed a tick.
+    Missed,
+}
+
+impl TickOutcome {
+    /// Every value of the `outcome` label.
+    pub(crate) const ALL: [TickOutcome; 3] = [Self::Run, Self::Skipped, Self::Missed];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::Skipped => "skipped",
+            Self::Missed => "missed",
+        }
+    }
+}
+
+/// Records the schedule `name`'s tick series at 0, when it is made.
+pub(crate) fn start_ticks_at_zero(name: &str) {
+    #[cfg(feature = "metrics")]
+    for outcome in TickOutcome::ALL {
+        metrics::counter!(TICKS, "name" => name.to_owned(), "outcome" => outcome.as_str())
+            .increment(0);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = name;
+}
+
+/// Counts `count` ticks of the schedule `name` that ended with `outcome`.
+pub(crate) fn ticks(name: &str, outcome: TickOutcome, count: u64) {
+    #[cfg(feature = "metrics")]
+    if count > 0 {
+        metrics::counter!(TICKS, "name" => name.to_owned(), "outcome" => outcome.as_str())
+            .increment(count);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, outcome.as_str(), count);
+}
 
 /// How a leadership of this instance began or ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,9 +35,13 @@
 
 mod campaign;
 mod leadership;
+mod schedule;
+mod term;
 mod within_lease;
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -49,6 +53,7 @@ use crate::lock::Lock;
 use crate::meter::start_leadership_at_zero;
 
 pub use leadership::{Leadership, StopReason};
+pub use schedule::{MIN_PERIOD, Overrun, Schedule, Tick};
 
 /// How long a task told to stop may take to return before it is dropped, unless the lease
 /// runs out first.
@@ -140,20 +145,12 @@ impl Singleton {
         F: FnMut(Leadership) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let (stop, stopped) = oneshot::channel::<()>();
-        let shutdown = async move {
-            // A dropped handle shuts the singleton down as well.
-            let _ = stopped.await;
-        };
-        SingletonHandle {
-            stop: Some(stop),
-            running: tokio::spawn(self.run_until(shutdown, task)),
-        }
+        SingletonHandle::start(|shutdown| self.run_until(shutdown, task))
     }
 }
 
-/// A singleton task started by [`Singleton::spawn`]. Dropping it shuts the singleton down in
-/// the background, as [`SingletonHandle::shutdown`] does.
+/// A singleton task or a schedule started by [`Singleton::spawn`] or [`Schedule::spawn`].
+/// Dropping it shuts it down in the background, as [`SingletonHandle::shutdown`] does.
 #[derive(Debug)]
 #[must_use = "dropping the handle shuts the singleton down"]
 pub struct SingletonHandle {
@@ -161,7 +158,32 @@ pub struct SingletonHandle {
     running: JoinHandle<Result<()>>,
 }
 
+/// Resolves when a [`SingletonHandle`] is shut down or dropped.
+#[derive(Debug)]
+pub(crate) struct ShutdownSignal(oneshot::Receiver<()>);
+
+impl Future for ShutdownSignal {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // Sent or dropped: either way the run ends.
+        Pin::new(&mut self.0).poll(cx).map(|_| ())
+    }
+}
+
 impl SingletonHandle {
+    /// Spawns the run `start` makes from the handle's shutdown signal.
+    pub(crate) fn start<R>(start: impl FnOnce(ShutdownSignal) -> R) -> Self
+    where
+        R: Future<Output = Result<()>> + Send + 'static,
+    {
+        let (stop, stopped) = oneshot::channel();
+        Self {
+            stop: Some(stop),
+            running: tokio::spawn(start(ShutdownSignal(stopped))),
+        }
+    }
+
     /// Stops campaigning; if this instance leads, tells the task to stop, waits for it
     /// (up to the grace) and hands the leadership to the next candidate at once, without
     /// waiting out a lease. Returns once the leadership is released.

@@ -8,6 +8,7 @@ mod guarded;
 mod promotion;
 mod release;
 mod reply;
+mod tick;
 mod upkeep;
 
 pub(crate) use acquire::{
@@ -18,6 +19,7 @@ pub(crate) use promotion::{Promotion, witness_promotion};
 pub(crate) use release::{
     HandoffReply, ReleaseScope, force_unlock, handoff, release, release_each,
 };
+pub(crate) use tick::{ClaimMode, ClaimStatus, TickClaim, TickReply, claim_tick};
 pub(crate) use upkeep::{RenewReply, heartbeat, renew, waive_quarantine};
 
 use crate::keys::LockKeys;
@@ -65,6 +67,7 @@ pub(crate) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
     all.extend(upkeep::all());
     all.extend(guarded::all());
     all.extend(promotion::all());
+    all.extend(tick::all());
     all.push(crate::wire::snapshot::script());
     all
 }

@@ -1,0 +1,47 @@
+//! A schedule's tick, claimed under its lock from the server's clock: what a
+//! [`Schedule`](crate::singleton::Schedule) asks of Redis each tick.
+
+use std::time::Duration;
+
+use crate::engine::hold::TaskHold;
+use crate::engine::replicas;
+use crate::error::Result;
+use crate::wire::scripts::{self, TickClaim};
+
+pub(crate) use crate::wire::scripts::{ClaimMode, ClaimStatus, TickReply};
+
+/// Claims the current tick of a schedule of `period` whose lock `holder` holds. Each claim
+/// has an id of its own, so a claim sent twice (a cluster's resend) gets its first answer.
+/// With [`min_replicas_acked`](crate::LockClientBuilder::min_replicas_acked), a tick is
+/// given to run once the replicas asked for have its record, so a failover does not forget it.
+pub(crate) async fn claim_tick(
+    holder: &TaskHold,
+    period: Duration,
+    mode: ClaimMode,
+) -> Result<TickReply> {
+    let acquisition = &holder.acquisition;
+    let shared = &acquisition.shared;
+    shared.ensure_running()?;
+    let keys = &acquisition.keys;
+    let epoch_key = shared.names(keys).epoch_key.as_str();
+    let claim = format!("{:016x}", rand::random::<u64>());
+    let period_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
+    let reply = shared
+        .connections
+        .run(keys.hash(), |mut conn| {
+            let claim = TickClaim {
+                keys,
+                epoch_key,
+                owner: &acquisition.owner,
+                claim: &claim,
+                period_ms,
+                mode,
+            };
+            async move { scripts::claim_tick(&mut conn, claim).await }
+        })
+        .await?;
+    if matches!(reply.status, ClaimStatus::Run | ClaimStatus::Settled) {
+        replicas::acknowledged_what(shared, keys, "tick claim").await?;
+    }
+    Ok(reply)
+}
