@@ -11,6 +11,12 @@
 //! (`{"event":"listening","addr":..,"instance":..}`). SIGTERM or Ctrl-C stops it gracefully.
 //! On a Redis Cluster, pass `--cluster` and one `--redis` per seed node.
 //!
+//! `--background-jobs 1000` runs the service's background jobs, each on one of its instances
+//! at a time (`axum_tenants/background.rs`): a reconciliation loop that checks balances while
+//! its instance leads (`LockClient::singleton`), and a balance report every 1000 ms of the
+//! server's clock (`LockClient::schedule`). A shutdown hands both over at once
+//! (`./scripts/demo.sh --singleton`).
+//!
 //! `GET /metrics` answers the lock metrics in Prometheus's text format
 //! (`metrics-exporter-prometheus`), and the lock client names its instance `orders-<instance>`,
 //! which `lockctl list` shows beside each holder.
@@ -30,6 +36,8 @@
 //! made without `IdempotencyContext::commit`, under the layer's at-most-once default) and
 //! `--payments-sql PATH` (the charge made in SQLite, the key in the same transaction).
 
+#[path = "axum_tenants/background.rs"]
+mod background;
 #[path = "axum_tenants/ledger.rs"]
 mod ledger;
 #[path = "axum_tenants/payments.rs"]
@@ -158,6 +166,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut urls, mut port, mut instance, mut cluster, mut limit) =
         (Vec::new(), 3000_u16, "a".to_owned(), false, None);
     let (mut watchdog_lease, mut idempotency) = (None, payments::Idempotency::default());
+    // With `--background-jobs PERIOD_MS`: the reconciliation loop and the balance report
+    // every period, each on one instance at a time.
+    let mut background_jobs = None;
     let millis = |value: &str| value.parse().map(Duration::from_millis);
     while let Some(flag) = args.next() {
         if flag == "--cluster" {
@@ -171,6 +182,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--instance" => instance = value,
             "--limit" => limit = Some(value.parse::<u32>()?),
             "--watchdog-lease-ms" => watchdog_lease = Some(millis(&value)?),
+            "--background-jobs" => background_jobs = Some(millis(&value)?),
             "--idempotency-wait-ms" => idempotency.wait = Some(millis(&value)?),
             "--idempotency-ttl-ms" => idempotency.ttl = Some(millis(&value)?),
             "--payments-commit" if value == "no" => idempotency.charge = payments::Charge::Plain,
@@ -231,6 +243,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             get(move || std::future::ready(prometheus.render())),
         ));
 
+    let jobs = match background_jobs {
+        Some(period) => Some(background::start(&locks, &instance, period)?),
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let addr = listener.local_addr()?;
     println!(
@@ -245,6 +261,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     axum::serve(listener, app)
         .with_graceful_shutdown(stop_signal())
         .await?;
+    // The jobs first: a leader hands its leadership over at once, not after a lease.
+    if let Some((reconciling, reporting)) = jobs {
+        reconciling.shutdown().await?;
+        reporting.shutdown().await?;
+    }
     locks.shutdown().await;
     Ok(())
 }

@@ -119,6 +119,8 @@
 //!   across instances, its duplicates answered with the stored response.
 //! - [`kinds`]: fair locks, read-write locks, semaphores, multi-locks, RedLock over several
 //!   servers, segmented locks.
+//! - [`singleton`] and [`guide::singleton`]: a task on one instance at a time, told and
+//!   dropped before another starts; a job every period, at most once per tick.
 //! - [`guide::topologies`]: Redis Cluster, Sentinel, replica acknowledgement.
 //! - [`guide::safety`]: what is guaranteed, what it rests on, what the server must give.
 //! - [`guide::configuration`]: every setting and its default.

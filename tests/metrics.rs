@@ -684,3 +684,100 @@ async fn the_idempotency_layer_counts_what_it_did_with_each_request() {
         );
     }
 }
+
+#[tokio::test]
+async fn singletons_count_their_leaderships_and_schedules_their_ticks() {
+    let mut recorded = Recorded::start();
+    let server = RedisServer::start();
+    let locks = client_with_lease(&server.url(), Duration::from_secs(5)).await;
+
+    // Every series of a singleton and a schedule starts at 0 when it is made.
+    let singleton = locks.singleton("reconcile").unwrap();
+    let schedule = locks
+        .schedule("report", Duration::from_millis(200))
+        .unwrap();
+    let changes = "redis_lock_leadership_changes_total";
+    let ticks = "redis_lock_ticks_total";
+    for change in ["gained", "lost", "resigned"] {
+        let labels = [("name", "reconcile"), ("change", change)];
+        assert_eq!(
+            recorded.series(MetricKind::Counter, changes, &labels),
+            Some(0.0)
+        );
+    }
+    for outcome in ["run", "skipped", "missed"] {
+        let labels = [("name", "report"), ("outcome", outcome)];
+        assert_eq!(
+            recorded.series(MetricKind::Counter, ticks, &labels),
+            Some(0.0)
+        );
+    }
+    let leader = |recorded: &mut Recorded| {
+        recorded.series(
+            MetricKind::Gauge,
+            "redis_lock_leader",
+            &[("name", "reconcile")],
+        )
+    };
+    assert_eq!(leader(&mut recorded), Some(0.0));
+
+    // Leading sets the gauge; a shutdown resigns.
+    let (led, leading) = tokio::sync::oneshot::channel();
+    let mut led = Some(led);
+    let handle = singleton.spawn(move |leadership| {
+        if let Some(led) = led.take() {
+            let _ = led.send(());
+        }
+        async move {
+            leadership.stopping().await;
+        }
+    });
+    leading.await.expect("the singleton leads");
+    assert_eq!(leader(&mut recorded), Some(1.0));
+    handle.shutdown().await.unwrap();
+    assert_eq!(leader(&mut recorded), Some(0.0));
+    assert_eq!(
+        recorded.counter(changes, &[("name", "reconcile"), ("change", "gained")]),
+        1
+    );
+    assert_eq!(
+        recorded.counter(changes, &[("name", "reconcile"), ("change", "resigned")]),
+        1
+    );
+
+    // A job of 450 ms every 200 ms runs and skips the ticks it overran.
+    let (ran, mut runs) = tokio::sync::mpsc::unbounded_channel();
+    let handle = schedule.spawn(move |tick| {
+        let ran = ran.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(450)).await;
+            let _ = ran.send(tick.number());
+        }
+    });
+    let mut numbers = Vec::new();
+    while numbers.len() < 3 {
+        numbers.push(
+            tokio::time::timeout(SLACK, runs.recv())
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    handle.shutdown().await.unwrap();
+    let run = recorded.counter(ticks, &[("name", "report"), ("outcome", "run")]);
+    let skipped = recorded.counter(ticks, &[("name", "report"), ("outcome", "skipped")]);
+    assert!(run >= 3, "three ticks run: {run}");
+    // Between the first and the last run each tick was run or skipped, and counted so.
+    assert!(
+        run + skipped > numbers[2] - numbers[0],
+        "runs {numbers:?}: {run} counted run, {skipped} skipped"
+    );
+    assert!(
+        skipped >= 2,
+        "a job of 450 ms overran at least one tick twice: {skipped}"
+    );
+    assert_eq!(
+        recorded.counter(ticks, &[("name", "report"), ("outcome", "missed")]),
+        0
+    );
+}

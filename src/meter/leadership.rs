@@ -1,6 +1,7 @@
 //! What singleton tasks and schedules count: whether this instance leads each singleton, how
-//! its leaderships began and ended, and what became of each schedule's ticks. The `name` label is a singleton's name: a job the code names
-//! (a reconciliation loop, a consumer), a fixed few per service, never a tenant or an order.
+//! its leaderships began and ended, and what became of each schedule's ticks. The `name`
+//! label is a singleton's or a schedule's name: a job the code names (a reconciliation loop,
+//! a consumer), a fixed few per service, never a tenant or an order.
 
 /// `redis_lock_leader{name}`.
 pub(crate) const LEADER: &str = "redis_lock_leader";
@@ -26,7 +27,8 @@ pub(crate) enum TickOutcome {
 }
 
 impl TickOutcome {
-    /// Every value of the `outcome` label.
+    /// Every value of the `outcome` label, for the series started at 0.
+    #[cfg(feature = "metrics")]
     pub(crate) const ALL: [TickOutcome; 3] = [Self::Run, Self::Skipped, Self::Missed];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -72,7 +74,8 @@ pub(crate) enum LeadershipChange {
 }
 
 impl LeadershipChange {
-    /// Every value of the `change` label.
+    /// Every value of the `change` label, for the series started at 0.
+    #[cfg(feature = "metrics")]
     pub(crate) const ALL: [LeadershipChange; 3] = [Self::Gained, Self::Lost, Self::Resigned];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -99,18 +102,19 @@ pub(crate) fn start_leadership_at_zero(name: &str) {
     let _ = name;
 }
 
-/// Counts a change of this instance's leadership of `name`, and sets whether it leads.
+/// Counts a change of this instance's leadership of `name`, and moves whether it leads.
 pub(crate) fn leadership_changed(name: &str, change: LeadershipChange) {
     #[cfg(feature = "metrics")]
     {
         metrics::counter!(LEADERSHIP_CHANGES, "name" => name.to_owned(), "change" => change.as_str())
             .increment(1);
-        let leads = if change == LeadershipChange::Gained {
-            1.0
+        // Moved up and down, as the other gauges are: a leadership gained is ended once.
+        let leader = metrics::gauge!(LEADER, "name" => name.to_owned());
+        if change == LeadershipChange::Gained {
+            leader.increment(1.0);
         } else {
-            0.0
-        };
-        metrics::gauge!(LEADER, "name" => name.to_owned()).set(leads);
+            leader.decrement(1.0);
+        }
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (name, change.as_str());

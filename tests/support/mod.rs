@@ -12,6 +12,7 @@ pub mod logs;
 pub mod payments;
 pub mod proxy;
 pub mod sentinel;
+pub mod terms;
 pub mod tls;
 pub mod topology_chaos;
 

@@ -14,14 +14,20 @@
 //! `{"event":"tick","tick":..,"missed_before":..,"term":..}` for each tick run. SIGTERM
 //! shuts it down (the leadership handed over) and prints `{"event":"exit"}`.
 
-use std::io::Write;
+#[path = "../../examples/axum_tenants/background.rs"]
+#[allow(dead_code)]
+mod background;
+
 use std::time::Duration;
 
-use nix::time::{ClockId, clock_gettime};
-use serde_json::{Value, json};
+use background::{reconcile, record, report};
+use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
+use tower_redis_lock::LockClient;
 use tower_redis_lock::singleton::Overrun;
-use tower_redis_lock::{Leadership, LockClient, Tick};
+
+/// How often a leader's task steps: each step appends its term to the journal.
+const STEP: Duration = Duration::from_millis(20);
 
 #[derive(Debug)]
 struct Settings {
@@ -76,66 +82,6 @@ fn parse() -> Result<Settings, String> {
     Ok(settings)
 }
 
-/// Nanoseconds of the monotonic clock, the same in every process of this machine.
-fn now_ns() -> i64 {
-    let now = clock_gettime(ClockId::CLOCK_MONOTONIC).expect("the monotonic clock");
-    now.tv_sec() * 1_000_000_000 + now.tv_nsec()
-}
-
-/// Prints one record at once: the test reads them as they come.
-fn record(instance: &str, mut line: Value) {
-    line["instance"] = json!(instance);
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
-}
-
-/// Records a term's end when its task is dropped or returns.
-struct TermRecord {
-    instance: String,
-    leadership: Leadership,
-}
-
-impl Drop for TermRecord {
-    fn drop(&mut self) {
-        let reason = self
-            .leadership
-            .stop_reason()
-            .map(|reason| format!("{reason:?}"));
-        record(
-            &self.instance,
-            json!({"event": "stopped", "term": self.leadership.term(), "reason": reason, "ended_ns": now_ns()}),
-        );
-    }
-}
-
-/// A singleton's task: leads until told to stop.
-async fn lead(instance: String, leadership: Leadership) {
-    record(
-        &instance,
-        json!({"event": "lead", "term": leadership.term(), "started_ns": now_ns()}),
-    );
-    let _record = TermRecord {
-        instance,
-        leadership: leadership.clone(),
-    };
-    leadership.stopping().await;
-}
-
-/// A schedule's job: records its tick and works for `job`.
-async fn run_tick(instance: String, tick: Tick, job: Duration) {
-    record(
-        &instance,
-        json!({
-            "event": "tick",
-            "tick": tick.number(),
-            "missed_before": tick.missed_before(),
-            "term": tick.leadership().term(),
-        }),
-    );
-    tokio::time::sleep(job).await;
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let settings = parse().unwrap_or_else(|error| {
@@ -155,14 +101,14 @@ async fn main() {
         None => locks
             .singleton(&settings.name)
             .expect("a valid name")
-            .spawn(move |leadership| lead(instance.clone(), leadership)),
+            .spawn(move |leadership| reconcile(instance.clone(), leadership, STEP)),
         Some(period) => {
             let job = settings.job;
             locks
                 .schedule(&settings.name, period)
                 .expect("a valid schedule")
                 .overrun(settings.overrun)
-                .spawn(move |tick| run_tick(instance.clone(), tick, job))
+                .spawn(move |tick| report(instance.clone(), tick, job))
         }
     };
     let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM");
