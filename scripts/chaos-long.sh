@@ -9,6 +9,7 @@
 #
 # Defaults: 30 minutes in all, both servers, the three suites, taken in turn. Each run is the
 # suite's own length (90 s on one server, 60 s on a cluster or Sentinel) plus its set-up.
+# Each run builds what changed: leave the tree alone while it runs, or a run fails on a build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,10 +63,12 @@ while ((SECONDS < deadline)); do
             echo "$server $suite seed=$seed $((SECONDS - started)) s FAIL (exit $status)"
             # What failed first (the panic, the summary), then the end of the output; the whole
             # output is kept beside the workers' logs.
-            grep -m3 -E "panicked|^\{" "$out/run" | sed 's/^/    /'
-            tail -n 20 "$out/run" | sed 's/^/    /'
+            # Kept first: a run that failed before any test ran (a build that broke) has no
+            # panic to print, and nothing here may end the script before it is kept.
             kept=$(mktemp -d "${TMPDIR:-/tmp}/chaos-long-failed-XXXX")
             cp "$out/run" "$kept/output"
+            grep -m3 -E "panicked|^\{|^error" "$out/run" | sed 's/^/    /' || true
+            tail -n 20 "$out/run" | sed 's/^/    /' || true
             [ -z "$logs" ] || mv $logs "$kept/"
             echo "    output and logs kept in $kept"
         fi

@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::guarded_write::{self, GuardedWrites};
 use crate::lease::{Lease, LostReason};
 use crate::meter::HandOverPath;
-use crate::tick_claim::{self, ClaimMode, TickReply};
+use crate::singleton_records::{self, ClaimMode, TickReply};
 
 /// Tells a holder that its lease was lost: after that, another owner may hold the lock.
 ///
@@ -266,7 +266,12 @@ impl LockGuard {
 
     /// Claims the current tick of a schedule of `period` whose lock this guard holds.
     pub(crate) async fn claim_tick(&self, period: Duration, mode: ClaimMode) -> Result<TickReply> {
-        tick_claim::claim_tick(self.hold.holder(), period, mode).await
+        singleton_records::claim_tick(self.hold.holder(), period, mode).await
+    }
+
+    /// Records this guard's owner as its singleton's leader since now, for operators.
+    pub(crate) async fn record_leader(&self) -> Result<bool> {
+        singleton_records::record_leader(self.hold.holder()).await
     }
 
     /// Releases this hold. The last hold hands the lock to the next task of this client

@@ -63,6 +63,26 @@ pub struct LockSnapshot {
     /// A semaphore's permits: how many it has, are held and are free. `Some` for every
     /// semaphore, held or not; `None` for a lock.
     pub permits: Option<Permits>,
+    /// The last leader a singleton task of this name recorded
+    /// ([`crate::guide::singleton`]); `None` for a lock no singleton took.
+    pub leader: Option<Leader>,
+}
+
+/// The leader of a singleton task, in its lock's [`LockSnapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// Its owner id, as [`LockHolder::owner`].
+    pub owner: String,
+    /// The instance it runs in, as [`LockHolder::instance`].
+    pub instance: String,
+    /// Its term: the fencing token of its leadership.
+    pub term: u64,
+    /// Since when it leads, by the server's clock (ms since the Unix epoch).
+    pub since_ms: u64,
+    /// Whether it still holds the lock: `false` for the last leader of a singleton nobody
+    /// leads now.
+    pub leading: bool,
 }
 
 impl LockSnapshot {
@@ -235,6 +255,13 @@ impl LockSnapshot {
                 (held_as, holders, Some(permits))
             }
         };
+        let leader = raw.leader.map(|(term, since_ms, owner)| Leader {
+            instance: instance_of(&owner),
+            leading: holders.iter().any(|holder| holder.owner == owner),
+            owner,
+            term,
+            since_ms,
+        });
         Self {
             name,
             key,
@@ -259,6 +286,7 @@ impl LockSnapshot {
             fence: raw.fence,
             server_time_ms: now,
             permits,
+            leader,
         }
     }
 }
@@ -481,6 +509,7 @@ mod tests {
             fence: None,
             queued: 1,
             waiters: vec![(UNNAMED.to_owned(), 500_000, "5000 3000 1 2".to_owned())],
+            leader: None,
         };
         let snapshot = LockSnapshot::from_raw(
             "pool".into(),

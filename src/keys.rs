@@ -31,6 +31,8 @@ pub struct LockKeys {
     release_trace: OnceLock<String>,
     /// Built on first use: only schedules name it.
     ticks: OnceLock<String>,
+    /// Built on first use: only singletons and inspections name it.
+    leader: OnceLock<String>,
 }
 
 impl LockKeys {
@@ -86,6 +88,7 @@ impl LockKeys {
             readers: OnceLock::new(),
             release_trace: OnceLock::new(),
             ticks: OnceLock::new(),
+            leader: OnceLock::new(),
             hash: hash.into(),
         })
     }
@@ -136,6 +139,12 @@ impl LockKeys {
         self.ticks.get_or_init(|| format!("{}:ticks", self.hash))
     }
 
+    /// The leader of a singleton task whose lock this is, for operators (a string,
+    /// `<term> <since, server ms> <owner>`, kept: see `lua/record_leader.lua`).
+    pub fn leader(&self) -> &str {
+        self.leader.get_or_init(|| format!("{}:leader", self.hash))
+    }
+
     /// The trace of the guarded write `id` (unique to its client and owner), on a cluster,
     /// where a write may run twice (a string that expires: see `lua/guarded_write.lua`).
     pub(crate) fn write_trace(&self, id: &str) -> String {
@@ -158,13 +167,14 @@ impl LockKeys {
 const WRITE_TRACE: &str = ":written:";
 
 /// What follows a lock's (or a semaphore's) hash in the names of its other keys.
-const COMPANION_SUFFIXES: [&str; 6] = [
+const COMPANION_SUFFIXES: [&str; 7] = [
     ":fence",
     ":queue",
     ":waiters",
     ":readers",
     ":released",
     ":ticks",
+    ":leader",
 ];
 
 /// Whether `key` is one of the library's own keys under `prefix`, which only its scripts may

@@ -162,7 +162,7 @@ mod lock_kind;
 mod meter;
 mod scopes;
 pub mod singleton;
-mod tick_claim;
+mod singleton_records;
 mod wire;
 
 pub use client::{

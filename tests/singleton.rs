@@ -305,3 +305,67 @@ async fn a_bad_singleton_name_is_refused_before_anything_is_sent() {
         .expect_err("a name too long");
     assert_eq!(refused.kind(), ErrorKind::InvalidName);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_lockctl_show_the_leader_its_term_since_when_and_the_candidates() {
+    let server = RedisServer::start();
+    let timeline = Timeline::default();
+    let url = server.url();
+    let named = async |name: &str| {
+        LockClient::builder(&url)
+            .instance_name(name)
+            .build()
+            .await
+            .expect("client")
+    };
+    let (first, second) = (named("orders-a").await, named("orders-b").await);
+    let leading = first
+        .singleton("reconcile")
+        .expect("name")
+        .spawn(cooperative(&timeline, 0));
+    let term = timeline.leader_after(0, SLACK).await.term;
+    let waiting = second
+        .singleton("reconcile")
+        .expect("name")
+        .spawn(cooperative(&timeline, 1));
+    assert!(
+        support::eventually(SLACK, || support::queued(&server, "reconcile").len() == 1).await,
+        "the second candidate waits in line"
+    );
+
+    let snapshot = second.inspect("reconcile").await.expect("a snapshot");
+    let leader = snapshot.leader.clone().expect("a leader recorded");
+    assert_eq!(
+        (leader.instance.as_str(), leader.term, leader.leading),
+        ("orders-a", term, true)
+    );
+    assert!(leader.since_ms <= snapshot.server_time_ms);
+    assert_eq!(snapshot.waiters[0].instance, "orders-b");
+
+    let shown = std::process::Command::new(support::lockctl_path())
+        .args(["--url", &server.url(), "inspect", "reconcile", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("lockctl starts");
+    let (code, shown) = support::lockctl_outcome(shown);
+    assert_eq!(code, 0);
+    assert_eq!(shown["leader"]["instance"], "orders-a");
+    assert_eq!(shown["leader"]["term"], term);
+    assert_eq!(shown["leader"]["leading"], true);
+    assert_eq!(shown["waiters"][0]["instance"], "orders-b");
+
+    // Once every candidate is gone, the last leader shows as no longer leading.
+    leading.shutdown().await.expect("a clean shutdown");
+    timeline.leader_after(1, SLACK).await;
+    waiting.shutdown().await.expect("a clean shutdown");
+    let leader = first
+        .inspect("reconcile")
+        .await
+        .expect("a snapshot")
+        .leader
+        .expect("the last leader");
+    assert_eq!(
+        (leader.instance.as_str(), leader.leading),
+        ("orders-b", false)
+    );
+}

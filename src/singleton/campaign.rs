@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::{Pin, pin};
 
 use tokio::time::sleep;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::error::{ErrorKind, Result};
 use crate::guard::LockGuard;
@@ -80,6 +80,11 @@ where
     let span = info_span!("lead", name, term = guard.fencing_token());
     leadership_changed(name, LeadershipChange::Gained);
     info!(parent: &span, "leading");
+    // For operators only (`lockctl inspect` shows the leader since when): a failure costs
+    // the task nothing.
+    if let Err(error) = guard.record_leader().await {
+        debug!(parent: &span, %error, "the leader could not be recorded");
+    }
     let (end, guard) = run_term(name, guard, task, singleton.grace, shutdown, &span).await;
     step_down(guard, end, span).await;
     leadership_changed(

@@ -17,7 +17,7 @@ use crate::meter::{TickOutcome, start_ticks_at_zero, ticks};
 use crate::singleton::leadership::Leadership;
 use crate::singleton::term::{RETRY_FIRST, RETRY_MOST, TermEnd, gives_up_on, run_term, step_down};
 use crate::singleton::{DEFAULT_STOP_GRACE, SingletonHandle};
-use crate::tick_claim::{ClaimMode, ClaimStatus, TickReply};
+use crate::singleton_records::{ClaimMode, ClaimStatus, TickReply};
 
 /// The shortest period a schedule accepts: each tick costs every instance a lock.
 pub const MIN_PERIOD: Duration = Duration::from_millis(100);

@@ -5,10 +5,10 @@ use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
 use crate::wire::script::{Arg, ScriptSpec};
 
-static INSPECT: ScriptSpec<4, 1> = ScriptSpec::new(
+static INSPECT: ScriptSpec<5, 1> = ScriptSpec::new(
     "inspect.lua",
     include_str!("lua/inspect.lua"),
-    ["LOCK", "LAST_GRANT", "QUEUE", "WAITER_TERMS"],
+    ["LOCK", "LAST_GRANT", "QUEUE", "WAITER_TERMS", "LEADER"],
     ["MAX_WAITERS"],
     &[],
 );
@@ -41,6 +41,8 @@ pub(crate) struct RawLock {
     /// The first queued owners, head first: owner id, arrival (server µs), terms (empty when
     /// none are recorded).
     pub(crate) waiters: Vec<(String, u64, String)>,
+    /// The last leader a singleton of this name recorded: term, since (server ms), owner.
+    pub(crate) leader: Option<(u64, u64, String)>,
 }
 
 /// Reads the keys of the lock with `keys`, and at most `max_waiters` (at least one) of its
@@ -50,12 +52,18 @@ pub(crate) async fn read(
     keys: &LockKeys,
     max_waiters: usize,
 ) -> redis::RedisResult<RawLock> {
-    type Reply = (u64, Vec<String>, i64, String, u64, Vec<String>);
+    type Reply = (u64, Vec<String>, i64, String, u64, Vec<String>, String);
     let cmd = INSPECT.command(
-        [keys.hash(), keys.fence(), keys.queue(), keys.waiters()],
+        [
+            keys.hash(),
+            keys.fence(),
+            keys.queue(),
+            keys.waiters(),
+            keys.leader(),
+        ],
         [Arg::Number(max_waiters.max(1) as u64)],
     );
-    let (server_ms, fields, pttl_ms, fence, queued, waiters): Reply =
+    let (server_ms, fields, pttl_ms, fence, queued, waiters, leader): Reply =
         INSPECT.lua().run(conn, &cmd).await?;
     let mut fields = fields.into_iter();
     let fields = std::iter::from_fn(|| Some((fields.next()?, fields.next()?))).collect();
@@ -74,5 +82,14 @@ pub(crate) async fn read(
         fence: last_granted_token(&fence),
         queued,
         waiters,
+        leader: leader_of(&leader),
     })
+}
+
+/// A leader record as `lua/record_leader.lua` writes it: `'<term> <since ms> <owner>'`.
+fn leader_of(record: &str) -> Option<(u64, u64, String)> {
+    let mut parts = record.splitn(3, ' ');
+    let term = parts.next()?.parse().ok()?;
+    let since_ms = parts.next()?.parse().ok()?;
+    Some((term, since_ms, parts.next()?.to_owned()))
 }

@@ -119,7 +119,38 @@ pub(crate) fn json_of(lock: &LockSnapshot, event: &str) -> Value {
             "used": permits.used,
             "free": permits.free,
         })),
+        "leader": lock.leader.as_ref().map(|leader| json!({
+            "owner": leader.owner,
+            "instance": leader.instance,
+            "term": leader.term,
+            "since_ms": leader.since_ms,
+            "leading": leader.leading,
+        })),
     })
+}
+
+/// A singleton's leader, for people: `orders-a, term 1795…, for 12.3s`, or `none (the last:
+/// orders-a, term …, from …)` when nobody leads now.
+fn leader_fact(lock: &LockSnapshot) -> String {
+    let Some(leader) = &lock.leader else {
+        return "-".to_owned();
+    };
+    let since = Duration::from_millis(lock.server_time_ms.saturating_sub(leader.since_ms));
+    if leader.leading {
+        format!(
+            "{}, term {}, for {}",
+            leader.instance,
+            leader.term,
+            human(since)
+        )
+    } else {
+        format!(
+            "none (the last: {}, term {}, from {} ago)",
+            leader.instance,
+            leader.term,
+            human(since)
+        )
+    }
 }
 
 fn waiter_json(position: usize, waiter: &LockWaiter) -> Value {
@@ -187,11 +218,14 @@ pub(crate) fn details(lock: &LockSnapshot) -> String {
             or_dash(lock.lease_left.map(|left| format!("{} left", human(left)))),
         ),
         ("TOKEN", or_dash(lock.fence.map(|fence| fence.to_string()))),
+        ("LEADER", leader_fact(lock)),
         ("HOLDERS", lock.holders.len().to_string()),
     ];
     for (label, value) in facts {
-        // Only a semaphore has permits.
-        if label == "PERMITS" && !lock.is_semaphore() {
+        // Only a semaphore has permits; only a singleton's lock a leader.
+        if (label == "PERMITS" && !lock.is_semaphore())
+            || (label == "LEADER" && lock.leader.is_none())
+        {
             continue;
         }
         let _ = writeln!(out, "{label:<9}{value}");

@@ -2,7 +2,8 @@
 -- MAX_WAITERS: the most queued owners to read, from the head (at least 1).
 -- Replies {server time ms, {hash field, value, ...}, the hash's PTTL, the last grant's block
 -- ('<last token> <owner>', '' when gone), how many are queued, {owner, arrival (server µs),
--- terms ('' when none), ...}}.
+-- terms ('' when none), ...}, the last leader a singleton recorded ('<term> <since ms>
+-- <owner>', '' when none, see record_leader.lua)}.
 
 --#include clock
 
@@ -17,4 +18,4 @@ if queued > 0 then
   end
 end
 return {now_ms(), redis.call('hgetall', LOCK), redis.call('pttl', LOCK),
-  redis.call('get', LAST_GRANT) or '', queued, waiters}
+  redis.call('get', LAST_GRANT) or '', queued, waiters, redis.call('get', LEADER) or ''}

@@ -8,7 +8,7 @@ mod guarded;
 mod promotion;
 mod release;
 mod reply;
-mod tick;
+mod singleton;
 mod upkeep;
 
 pub(crate) use acquire::{
@@ -19,7 +19,9 @@ pub(crate) use promotion::{Promotion, witness_promotion};
 pub(crate) use release::{
     HandoffReply, ReleaseScope, force_unlock, handoff, release, release_each,
 };
-pub(crate) use tick::{ClaimMode, ClaimStatus, TickClaim, TickReply, claim_tick};
+pub(crate) use singleton::{
+    ClaimMode, ClaimStatus, TickClaim, TickReply, claim_tick, record_leader,
+};
 pub(crate) use upkeep::{RenewReply, heartbeat, renew, waive_quarantine};
 
 use crate::keys::LockKeys;
@@ -67,7 +69,7 @@ pub(crate) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
     all.extend(upkeep::all());
     all.extend(guarded::all());
     all.extend(promotion::all());
-    all.extend(tick::all());
+    all.extend(singleton::all());
     all.push(crate::wire::snapshot::script());
     all
 }

@@ -1,11 +1,13 @@
-//! A schedule's tick, claimed under its lock from the server's clock: what a
-//! [`Schedule`](crate::singleton::Schedule) asks of Redis each tick.
+//! What singleton tasks and schedules write in Redis under their lock: a schedule's tick,
+//! claimed from the server's clock (what a [`Schedule`](crate::singleton::Schedule) asks each
+//! tick), and a singleton's leader since when, for `lockctl`.
 
 use std::time::Duration;
 
 use crate::engine::hold::TaskHold;
 use crate::engine::replicas;
 use crate::error::Result;
+use crate::wire::scripts::record_leader as record_leader_script;
 use crate::wire::scripts::{self, TickClaim};
 
 pub(crate) use crate::wire::scripts::{ClaimMode, ClaimStatus, TickReply};
@@ -44,4 +46,20 @@ pub(crate) async fn claim_tick(
         replicas::acknowledged_what(shared, keys, "tick claim").await?;
     }
     Ok(reply)
+}
+
+/// Records `holder` as its singleton's leader since now (the server's clock), for operators;
+/// returns whether it still held the lock.
+pub(crate) async fn record_leader(holder: &TaskHold) -> Result<bool> {
+    let acquisition = &holder.acquisition;
+    let shared = &acquisition.shared;
+    shared.ensure_running()?;
+    let keys = &acquisition.keys;
+    let (owner, term) = (&acquisition.owner, holder.token);
+    shared
+        .connections
+        .run(keys.hash(), |mut conn| async move {
+            record_leader_script(&mut conn, keys, owner, term).await
+        })
+        .await
 }

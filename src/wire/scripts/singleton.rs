@@ -1,4 +1,5 @@
-//! A schedule's tick, claimed by the holder of its lock from the server's clock.
+//! What singleton tasks and schedules write beside their lock: a schedule's tick, claimed by
+//! the holder of its lock from the server's clock, and a singleton's leader, for operators.
 
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
@@ -21,6 +22,24 @@ reply_statuses! {
     }
 }
 
+reply_statuses! {
+    /// What a record of the leader answers.
+    leader_record {
+        /// The leader was recorded.
+        RECORDED = 1,
+        /// The owner does not hold the lock: nothing was recorded.
+        REFUSED = 0,
+    }
+}
+
+static RECORD_LEADER: ScriptSpec<2, 2> = ScriptSpec::new(
+    "record_leader.lua",
+    include_str!("../lua/record_leader.lua"),
+    ["LOCK", "LEADER"],
+    ["OWNER", "TERM"],
+    &[leader_record::ALL],
+);
+
 static CLAIM_TICK: ScriptSpec<3, 4> = ScriptSpec::new(
     "claim_tick.lua",
     include_str!("../lua/claim_tick.lua"),
@@ -31,7 +50,7 @@ static CLAIM_TICK: ScriptSpec<3, 4> = ScriptSpec::new(
 
 #[cfg(test)]
 pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
-    vec![&CLAIM_TICK]
+    vec![&CLAIM_TICK, &RECORD_LEADER]
 }
 
 /// Whether a claim runs the tick it finds, or records it without running it.
@@ -105,4 +124,24 @@ pub(crate) async fn claim_tick(
         passed: reply.non_negative(1),
         server_ms: reply.non_negative(2),
     })
+}
+
+/// Records `owner`, which holds the lock with `keys` in the term `term`, as the leader since
+/// now by the server's clock; returns whether it held the lock.
+pub(crate) async fn record_leader(
+    conn: &mut Conn,
+    keys: &LockKeys,
+    owner: &str,
+    term: u64,
+) -> redis::RedisResult<bool> {
+    let cmd = RECORD_LEADER.command(
+        [keys.hash(), keys.leader()],
+        [Arg::Text(owner), Arg::Number(term)],
+    );
+    let reply = run(&RECORD_LEADER, conn, &cmd).await?;
+    match reply.status() {
+        leader_record::RECORDED => Ok(true),
+        leader_record::REFUSED => Ok(false),
+        _ => Err(reply.unknown()),
+    }
 }
