@@ -53,6 +53,11 @@ async fn a_shutdown_hands_the_leadership_to_the_next_candidate_at_once_not_after
         if change < 2 {
             let next = timeline.leader_after(change + 1, SLACK).await;
             assert_ne!(next.candidate, leader.candidate);
+            eprintln!(
+                "hand-over {}: the next leader started {:?} after the shutdown was asked",
+                change + 1,
+                next.started.duration_since(asked)
+            );
             assert!(
                 next.started.duration_since(asked) < SLACK,
                 "the next candidate leads {:?} after the shutdown: a lease is {lease:?}",

@@ -1,6 +1,6 @@
 //! Singleton tasks on a Redis Cluster and behind Sentinel, through a failover of the master
-//! that holds the leadership: at most one leader at a time, and every new term greater than
-//! the last. Real processes: a 3-master cluster with a replica each, and one master, one
+//! that holds the leadership, and through a migration of its slot: at most one leader at a
+//! time, and every new term greater than the last. Real processes: a 3-master cluster with a replica each, and one master, one
 //! replica and three sentinels; masters are SIGKILLed and replicas promoted.
 
 mod support;
@@ -21,8 +21,8 @@ const FAILOVER_BOUND: Duration = Duration::from_secs(30);
 /// The leadership's lock hash, whose master fails.
 const KEY: &str = "lock:{reconcile}";
 
-/// Two candidates, the first leading; then the master fails (`fail_master`), the leader hands
-/// over by shutting down, and the next shuts down too. Checks that the terms did not overlap
+/// Two candidates, the first leading; then the master fails or the slot moves
+/// (`fail_master`), the leader hands over by shutting down, and the next shuts down too. Checks that the terms did not overlap
 /// and only grew.
 async fn through_a_failover(locks: [LockClient; 2], fail_master: impl AsyncFnOnce()) -> Timeline {
     let timeline = Timeline::default();
@@ -85,6 +85,30 @@ async fn a_cluster_failover_of_the_leaderships_master_keeps_one_leader_at_a_time
             support::eventually(FAILOVER_BOUND, || cluster.node_of(KEY) == replica).await,
             "the slot never moved to the promoted replica"
         );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_of_the_leaderships_slot_keeps_one_leader_at_a_time() {
+    let cluster = RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let client = async || {
+        LockClient::builder_cluster(cluster.urls())
+            .watchdog_lease(LEASE)
+            .command_timeout(Duration::from_millis(500))
+            .build()
+            .await
+            .expect("cluster client")
+    };
+    let locks = [client().await, client().await];
+    let cluster = &cluster;
+    through_a_failover(locks, async || {
+        let from = cluster.node_of(KEY);
+        let to = cluster.other_master(from);
+        // Keys and all, as `redis-cli --cluster reshard` moves them.
+        cluster.migrate_slot(cluster.slot_of(KEY), from, to);
+        assert_eq!(cluster.node_of(KEY), to);
     })
     .await;
 }

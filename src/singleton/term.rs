@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until};
-use tracing::{Instrument, Span, info, warn};
+use tracing::{Instrument, Span, info, info_span, warn};
 
 use crate::error::ErrorKind;
 use crate::guard::LockGuard;
@@ -92,8 +92,9 @@ where
 
 /// Gives the lock up once the task is gone: released on purpose, so Redis grants it to the
 /// next candidate at once; a lost one is only dropped.
-pub(crate) async fn step_down(guard: Option<LockGuard>, end: TermEnd, span: Span) {
+pub(crate) async fn step_down(guard: Option<LockGuard>, end: TermEnd, term: Span) {
     let Some(guard) = guard else { return };
+    let span = info_span!(parent: &term, "step_down", end = ?end);
     async move {
         if end == TermEnd::Lost {
             drop(guard);

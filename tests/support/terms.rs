@@ -109,21 +109,23 @@ pub fn cooperative(
     timeline: &Timeline,
     candidate: usize,
 ) -> impl FnMut(Leadership) -> futures_util::future::BoxFuture<'static, ()> + Send + 'static {
-    let timeline = timeline.clone();
-    move |leadership| {
-        let timeline = timeline.clone();
-        Box::pin(async move {
-            let record = timeline.begin(candidate, &leadership);
-            let reason = leadership.stopping().await;
-            record.told(reason);
-        })
-    }
+    recorded_task(timeline, candidate, false)
 }
 
 /// A task that never stops on its own: only being dropped ends it.
 pub fn stubborn(
     timeline: &Timeline,
     candidate: usize,
+) -> impl FnMut(Leadership) -> futures_util::future::BoxFuture<'static, ()> + Send + 'static {
+    recorded_task(timeline, candidate, true)
+}
+
+/// A task that records its term in `timeline`, and when it is told to stop returns, or
+/// (`ignores_stop`) waits to be dropped.
+fn recorded_task(
+    timeline: &Timeline,
+    candidate: usize,
+    ignores_stop: bool,
 ) -> impl FnMut(Leadership) -> futures_util::future::BoxFuture<'static, ()> + Send + 'static {
     let timeline = timeline.clone();
     move |leadership| {
@@ -132,7 +134,9 @@ pub fn stubborn(
             let record = timeline.begin(candidate, &leadership);
             let reason = leadership.stopping().await;
             record.told(reason);
-            std::future::pending::<()>().await;
+            if ignores_stop {
+                std::future::pending::<()>().await;
+            }
         })
     }
 }
