@@ -286,14 +286,46 @@ impl ServerClock {
         self.read = Some((answered, server_ms));
     }
 
-    /// The local moment the next tick begins on the server's clock; now when the server was
-    /// never read.
+    /// The local moment the next tick begins on the server's clock; when the server was
+    /// never read (the lock was busy at each try), a period from now, or 5 s when the period
+    /// is longer, to try again.
     fn next_tick(&self, period: Duration) -> Instant {
         let Some((read_at, server_ms)) = self.read else {
-            return Instant::now();
+            return Instant::now() + period.min(RETRY_MOST);
         };
         let period_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
         let next_ms = (server_ms / period_ms + 1) * period_ms;
         read_at + Duration::from_millis(next_ms - server_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_tick_is_awaited_by_the_servers_clock_and_a_clock_never_read_retries_soon() {
+        let answered = Instant::now();
+        let mut clock = ServerClock::default();
+        clock.set(answered, 12_345);
+        let period = Duration::from_secs(1);
+        assert_eq!(
+            clock.next_tick(period),
+            answered + Duration::from_millis(655)
+        );
+        clock.set(answered, 13_000);
+        assert_eq!(
+            clock.next_tick(period),
+            answered + period,
+            "a tick that just began"
+        );
+
+        let never = ServerClock::default();
+        let soon = never.next_tick(Duration::from_secs(24 * 3600));
+        assert!(
+            soon <= Instant::now() + RETRY_MOST,
+            "a day's period retries within 5 s"
+        );
+        assert!(soon > answered, "not at once: the lock was busy");
     }
 }
