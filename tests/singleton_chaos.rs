@@ -39,8 +39,15 @@ struct Term {
     refused: u64,
 }
 
-/// Every term of every worker, by (instance, term).
-type Terms = Arc<Mutex<HashMap<(usize, u64), Term>>>;
+/// What the workers printed: every term of every worker, by (instance, term), and how many
+/// times each instance said it was ready (once per process started).
+#[derive(Debug, Default)]
+struct Printed {
+    terms: HashMap<(usize, u64), Term>,
+    ready: HashMap<usize, usize>,
+}
+
+type Terms = Arc<Mutex<Printed>>;
 
 fn now_ns() -> i64 {
     let now = clock_gettime(ClockId::CLOCK_MONOTONIC).expect("the monotonic clock");
@@ -51,6 +58,8 @@ fn now_ns() -> i64 {
 /// wall clock.
 struct Candidate {
     instance: usize,
+    /// How many processes it started.
+    starts: usize,
     child: Child,
     proxy: FaultProxy,
     clock: FakeClock,
@@ -63,6 +72,7 @@ impl Candidate {
         let child = spawn_worker(&proxy, &clock, instance, terms);
         Self {
             instance,
+            starts: 1,
             child,
             proxy,
             clock,
@@ -81,6 +91,7 @@ impl Candidate {
     fn restart(&mut self, terms: &Terms) {
         let _ = self.child.wait();
         self.child = spawn_worker(&self.proxy, &self.clock, self.instance, terms);
+        self.starts += 1;
     }
 }
 
@@ -100,10 +111,11 @@ fn spawn_worker(proxy: &FaultProxy, clock: &FakeClock, instance: usize, terms: &
             let Ok(line) = line else { break };
             let record: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
             let term = record["term"].as_u64().unwrap_or(0);
-            let mut terms = terms.lock().unwrap();
+            let mut printed = terms.lock().unwrap();
             match record["event"].as_str() {
+                Some("ready") => *printed.ready.entry(instance).or_default() += 1,
                 Some("lead") => {
-                    terms.insert(
+                    printed.terms.insert(
                         (instance, term),
                         Term {
                             instance,
@@ -114,7 +126,7 @@ fn spawn_worker(proxy: &FaultProxy, clock: &FakeClock, instance: usize, terms: &
                     );
                 }
                 Some("stopped") => {
-                    let entry = terms.entry((instance, term)).or_default();
+                    let entry = printed.terms.entry((instance, term)).or_default();
                     entry.last_ns = record["last_step_ns"].as_i64();
                     entry.refused = record["refused"].as_u64().unwrap_or(0);
                 }
@@ -130,7 +142,7 @@ async fn next_leader(terms: &Terms, seen: usize) -> Term {
     let deadline = tokio::time::Instant::now() + CHANGE_BOUND;
     loop {
         {
-            let terms = terms.lock().unwrap();
+            let terms = &terms.lock().unwrap().terms;
             if terms.len() > seen {
                 return terms
                     .values()
@@ -209,7 +221,7 @@ async fn leaders_change_hundreds_of_times_without_two_running_at_once() {
         if change % 7 == 3 {
             server_clock.step_back(Duration::from_secs(1));
         }
-        let seen = terms.lock().unwrap().len();
+        let seen = terms.lock().unwrap().terms.len();
         let candidate = &mut candidates[leader.instance];
         match fault {
             Fault::Kill => {
@@ -241,14 +253,32 @@ async fn leaders_change_hundreds_of_times_without_two_running_at_once() {
             }
         }
     }
+    // A worker started a moment ago may not handle SIGTERM yet: wait until each says so.
     for candidate in &candidates {
+        let ready = || {
+            terms
+                .lock()
+                .unwrap()
+                .ready
+                .get(&candidate.instance)
+                .copied()
+        };
+        let deadline = tokio::time::Instant::now() + CHANGE_BOUND;
+        while ready() != Some(candidate.starts) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "worker {} never ready",
+                candidate.instance
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         candidate.signal("-TERM");
     }
     for candidate in &mut candidates {
         assert!(candidate.child.wait().expect("the worker ends").success());
     }
 
-    let mut all: Vec<Term> = terms.lock().unwrap().values().cloned().collect();
+    let mut all: Vec<Term> = terms.lock().unwrap().terms.values().cloned().collect();
     for term in &mut all {
         if term.last_ns.is_none() {
             term.last_ns = killed_at.get(&(term.instance, term.term)).copied();

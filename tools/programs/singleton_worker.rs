@@ -88,6 +88,9 @@ async fn main() {
         eprintln!("singleton_worker: {error}");
         std::process::exit(2);
     });
+    // Before anything else: a SIGTERM from now on is a shutdown, not the default death.
+    let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM");
+    record(&settings.instance, json!({"event": "ready"}));
     let locks = LockClient::builder(&settings.url)
         .watchdog_lease(settings.lease)
         .lease_limit(settings.lease.max(Duration::from_secs(5)))
@@ -111,7 +114,6 @@ async fn main() {
                 .spawn(move |tick| report(instance.clone(), tick, job))
         }
     };
-    let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM");
     terminate.recv().await;
     handle.shutdown().await.expect("a clean shutdown");
     record(&settings.instance, json!({"event": "exit"}));
