@@ -37,6 +37,8 @@ struct Term {
     /// When its code last ran: from its `stopped` record, or when its process was killed.
     last_ns: Option<i64>,
     refused: u64,
+    /// The steps its task printed, each after a guarded append to the journal.
+    steps: u64,
 }
 
 /// What the workers printed: every term of every worker, by (instance, term), and how many
@@ -125,6 +127,7 @@ fn spawn_worker(proxy: &FaultProxy, clock: &FakeClock, instance: usize, terms: &
                         },
                     );
                 }
+                Some("step") => printed.terms.entry((instance, term)).or_default().steps += 1,
                 Some("stopped") => {
                     let entry = printed.terms.entry((instance, term)).or_default();
                     entry.last_ns = record["last_step_ns"].as_i64();
@@ -137,18 +140,22 @@ fn spawn_worker(proxy: &FaultProxy, clock: &FakeClock, instance: usize, terms: &
     child
 }
 
-/// The current leader: the term started last, once there are more than `seen` terms.
+/// The steps a new leader takes before its fault: each appends to the journal, so every
+/// term leaves entries there for the check.
+const STEPS_BEFORE_FAULT: u64 = 5;
+
+/// The current leader, once there are more than `seen` terms and the newest has taken
+/// [`STEPS_BEFORE_FAULT`] steps.
 async fn next_leader(terms: &Terms, seen: usize) -> Term {
     let deadline = tokio::time::Instant::now() + CHANGE_BOUND;
     loop {
         {
             let terms = &terms.lock().unwrap().terms;
-            if terms.len() > seen {
-                return terms
-                    .values()
-                    .max_by_key(|term| term.started_ns)
-                    .expect("a term")
-                    .clone();
+            let newest = terms.values().max_by_key(|term| term.started_ns);
+            if let Some(newest) = newest.filter(|term| term.steps >= STEPS_BEFORE_FAULT)
+                && terms.len() > seen
+            {
+                return newest.clone();
             }
         }
         assert!(
