@@ -53,6 +53,16 @@ async fn through_a_failover(locks: [LockClient; 2], fail_master: impl AsyncFnOnc
     timeline
 }
 
+/// A client of `cluster` whose lease outlasts a failover.
+async fn cluster_client(cluster: &RedisCluster) -> LockClient {
+    LockClient::builder_cluster(cluster.urls())
+        .watchdog_lease(LEASE)
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .expect("cluster client")
+}
+
 async fn shut_down(handle: SingletonHandle) {
     tokio::time::timeout(FAILOVER_BOUND, handle.shutdown())
         .await
@@ -64,15 +74,10 @@ async fn shut_down(handle: SingletonHandle) {
 async fn a_cluster_failover_of_the_leaderships_master_keeps_one_leader_at_a_time() {
     let mut cluster = RedisCluster::start_with_replicas(3, 1);
     cluster.provision_epochs().await;
-    let client = async || {
-        LockClient::builder_cluster(cluster.urls())
-            .watchdog_lease(LEASE)
-            .command_timeout(Duration::from_millis(500))
-            .build()
-            .await
-            .expect("cluster client")
-    };
-    let locks = [client().await, client().await];
+    let locks = [
+        cluster_client(&cluster).await,
+        cluster_client(&cluster).await,
+    ];
     let cluster = &mut cluster;
     through_a_failover(locks, async || {
         let master = cluster.node_of(KEY);
@@ -93,15 +98,10 @@ async fn a_cluster_failover_of_the_leaderships_master_keeps_one_leader_at_a_time
 async fn a_migration_of_the_leaderships_slot_keeps_one_leader_at_a_time() {
     let cluster = RedisCluster::start(3);
     cluster.provision_epochs().await;
-    let client = async || {
-        LockClient::builder_cluster(cluster.urls())
-            .watchdog_lease(LEASE)
-            .command_timeout(Duration::from_millis(500))
-            .build()
-            .await
-            .expect("cluster client")
-    };
-    let locks = [client().await, client().await];
+    let locks = [
+        cluster_client(&cluster).await,
+        cluster_client(&cluster).await,
+    ];
     let cluster = &cluster;
     through_a_failover(locks, async || {
         let from = cluster.node_of(KEY);
