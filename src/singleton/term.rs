@@ -42,8 +42,8 @@ pub(crate) enum TermEnd {
 }
 
 /// Runs the task `start` makes while `guard` holds the lock, until it returns, the lease is
-/// lost or `shutdown` resolves; returns how it ended and the lock (none when a clone of the
-/// leadership kept it past the term: it was released when that clone went).
+/// lost or `shutdown` resolves; returns how it ended and the lock, taken back from the
+/// leadership (a clone of it kept past the term writes nothing from then on).
 pub(crate) async fn run_term<Fut>(
     name: &str,
     guard: LockGuard,
