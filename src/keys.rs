@@ -133,8 +133,8 @@ impl LockKeys {
             .get_or_init(|| format!("{}:released", self.hash))
     }
 
-    /// The last tick claimed of a schedule whose lock this is (a string, `<tick> <claim>`,
-    /// kept: see `lua/claim_tick.lua`).
+    /// The last tick claimed of a schedule whose lock this is (a string, `<tick> <claim>
+    /// <life>`, kept: see `lua/claim_tick.lua`).
     pub fn ticks(&self) -> &str {
         self.ticks.get_or_init(|| format!("{}:ticks", self.hash))
     }

@@ -257,3 +257,83 @@ async fn a_bad_schedule_is_refused_before_anything_is_sent() {
         .expect_err("an empty name");
     assert_eq!(refused.kind(), ErrorKind::InvalidName);
 }
+
+/// The server's clock in ms.
+fn server_ms(server: &RedisServer) -> u64 {
+    let time: Vec<String> = server.cmd(&["TIME"]);
+    time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_from_a_snapshot_older_than_a_ticks_claim_does_not_run_that_tick_again() {
+    let mut server = RedisServer::start();
+    server.provision_epoch("lock:");
+    // An hour's period, and a start away from its end: the test stays in one tick.
+    let period = Duration::from_secs(3600);
+    let period_ms = period.as_millis() as u64;
+    while server_ms(&server) % period_ms > period_ms - 60_000 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let tick = server_ms(&server) / period_ms;
+    // A first lock records the server's process with its epoch, as any running service has.
+    let locks = client_with_lease(&server.url(), Duration::from_secs(2)).await;
+    drop(
+        locks
+            .lock("warm-up")
+            .unwrap()
+            .acquire()
+            .await
+            .expect("a lock"),
+    );
+    // The snapshot has the claim of the tick before, written in the data's life then.
+    let epoch: String = server.cmd(&["GET", "lock:epoch"]);
+    let life = epoch.split(' ').next().expect("an epoch").to_owned();
+    let _: () = server.cmd(&[
+        "SET",
+        "lock:{nightly}:ticks",
+        &format!("{} earlier {life}", tick - 1),
+    ]);
+    let _: () = server.cmd(&["SAVE"]);
+
+    let runs: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let run_schedule = |locks: tower_redis_lock::LockClient| {
+        let runs = runs.clone();
+        locks
+            .schedule("nightly", period)
+            .expect("a schedule")
+            .spawn(move |tick: Tick| {
+                let runs = runs.clone();
+                async move { runs.lock().unwrap().push(tick.number()) }
+            })
+    };
+    let first = run_schedule(locks);
+    let bound = Instant::now() + Duration::from_secs(30);
+    while runs.lock().unwrap().is_empty() {
+        assert!(Instant::now() < bound, "the tick ran within 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.shutdown().await.expect("a clean shutdown");
+    assert_eq!(*runs.lock().unwrap(), [tick]);
+
+    // The restart brings back the snapshot, whose record misses the claim just made.
+    server.crash_and_restart(&[]);
+    let restored: String = server.cmd(&["GET", "lock:{nightly}:ticks"]);
+    assert!(
+        restored.starts_with(&format!("{} earlier", tick - 1)),
+        "{restored}"
+    );
+    let again = run_schedule(client_with_lease(&server.url(), Duration::from_secs(2)).await);
+    // The next claim (after the restart quarantine) records the tick in the data's new life.
+    let claimed = support::eventually(Duration::from_secs(30), || {
+        let record: Option<String> = server.cmd(&["GET", "lock:{nightly}:ticks"]);
+        record.is_some_and(|record| record.starts_with(&format!("{tick} ")))
+    })
+    .await;
+    again.shutdown().await.expect("a clean shutdown");
+    assert!(claimed, "the tick was claimed again after the restart");
+    assert_eq!(
+        *runs.lock().unwrap(),
+        [tick],
+        "a tick claimed after the snapshot is not run again after the restart"
+    );
+}
