@@ -171,7 +171,8 @@ struct Job {
     ended: Instant,
 }
 
-/// Runs the schedule `name` of 300 ms on two clients with a job of 700 ms until six jobs ran.
+/// Runs the schedule `name` of 300 ms on two clients with a job of 700 ms until six jobs ran;
+/// returns the jobs that began before the clients were shut down.
 async fn overrunning_jobs(server: &RedisServer, name: &str, overrun: Overrun) -> Vec<Job> {
     let jobs: Arc<Mutex<Vec<Job>>> = Arc::default();
     let mut handles = Vec::new();
@@ -201,6 +202,10 @@ async fn overrunning_jobs(server: &RedisServer, name: &str, overrun: Overrun) ->
         assert!(Instant::now() < deadline, "six jobs within 30 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The clients stop one after the other: a job the other instance starts once the first
+    // has handed its lock over is no late tick of the first, so it is left out of what the
+    // tests compare below (but not out of the check that one job runs at a time).
+    let shutdown_began = Instant::now();
     for handle in handles {
         handle.shutdown().await.expect("a clean shutdown");
     }
@@ -211,7 +216,9 @@ async fn overrunning_jobs(server: &RedisServer, name: &str, overrun: Overrun) ->
             "one job at a time: {pair:?}"
         );
     }
-    jobs
+    jobs.into_iter()
+        .filter(|job| job.started < shutdown_began)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
