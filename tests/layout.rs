@@ -1,6 +1,7 @@
-//! The crate's layout: dependencies between the files of `src/` point one way (no cycle), and
-//! no file of `src/` (binaries included) or of `tools/` (lockbench and the programs of the
-//! tests) grows past 600 lines.
+//! The repository's layout: dependencies between the files of each crate (the library,
+//! `lockctl` in `src/bin/`, lockbench in `tools/`) point one way (no cycle), and no file of
+//! `src/` (binaries included) or of `tools/` (lockbench and the programs of the tests) grows
+//! past 600 lines.
 //!
 //! A `use crate::…`, `use super::…` or a path written out in code (`crate::x::Y`) is an edge
 //! from its file to the file that defines the item, following re-exports (`pub use`) to the
@@ -14,7 +15,11 @@ use std::path::{Path, PathBuf};
 /// concern and is split.
 const MAX_LINES: usize = 600;
 
-/// One file of the crate: its module path and the code that counts (comments and the
+/// The crates of the repository whose files import each other, by their root folder: the
+/// single-file programs of `tools/programs` cannot hold a cycle.
+const CRATE_ROOTS: [&str; 3] = ["src", "src/bin/lockctl", "tools/lockbench/src"];
+
+/// One file of a crate: its module path and the code that counts (comments and the
 /// `#[cfg(test)]` module left out).
 struct SourceFile {
     path: PathBuf,
@@ -22,27 +27,40 @@ struct SourceFile {
     code: String,
 }
 
-/// The library's files: binaries are crates of their own, so their imports are no edges of
-/// the library's.
-fn source_files() -> Vec<SourceFile> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The files of the crate whose root is `folder` (relative to the repository); folders of
+/// other crates in it (`src/bin` under `src`) are left out.
+fn crate_files(folder: &str) -> Vec<SourceFile> {
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = repository.join(folder);
+    let others: Vec<PathBuf> = CRATE_ROOTS
+        .iter()
+        .map(|other| repository.join(other))
+        .filter(|other| *other != root && other.starts_with(&root))
+        .collect();
     let mut files: Vec<SourceFile> = rust_files_under(&root)
         .into_iter()
-        .filter_map(|path| {
-            let relative = path.strip_prefix(&root).expect("under src");
-            if relative.starts_with("bin") {
-                return None;
-            }
+        .filter(|path| {
+            !others.iter().any(|other| path.starts_with(other)) && !is_in_bin(path, &root)
+        })
+        .map(|path| {
+            let relative = path.strip_prefix(&root).expect("under the root");
             let text = std::fs::read_to_string(&path).expect("a source file");
-            Some(SourceFile {
+            SourceFile {
                 module: module_of(relative),
                 code: code_of(&text),
                 path: relative.to_path_buf(),
-            })
+            }
         })
         .collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
     files
+}
+
+/// Whether `path` is under the `bin` folder of the library's root: binaries are crates of
+/// their own, checked as such.
+fn is_in_bin(path: &Path, root: &Path) -> bool {
+    path.strip_prefix(root)
+        .is_ok_and(|relative| relative.starts_with("bin"))
 }
 
 /// Every `.rs` file under `folder`, sorted. Hidden folders and `target` are left out: a build
@@ -77,13 +95,14 @@ fn too_long(name: &str, lines: usize) -> Option<String> {
     })
 }
 
-/// `lib.rs` → [], `a.rs` → [a], `a/mod.rs` → [a], `a/b.rs` → [a, b].
+/// `lib.rs` and `main.rs` → [], `a.rs` → [a], `a/mod.rs` → [a], `a/b.rs` → [a, b].
 fn module_of(relative: &Path) -> Vec<String> {
     let mut parts: Vec<String> = relative
         .iter()
         .map(|part| part.to_string_lossy().trim_end_matches(".rs").to_owned())
         .collect();
-    if matches!(parts.last().map(String::as_str), Some("lib" | "mod")) {
+    let root_file = parts.len() == 1 && parts[0] == "main";
+    if root_file || matches!(parts.last().map(String::as_str), Some("lib" | "mod")) {
         parts.pop();
     }
     parts
@@ -125,7 +144,14 @@ fn named_paths(code: &str) -> Vec<String> {
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
-            paths.push(path.trim_end_matches(':').to_owned());
+            let path = path.trim_end_matches(':');
+            // `crate::{a, b}` opens a use tree, expanded above: the bare root is no item.
+            if !path
+                .split("::")
+                .all(|part| matches!(part, "crate" | "super" | "self"))
+            {
+                paths.push(path.to_owned());
+            }
             from = at + start.len();
         }
     }
@@ -206,10 +232,15 @@ fn resolve(
     let Some(item) = path.get(known) else {
         return Some(file);
     };
+    let source = &files[file];
+    // A module whose file lies outside the crate's folder (`#[path = "…"] mod x;`, a file
+    // shared with another program) is a leaf of its own: it names nothing of this crate.
+    if source.code.contains(&format!("mod {item};")) {
+        return None;
+    }
     if depth > 8 {
         return Some(file);
     }
-    let source = &files[file];
     // Re-exported here? Follow it to where it is defined.
     for named in named_paths(&source.code) {
         let last = named.rsplit("::").next().unwrap_or("");
@@ -296,17 +327,19 @@ fn find_cycle(count: usize, edges: &BTreeMap<usize, BTreeSet<usize>>) -> Option<
 }
 
 #[test]
-fn the_files_of_src_depend_on_each_other_one_way() {
-    let files = source_files();
-    assert!(files.len() > 10, "the crate's files were found");
-    let edges = edges(&files);
-    if let Some(cycle) = find_cycle(files.len(), &edges) {
-        let names: Vec<String> = cycle
-            .iter()
-            .chain(cycle.first())
-            .map(|&index| files[index].path.display().to_string())
-            .collect();
-        panic!("an import cycle: {}", names.join(" -> "));
+fn the_files_of_each_crate_depend_on_each_other_one_way() {
+    for root in CRATE_ROOTS {
+        let files = crate_files(root);
+        assert!(files.len() > 5, "the files of {root} were found");
+        let edges = edges(&files);
+        if let Some(cycle) = find_cycle(files.len(), &edges) {
+            let names: Vec<String> = cycle
+                .iter()
+                .chain(cycle.first())
+                .map(|&index| format!("{root}/{}", files[index].path.display()))
+                .collect();
+            panic!("an import cycle: {}", names.join(" -> "));
+        }
     }
 }
 
@@ -381,4 +414,31 @@ fn the_layout_check_finds_a_cycle_through_a_re_export() {
     let mut on_it: Vec<&Path> = cycle.iter().map(|&i| cyclic[i].path.as_path()).collect();
     on_it.sort();
     assert_eq!(on_it, [Path::new("a.rs"), Path::new("b/c.rs")]);
+}
+
+/// The checker on a binary's files: an item of `main.rs` used by a module `main.rs` calls is a
+/// cycle; a use tree opened at the root (`crate::{a, b}`) and a module whose file lies
+/// elsewhere (`#[path]`) are not.
+#[test]
+fn the_layout_check_finds_a_cycle_through_a_binarys_main() {
+    let file = |path: &str, code: &str| SourceFile {
+        path: PathBuf::from(path),
+        module: module_of(Path::new(path)),
+        code: code_of(code),
+    };
+    let one_way = [
+        file(
+            "main.rs",
+            "mod a; mod b;\n#[path = \"../x.rs\"] mod shared;\nuse crate::{a, b};",
+        ),
+        file("a.rs", "use crate::{b::run, shared::Thing};"),
+        file("b.rs", "pub fn run() {}"),
+    ];
+    assert_eq!(find_cycle(3, &edges(&one_way)), None);
+    let cyclic = [
+        file("main.rs", "mod a;\nuse crate::a::run;\nfn emit() {}"),
+        file("a.rs", "use crate::emit;\npub fn run() {}"),
+    ];
+    let cycle = find_cycle(2, &edges(&cyclic)).expect("the cycle main -> a -> main");
+    assert_eq!(cycle.len(), 2);
 }

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use crate::connect::Settings;
 use crate::operate::Watch;
+use crate::servers::{Settings, Topology};
 use crate::stranded::Stranded;
 
 /// What `parse` answers for `-h` and `--help`: the usage, on stdout, and exit 0.
@@ -56,17 +56,6 @@ impl Kind {
     fn is_semaphore(self) -> bool {
         matches!(self, Self::Semaphore { .. })
     }
-}
-
-/// Which Redis the URLs name.
-pub(crate) enum Topology {
-    /// One server (or, for `--kind redlock`, independent servers); before `connect::settle`,
-    /// also the plain `--url`s that may be nodes of a cluster.
-    Servers,
-    /// Seeds of one Redis Cluster.
-    Cluster,
-    /// Sentinels, and the name of the master they watch.
-    Sentinel(String),
 }
 
 /// What lockctl is asked to do, with the options it takes already checked.
@@ -313,10 +302,6 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Parsed, String> {
 fn pem_file(path: &str) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|err| format!("cannot read {path}: {err}"))
 }
-
-/// The usage error of several plain `--url` whose first is no cluster node.
-pub(crate) const SEVERAL_URLS: &str =
-    "several --url are for --kind redlock, --cluster or --sentinel (or nodes of a cluster)";
 
 /// A number option's value, or a usage error that quotes it.
 fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {

@@ -3,50 +3,14 @@
 //! shut down before lockctl exits; `stranded` makes its own connections, to each master.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
-use tower_redis_lock::{LockClient, LockClientBuilder, LockError, RedLock};
+use tower_redis_lock::{LockClient, LockError, RedLock};
 
-use crate::args::{Command, Kind, SEVERAL_URLS, Topology};
+use crate::args::{Command, Kind};
 use crate::dispatch::run_on;
 use crate::hold::{hold_redlock, lease_of};
+use crate::servers::{SEVERAL_URLS, Settings, Topology};
 use crate::stranded;
-
-/// The settings of lockctl's clients the options ask for.
-#[derive(Default)]
-pub(crate) struct Settings {
-    pub(crate) prefix: Option<String>,
-    pub(crate) instance_name: Option<String>,
-    /// `hold --watchdog-lease`: how long a held lock outlives a lockctl that stops renewing
-    /// it (killed, or cut off from Redis).
-    pub(crate) watchdog_lease: Option<Duration>,
-    /// `--tls-ca`: the CA certificate (PEM) a `rediss://` server's certificate must chain to.
-    pub(crate) tls_ca: Option<Vec<u8>>,
-    /// `--tls-cert` and `--tls-key`: a client certificate and its key (PEM).
-    pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl Settings {
-    /// The options given set on `builder`; the rest keep the library's defaults.
-    pub(crate) fn apply(&self, mut builder: LockClientBuilder) -> LockClientBuilder {
-        if let Some(prefix) = &self.prefix {
-            builder = builder.key_prefix(prefix);
-        }
-        if let Some(name) = &self.instance_name {
-            builder = builder.instance_name(name);
-        }
-        if let Some(lease) = self.watchdog_lease {
-            builder = builder.watchdog_lease(lease);
-        }
-        if let Some(ca) = &self.tls_ca {
-            builder = builder.tls_root_certificate(ca.clone());
-        }
-        if let Some((certificate, key)) = &self.tls_client {
-            builder = builder.tls_client_certificate(certificate.clone(), key.clone());
-        }
-        builder
-    }
-}
 
 /// What plain `--url`s (no `--cluster`, `--sentinel` or `--kind redlock`) name: the seeds of a
 /// cluster when the first URL's server is a node of one (`INFO cluster`), so that an operator

@@ -9,7 +9,8 @@ use tower_redis_lock::{LockClient, LockError};
 
 use crate::args::{Command, Kind};
 use crate::hold::{hold, hold_semaphore, lease_of};
-use crate::{emit, idempotent, operate};
+use crate::out::emit;
+use crate::{idempotent, operate};
 
 /// Runs `command` (any but a quorum lock's hold) with `locks`.
 pub(crate) async fn run_on(locks: &LockClient, command: Command) -> Result<ExitCode, LockError> {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tower_redis_lock::{ErrorKind, Lease, Lock, LockError, LostSignal, RedLock, Semaphore};
 
-use crate::emit;
+use crate::out::emit;
 use crate::show::millis;
 
 /// `--lease` fixes the lease; without it the watchdog keeps renewing it.

@@ -6,7 +6,7 @@ use serde_json::json;
 use tower_redis_lock::idempotency::IdempotencyRecords;
 use tower_redis_lock::{LockClient, LockError};
 
-use crate::emit;
+use crate::out::emit;
 use crate::out::sayln;
 use crate::show::{human, millis};
 

@@ -51,6 +51,7 @@ mod idempotent;
 mod nodes;
 mod operate;
 mod out;
+mod servers;
 mod show;
 mod stranded;
 
@@ -60,7 +61,7 @@ use serde_json::json;
 
 use crate::args::{Command, HELP, USAGE, parse};
 use crate::connect::{run, settle};
-use crate::out::sayln;
+use crate::out::{emit, sayln};
 use crate::stranded::Stranded;
 
 /// Parses, refuses a force-unlock or a deletion of stranded keys it cannot confirm, runs the
@@ -132,9 +133,4 @@ async fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// One JSON event a line on stdout, so scripts and tests follow `hold` as it happens.
-fn emit(event: serde_json::Value) {
-    sayln!("{event}");
 }

@@ -11,7 +11,7 @@ use redis::{
     RedisError, RedisResult, TlsCertificates,
 };
 
-use crate::connect::Settings;
+use crate::servers::Settings;
 
 /// How long a node may take to accept a connection, and to answer a command (a pipeline of
 /// a thousand `COUNTKEYSINSLOT` is one answer).

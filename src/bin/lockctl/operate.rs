@@ -9,7 +9,7 @@ use serde_json::json;
 use tower_redis_lock::inspect::LockSnapshot;
 use tower_redis_lock::{ErrorKind, LockClient, LockError, LockKind};
 
-use crate::emit;
+use crate::out::emit;
 use crate::out::{self, say, sayln};
 use crate::show::{self, human};
 

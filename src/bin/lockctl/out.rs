@@ -42,3 +42,8 @@ macro_rules! sayln {
 }
 
 pub(crate) use {say, sayln};
+
+/// One JSON event a line on stdout, so scripts and tests follow `hold` as it happens.
+pub(crate) fn emit(event: serde_json::Value) {
+    sayln!("{event}");
+}

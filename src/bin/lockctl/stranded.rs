@@ -18,12 +18,11 @@ use redis::{ConnectionInfo, IntoConnectionInfo, RedisError, RedisResult};
 use serde_json::json;
 use tower_redis_lock::{DEFAULT_PREFIX, LockClient, LockError, LockKeys};
 
-use crate::args::Topology;
-use crate::connect::Settings;
-use crate::emit;
 use crate::nodes::{NodeLine, SLOTS, client_for, cluster_nodes, connect, myself, parse_nodes};
 use crate::operate::confirmed;
+use crate::out::emit;
 use crate::out::sayln;
+use crate::servers::{Settings, Topology};
 
 /// What `lockctl stranded` is asked: whether to delete what it finds, without asking
 /// (`--yes`), and whether to print JSON.

@@ -6,7 +6,7 @@ use std::time::Instant;
 use redis::aio::MultiplexedConnection;
 use serde_json::json;
 
-use crate::Res;
+use crate::helpers::Res;
 use crate::child::ChildProcess;
 use crate::cpu::client_cpu_us_per_acq;
 use crate::deployment::Control;
@@ -18,6 +18,7 @@ use crate::output::{
     print_targets_header, run_json, target_json,
 };
 use crate::ratios::against_rslock;
+use crate::report::{Ping, RunReport};
 use crate::settings::Settings;
 use crate::summary::{summarise, targets};
 use crate::worker::{execute, prepare};
@@ -28,13 +29,6 @@ const PINGS: usize = 2000;
 /// Sequential PINGs of the probe before each run: the yardstick of that run's latencies,
 /// taken close to it, as other work on a shared machine moves round trips a lot.
 const RUN_PINGS: usize = 500;
-
-/// PING round trips from this runtime: the yardstick every latency is read against.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Ping {
-    pub(crate) p50_us: f64,
-    pub(crate) p99_us: f64,
-}
 
 /// `pings` sequential PINGs on one multiplexed connection, after a tenth as many uncounted
 /// ones: the first round trips of a fresh connection and runtime run slow.
@@ -54,17 +48,6 @@ async fn ping_probe(conn: &mut MultiplexedConnection, pings: usize) -> Res<Ping>
         p50_us: us(50),
         p99_us: us(99),
     })
-}
-
-/// One run's figures with what ran, kept for the summary over the repetitions.
-pub(crate) struct RunReport {
-    pub(crate) lock: Implementation,
-    pub(crate) workload: Workload,
-    pub(crate) rep: usize,
-    /// The 1-minute load when this repetition of the workload began: after the first, it
-    /// includes the benchmark's own earlier runs (the average lags by about a minute).
-    pub(crate) load_before: Option<f64>,
-    pub(crate) figures: Figures,
 }
 
 /// The whole benchmark; `Ok(false)` when some run broke mutual exclusion.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::Res;
+use crate::helpers::Res;
 use crate::worker::{execute, prepare};
 use crate::workload::{ProcessResult, RunSpec, Schedule};
 

@@ -3,21 +3,10 @@
 //! when it closes, and the parent divides the sum over the processes by the acquisitions
 //! each process's reading spans. Connecting, warming up and draining stay outside.
 
-use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use crate::helpers::now_us;
-use crate::workload::{ProcessResult, Schedule};
-
-/// One process's CPU time over the measured window, with the wall-clock instants of the two
-/// readings (a busy machine may take them late; the acquisitions are counted between them).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct CpuWindow {
-    /// User plus system CPU µs of the whole process between the two readings.
-    pub(crate) cpu_us: i64,
-    pub(crate) from_us: i64,
-    pub(crate) to_us: i64,
-}
+use crate::workload::{CpuWindow, ProcessResult, Schedule};
 
 /// Starts reading the process's CPU time at the window's opening and at its close, on a
 /// thread of its own: a reading taken by a task would wait for a busy runtime. Call it

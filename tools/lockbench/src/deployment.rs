@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use tower_redis_lock::LockClient;
 
 use crate::helpers::connect;
-use crate::{Res, commandstats};
+use crate::commandstats;
+use crate::helpers::Res;
 
 /// The Redis a run talks to: one server's URL, or the seed URLs of a cluster.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -1,11 +1,15 @@
-//! Small helpers every part shares: the connection, the wall clock both processes read, and
-//! the arithmetic of percentiles and number formatting.
+//! Small helpers every part shares: the error type, the connection, the wall clock both
+//! processes read, and the arithmetic of percentiles and number formatting.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 
-use crate::Res;
+/// Every failure ends the benchmark (exit code 3): only its message is reported, so one boxed
+/// error type serves every part.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The result of anything that talks to Redis or to the other process.
+pub(crate) type Res<T> = Result<T, BoxError>;
 
 /// A multiplexed connection: many workers share it without waiting for each other's
 /// replies.

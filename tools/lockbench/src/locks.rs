@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tower_redis_lock::{Lock, LockClient, LockGuard};
 
-use crate::Res;
+use crate::helpers::Res;
 use crate::deployment::Deployment;
 use crate::helpers::connect;
 use crate::workload::Implementation;

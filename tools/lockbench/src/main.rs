@@ -53,6 +53,7 @@ mod load;
 mod locks;
 mod output;
 mod ratios;
+mod report;
 mod settings;
 mod summary;
 mod worker;
@@ -63,12 +64,6 @@ use std::process::ExitCode;
 use crate::bench::bench;
 use crate::child::child_main;
 use crate::settings::{USAGE, parse};
-
-/// Every failure ends the benchmark (exit code 3): only its message is reported, so one boxed
-/// error type serves every part.
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// The result of anything that talks to Redis or to the other process.
-type Res<T> = Result<T, BoxError>;
 
 #[tokio::main]
 async fn main() -> ExitCode {

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::bench::{Ping, RunReport};
+use crate::report::{Ping, RunReport};
 use crate::figures::Figures;
 use crate::helpers::{fixed, round, us};
 use crate::load::{StartLoad, load_average, shown};

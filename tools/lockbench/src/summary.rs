@@ -1,7 +1,7 @@
 //! The summary over the repetitions (medians, violations summed) and the targets this
 //! library is held to, read on it.
 
-use crate::bench::{Ping, RunReport};
+use crate::report::{Ping, RunReport};
 use crate::figures::Figures;
 use crate::helpers::{fixed, median, us};
 use crate::workload::{Implementation, Workload};

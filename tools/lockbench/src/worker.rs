@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::Res;
+use crate::helpers::Res;
 use crate::cpu::measure_window;
 use crate::deployment::{Deployment, Store};
 use crate::helpers::{now_us, sleep_until};

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cpu::CpuWindow;
 use crate::deployment::Deployment;
 use crate::helpers::{micros, now_us};
 
@@ -236,4 +235,14 @@ pub(crate) struct ProcessResult {
     pub(crate) increments: u64,
     /// The process's CPU time over the measured window; `None` if it could not be read.
     pub(crate) cpu: Option<CpuWindow>,
+}
+
+/// One process's CPU time over the measured window, with the wall-clock instants of the two
+/// readings (a busy machine may take them late; the acquisitions are counted between them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CpuWindow {
+    /// User plus system CPU µs of the whole process between the two readings.
+    pub(crate) cpu_us: i64,
+    pub(crate) from_us: i64,
+    pub(crate) to_us: i64,
 }
