@@ -160,6 +160,7 @@ mod lease;
 mod lock;
 mod lock_kind;
 mod meter;
+mod rejection_kind;
 mod scopes;
 pub mod singleton;
 mod singleton_records;

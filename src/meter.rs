@@ -15,6 +15,7 @@ mod leadership;
 use crate::error::ErrorKind;
 use crate::lease::LostReason;
 use crate::lock_kind::LockKind;
+use crate::rejection_kind::RejectionKind;
 pub(crate) use labels::{HandOverPath, IdempotentOutcome, Renewal, kind_label, lost_label};
 #[cfg(feature = "metrics")]
 use labels::{KINDS, LOST_REASONS, OUTCOMES, REDIS_ERROR_KINDS};
@@ -180,7 +181,7 @@ pub(crate) fn start_at_zero() {
         for kind in REDIS_ERROR_KINDS {
             metrics::counter!(REDIS_ERRORS, "kind" => kind).increment(0);
         }
-        for reason in crate::layer::RejectionKind::ALL {
+        for reason in RejectionKind::ALL {
             metrics::counter!(LAYER_REJECTIONS, "reason" => reason.as_str()).increment(0);
         }
         for outcome in IdempotentOutcome::ALL {
@@ -366,10 +367,10 @@ pub(crate) fn redis_error(kind: ErrorKind) {
     let _ = redis_error_label(kind);
 }
 
-/// Counts a request the layer answered itself, by the rejection's kind.
-pub(crate) fn layer_rejection(reason: &'static str) {
+/// Counts a request a layer answered itself, by the rejection's kind.
+pub(crate) fn layer_rejection(reason: RejectionKind) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(LAYER_REJECTIONS, "reason" => reason).increment(1);
+    metrics::counter!(LAYER_REJECTIONS, "reason" => reason.as_str()).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = reason;
 }

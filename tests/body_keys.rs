@@ -163,6 +163,11 @@ fn transfer_body(from: &str, to: &str) -> String {
     format!(r#"{{"from_account":"{from}","to_account":"{to}","amount":5}}"#)
 }
 
+/// `app`'s answer to a JSON POST of `body`.
+async fn send_body(app: &Router, body: Body) -> Response {
+    app.clone().oneshot(post_json(body)).await.unwrap()
+}
+
 fn spawn_call(app: &Router, request: Request<Body>) -> JoinHandle<Response> {
     let app = app.clone();
     tokio::spawn(async move { app.oneshot(request).await.unwrap() })
@@ -415,6 +420,19 @@ async fn a_body_without_its_keys_or_not_json_is_400_and_never_reaches_redis() {
             "{body}"
         );
     }
+    // A body that fails while it is read (the client went away) is no bad key: its own kind.
+    let broken = futures_util::stream::iter([
+        Ok(Bytes::from_static(b"{\"from_account\"")),
+        Err(std::io::Error::other("connection reset")),
+    ]);
+    let response = send_body(&app, Body::from_stream(broken)).await;
+    assert_eq!(
+        text(response).await,
+        (
+            StatusCode::BAD_REQUEST,
+            "request body could not be read\n".to_owned()
+        )
+    );
     assert_eq!(desk.finished.load(Ordering::SeqCst), 0, "no handler ran");
     assert_eq!(server.keys_besides_epoch(), 0, "no key reached redis");
 

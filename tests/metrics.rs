@@ -683,6 +683,18 @@ async fn the_idempotency_layer_counts_what_it_did_with_each_request() {
             "{outcome}"
         );
     }
+    // Its answers are the layers' rejections too, by reason, as the lock layer's are.
+    for (reason, count) in [
+        ("idempotency_key_reused", 1),
+        ("invalid_idempotency_key", 1),
+        ("idempotency_in_progress", 0),
+    ] {
+        assert_eq!(
+            recorded.counter("redis_lock_layer_rejections_total", &[("reason", reason)]),
+            count,
+            "{reason}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -23,8 +23,10 @@ use super::storable::storable;
 use crate::error::{ErrorKind, LockError};
 use crate::guard::LostSignal;
 use crate::guarded_write::GuardedWrites;
+use crate::layer::answer::answer;
 use crate::layer::buffer::{ReadBody, ReadError, declared_over};
 use crate::layer::held::HeldGuards;
+use crate::layer::log::LayerLog;
 use crate::layer::{BufferedBody, OnRedisUnavailable, Reject, Rejection, RejectionKind};
 use crate::lock::Lock;
 use crate::meter::{self, IdempotentOutcome};
@@ -36,6 +38,7 @@ pub(crate) struct Flow<R> {
     pub(crate) key: String,
     pub(crate) reject: R,
     pub(crate) settings: Arc<Settings>,
+    pub(crate) log: Arc<LayerLog>,
     pub(crate) grpc: bool,
 }
 
@@ -431,7 +434,7 @@ impl<R> Flow<R> {
                 meter::idempotent(IdempotentOutcome::Rejected);
                 let rejection =
                     Rejection::from_error(error, self.grpc, Vec::new(), self.settings.retry_after);
-                Ok(self.reject.reject(&rejection))
+                Ok(answer(&rejection, &self.reject, &self.log))
             }
         }
     }
@@ -447,7 +450,7 @@ impl<R> Flow<R> {
             detail,
             self.settings.retry_after,
         );
-        self.reject.reject(&rejection)
+        answer(&rejection, &self.reject, &self.log)
     }
 
     fn rejected<ResB, E>(&self, kind: RejectionKind, detail: String) -> Result<Response<ResB>, E>

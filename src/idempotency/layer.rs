@@ -10,6 +10,7 @@ use super::record::IdempotencyRecords;
 use super::service::IdempotencyService;
 use super::settings::{BodyComparison, OnUnknownOutcome, Settings, StoredAnswers};
 use crate::client::LockClient;
+use crate::layer::log::LayerLog;
 use crate::layer::{ConstantKey, DefaultRejection, OnMissingKey, OnRedisUnavailable};
 use crate::lease::Lease;
 
@@ -31,6 +32,7 @@ pub struct IdempotencyLayer<E = ConstantKey, R = DefaultRejection> {
     scope: E,
     reject: R,
     settings: Arc<Settings>,
+    log: Arc<LayerLog>,
 }
 
 impl IdempotencyLayer {
@@ -41,6 +43,7 @@ impl IdempotencyLayer {
             scope: ConstantKey::new("all"),
             reject: DefaultRejection,
             settings: Arc::new(Settings::default()),
+            log: Arc::default(),
         }
     }
 }
@@ -62,6 +65,7 @@ impl<E, R> IdempotencyLayer<E, R> {
             scope,
             reject: self.reject,
             settings: self.settings,
+            log: self.log,
         }
     }
 
@@ -162,6 +166,7 @@ impl<E, R> IdempotencyLayer<E, R> {
             scope: self.scope,
             reject,
             settings: self.settings,
+            log: self.log,
         }
     }
 }
@@ -176,6 +181,7 @@ impl<S, E: Clone, R: Clone> Layer<S> for IdempotencyLayer<E, R> {
             self.scope.clone(),
             self.reject.clone(),
             self.settings.clone(),
+            self.log.clone(),
         )
     }
 }

@@ -12,6 +12,8 @@ use super::record::IdempotencyRecords;
 use super::replay_body::ReplayableBody;
 use super::request_key::{RequestKey, request_key};
 use super::settings::Settings;
+use crate::layer::answer::answer;
+use crate::layer::log::LayerLog;
 use crate::layer::reject::is_grpc;
 use crate::layer::{KeyExtractor, OnMissingKey, Reject, Rejection, RejectionKind};
 use crate::meter::{self, IdempotentOutcome};
@@ -24,6 +26,7 @@ pub struct IdempotencyService<S, E, R> {
     scope: E,
     reject: R,
     settings: Arc<Settings>,
+    log: Arc<LayerLog>,
 }
 
 impl<S, E, R> IdempotencyService<S, E, R> {
@@ -33,6 +36,7 @@ impl<S, E, R> IdempotencyService<S, E, R> {
         scope: E,
         reject: R,
         settings: Arc<Settings>,
+        log: Arc<LayerLog>,
     ) -> Self {
         Self {
             inner,
@@ -40,6 +44,7 @@ impl<S, E, R> IdempotencyService<S, E, R> {
             scope,
             reject,
             settings,
+            log,
         }
     }
 
@@ -77,7 +82,7 @@ where
         let reject = |kind, detail: String| {
             meter::idempotent(IdempotentOutcome::Rejected);
             let rejection = Rejection::new(kind, grpc, Vec::new(), detail, settings.retry_after);
-            answer_now(self.reject.reject(&rejection))
+            answer_now(answer(&rejection, &self.reject, &self.log))
         };
         let scope = match self.scope.extract(&request) {
             Ok(scope) => scope,
@@ -106,6 +111,7 @@ where
             key,
             reject: self.reject.clone(),
             settings: settings.clone(),
+            log: self.log.clone(),
             grpc,
         };
         ResponseFuture::detached(flow.run(inner, request))

@@ -20,6 +20,7 @@ use pin_project::pin_project;
 use tokio::time::Instant;
 use tower::Service;
 
+use super::answer::answer;
 use super::context::LockContext;
 use super::held::HeldGuards;
 use super::log::LayerLog;
@@ -30,7 +31,7 @@ use crate::error::{ErrorKind, LockError};
 use crate::guard::LockGuard;
 use crate::keys::display_names;
 use crate::lease::LostReason;
-use crate::meter::{self, kind_label};
+use crate::meter::kind_label;
 
 /// The future of [`LockService`](super::LockService).
 #[pin_project]
@@ -247,10 +248,8 @@ where
                 StateProj::Rejected { rejection } => {
                     let rejection = rejection.take().expect("polled after completion");
                     this.span.record("outcome", rejection.kind().as_str());
-                    meter::layer_rejection(rejection.kind().as_str());
-                    this.log.rejected(&rejection);
                     this.state.set(State::Done);
-                    return Poll::Ready(Ok(this.reject.reject(&rejection)));
+                    return Poll::Ready(Ok(answer(&rejection, this.reject, this.log)));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }

@@ -11,8 +11,8 @@ use http::Request;
 use tokio::time::Instant;
 
 use super::reject::Rejection;
-use super::rejection_kind::RejectionKind;
 use crate::keys::{display_name, display_names};
+use crate::rejection_kind::RejectionKind;
 
 /// Shortest time between two log lines of one kind.
 const EVERY: Duration = Duration::from_secs(1);
@@ -54,9 +54,9 @@ impl LayerLog {
         Some(std::mem::take(&mut window.unlogged))
     }
 
-    /// A request the layer answered itself: INFO, WARN for a handler cancelled because its
-    /// lease was lost while it ran, or ERROR for instances that disagree on a limit (an
-    /// operator must fix a configuration; no retry will).
+    /// A request a layer answered itself: INFO, WARN for a lease lost (while the handler
+    /// ran, or before it started or its response was stored), or ERROR for instances that
+    /// disagree on a limit (an operator must fix a configuration; no retry will).
     pub(crate) fn rejected(&self, rejection: &Rejection) {
         let kind = rejection.kind();
         let Some(unlogged) = self.due(kind.as_str()) else {
@@ -65,7 +65,7 @@ impl LayerLog {
         let keys = display_names(rejection.keys());
         let detail = rejection.detail();
         if kind == RejectionKind::LeaseLost {
-            tracing::warn!(%keys, detail, unlogged, "lease lost while the handler ran; cancelled it");
+            tracing::warn!(%keys, detail, unlogged, "lock lease lost; the request was answered as such");
         } else if kind == RejectionKind::PermitsMismatch {
             tracing::error!(
                 %keys,

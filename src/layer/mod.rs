@@ -1,5 +1,6 @@
 #![doc = include_str!("guide.md")]
 
+pub(crate) mod answer;
 #[cfg(feature = "axum")]
 mod axum_support;
 mod body;
@@ -11,14 +12,14 @@ pub(crate) mod held;
 mod json_keys;
 #[allow(clippy::module_inception)]
 mod layer;
-mod log;
+pub(crate) mod log;
 mod policy;
 pub(crate) mod reject;
-mod rejection_kind;
 mod service;
 
 pub mod future;
 
+pub use crate::rejection_kind::RejectionKind;
 #[cfg(feature = "axum")]
 pub use axum_support::{MissingLockContext, PathParamKey};
 pub use body::RejectionBody;
@@ -37,5 +38,4 @@ pub use policy::{
     OnRedisUnavailable, Sharing,
 };
 pub use reject::{DefaultRejection, ProblemJson, Reject, Rejection};
-pub use rejection_kind::RejectionKind;
 pub use service::LockService;

@@ -8,10 +8,10 @@ use http::{HeaderValue, Request, Response, StatusCode};
 
 use super::body::RejectionBody;
 use super::policy::DEFAULT_RETRY_AFTER;
-use super::rejection_kind::RejectionKind;
 use crate::error::{ErrorKind, LockError};
 use crate::keys::display_names;
 use crate::lease::LostReason;
+use crate::rejection_kind::RejectionKind;
 
 /// A request the layer answered itself, with what a response needs to say.
 #[derive(Debug)]

@@ -11,8 +11,8 @@ use super::future::ResponseFuture;
 use super::log::LayerLog;
 use super::policy::{OnMissingKey, Policy};
 use super::reject::{Reject, Rejection, is_grpc};
-use super::rejection_kind::RejectionKind;
 use crate::client::LockClient;
+use crate::rejection_kind::RejectionKind;
 
 /// The service [`LockLayer`](super::LockLayer) wraps around an inner service.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::super::buffer::DEFAULT_MAX_BODY;
 use super::super::extract::{InvalidKey, KeyExtractor, Keys};
-use super::super::rejection_kind::RejectionKind;
+use crate::rejection_kind::RejectionKind;
 
 /// Lock keys read from a JSON request body: both the body layer that reads them
 /// ([`JsonKeys::layer`]) and the [`KeyExtractor`] a [`LockLayer`](super::super::LockLayer)

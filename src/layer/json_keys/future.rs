@@ -15,13 +15,13 @@ use http_body::Body;
 use pin_project::pin_project;
 use tower::Service;
 
+use super::super::answer::answer;
 use super::super::buffer::{BufferedBody, ReadBody, ReadError};
 use super::super::log::LayerLog;
 use super::super::policy::DEFAULT_RETRY_AFTER;
 use super::super::reject::{Reject, Rejection, is_grpc};
-use super::super::rejection_kind::RejectionKind;
 use super::find::JsonKeys;
-use crate::meter;
+use crate::rejection_kind::RejectionKind;
 
 /// The future of [`JsonKeysService`](super::JsonKeysService).
 #[pin_project]
@@ -153,10 +153,8 @@ where
                 }
                 StateProj::Rejected { rejection } => {
                     let rejection = rejection.take().expect("polled after completion");
-                    meter::layer_rejection(rejection.kind().as_str());
-                    this.log.rejected(&rejection);
                     this.state.set(State::Done);
-                    return Poll::Ready(Ok(this.reject.reject(&rejection)));
+                    return Poll::Ready(Ok(answer(&rejection, this.reject, this.log)));
                 }
                 StateProj::Done => panic!("JsonKeysFuture polled after completion"),
             }
@@ -190,7 +188,7 @@ impl<S> Waiting<S> {
                 return refused(RejectionKind::BodyTooLarge, Vec::new(), error.to_string());
             }
             Err(error @ ReadError::Failed(_)) => {
-                return refused(RejectionKind::InvalidKey, Vec::new(), error.to_string());
+                return refused(RejectionKind::BodyUnreadable, Vec::new(), error.to_string());
             }
         };
         match keys.find(&bytes) {

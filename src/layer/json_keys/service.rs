@@ -14,9 +14,9 @@ use super::super::buffer::declared_over;
 use super::super::log::LayerLog;
 use super::super::policy::DEFAULT_RETRY_AFTER;
 use super::super::reject::{Reject, Rejection, is_grpc};
-use super::super::rejection_kind::RejectionKind;
 use super::find::JsonKeys;
 use super::future::JsonKeysFuture;
+use crate::rejection_kind::RejectionKind;
 
 /// The service [`JsonKeysLayer`](super::JsonKeysLayer) wraps around an inner service.
 ///

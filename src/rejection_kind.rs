@@ -1,5 +1,5 @@
-//! Why the layer answered a request itself: a [`RejectionKind`], named in logs, metrics and
-//! problem+json answers.
+//! Why a layer answered a request itself: a [`RejectionKind`], named in logs, metrics and
+//! problem+json answers. It sits below the layers and the meter, which both name it.
 
 /// Why the layer answered a request itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -22,7 +22,7 @@ pub enum RejectionKind {
     /// The wait bound passed during a restart quarantine: Redis lost its data and grants no
     /// lock until every holder of a lost lock has been told.
     RestartQuarantine,
-    /// A key's limit ([`LockLayer::limit`](super::LockLayer::limit)) is held in Redis with
+    /// A key's limit ([`LockLayer::limit`](crate::LockLayer::limit)) is held in Redis with
     /// another count than this layer's: two instances are configured differently. The
     /// request did not run; a retry cannot help until the configurations agree.
     PermitsMismatch,
