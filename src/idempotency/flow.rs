@@ -11,7 +11,6 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, response};
 use tower::Service;
 
-use super::capture::{Captured, capture};
 use super::context::{ContextParts, IdempotencyContext};
 use super::fingerprint::fingerprint;
 use super::record::{
@@ -24,7 +23,7 @@ use crate::error::{ErrorKind, LockError};
 use crate::guard::LostSignal;
 use crate::guarded_write::GuardedWrites;
 use crate::layer::answer::answer;
-use crate::layer::buffer::{ReadBody, ReadError, declared_over};
+use crate::layer::buffer::{Captured, ReadBody, ReadError, capture, declared_over, request_bytes};
 use crate::layer::held::HeldGuards;
 use crate::layer::log::LayerLog;
 use crate::layer::{BufferedBody, OnRedisUnavailable, Reject, Rejection, RejectionKind};
@@ -121,7 +120,7 @@ impl<R> Flow<R> {
             return Err(self.rejected(RejectionKind::BodyTooLarge, detail));
         }
         let (mut parts, body) = request.into_parts();
-        match ReadBody::new(body, bound).await {
+        match request_bytes(ReadBody::new(body, bound).await, bound) {
             Ok(data) => {
                 let fingerprint = fingerprint(&parts, &data, self.settings.body_comparison);
                 parts.extensions.insert(BufferedBody::new(data.clone()));

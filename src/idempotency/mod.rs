@@ -165,7 +165,6 @@
 //! whole record (started, committed, answered). The metric `redis_lock_idempotent_total`
 //! counts each outcome ([`crate::guide::operating`]).
 
-mod capture;
 mod context;
 mod durability;
 mod fingerprint;

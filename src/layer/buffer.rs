@@ -1,7 +1,8 @@
-//! Reading a request body into memory up to a bound, for the layers that look inside it
-//! (keys in a JSON body): the length a request declares is checked before a byte is read,
-//! the bytes as they arrive, and the body handed on is rebuilt from the same bytes, which
-//! stay in the request's extensions ([`BufferedBody`]) for later layers and the handler.
+//! Reading a body into memory up to a bound, for the layers that look inside it (keys in a
+//! JSON body, an idempotent request's fingerprint, an idempotent response to store): the
+//! length a request declares is checked before a byte is read, the bytes as they arrive, and
+//! the request body handed on is rebuilt from the same bytes, which stay in the request's
+//! extensions ([`BufferedBody`]) for later layers and the handler.
 
 use std::error::Error;
 use std::fmt;
@@ -9,10 +10,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use http::Request;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
-use http_body::Body;
+use http::{HeaderMap, Request};
+use http_body::{Body, Frame};
 use http_body_util::LengthLimitError;
 use pin_project::pin_project;
 
@@ -71,53 +72,145 @@ pub(crate) fn declared_over<B: Body>(request: &Request<B>, limit: usize) -> Opti
     (declared > limit).then_some(declared)
 }
 
-/// Reads a body to its end, failing as soon as it holds more than `limit` bytes (the bytes
-/// past it are never buffered). Trailers are dropped: the body handed on has none.
+/// Reads a body to its end unless it holds more than `bound` bytes, frame by frame: the one
+/// reader of the crate, for requests (keys in a JSON body, an idempotent request's
+/// fingerprint) and for responses (an idempotent response to store). A body that says
+/// beforehand it is longer (its exact or lowest size) is not read at all; a longer one is
+/// read no further than the frame that passes the bound.
 #[pin_project]
 #[derive(Debug)]
 pub(crate) struct ReadBody<B> {
     #[pin]
     body: B,
-    bytes: BytesMut,
-    limit: usize,
+    read: Vec<Frame<Bytes>>,
+    length: usize,
+    bound: usize,
+    started: bool,
+}
+
+/// How far a [`ReadBody`] got.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// To the body's end: its bytes and trailers.
+    Whole {
+        data: Bytes,
+        trailers: Option<HeaderMap>,
+    },
+    /// Past the bound: what was read is kept in the reader ([`ReadBody::into_parts`]).
+    Over,
 }
 
 impl<B> ReadBody<B> {
-    pub(crate) fn new(body: B, limit: usize) -> Self {
+    pub(crate) fn new(body: B, bound: usize) -> Self {
         Self {
             body,
-            bytes: BytesMut::new(),
-            limit,
+            read: Vec::new(),
+            length: 0,
+            bound,
+            started: false,
+        }
+    }
+
+    /// After [`Reading::Over`]: the frames read, and the body to read the rest from.
+    pub(crate) fn into_parts(self) -> (Vec<Frame<Bytes>>, B) {
+        (self.read, self.body)
+    }
+}
+
+impl<B: Body> Future for ReadBody<B> {
+    type Output = Result<Reading, B::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let bound = u64::try_from(*this.bound).unwrap_or(u64::MAX);
+        if !std::mem::replace(this.started, true) && this.body.size_hint().lower() > bound {
+            return Poll::Ready(Ok(Reading::Over));
+        }
+        loop {
+            let Some(frame) = ready!(this.body.as_mut().poll_frame(cx)) else {
+                let read = std::mem::take(this.read);
+                return Poll::Ready(Ok(whole(read, *this.length)));
+            };
+            let frame = frame?.map_data(|mut data| data.copy_to_bytes(data.remaining()));
+            if let Some(data) = frame.data_ref() {
+                *this.length = this.length.saturating_add(data.len());
+            }
+            this.read.push(frame);
+            if *this.length > *this.bound {
+                return Poll::Ready(Ok(Reading::Over));
+            }
         }
     }
 }
 
-impl<B> Future for ReadBody<B>
-where
-    B: Body,
-    B::Error: Into<Box<dyn Error + Send + Sync>>,
-{
-    type Output = Result<Bytes, ReadError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        loop {
-            let Some(frame) = ready!(this.body.as_mut().poll_frame(cx)) else {
-                return Poll::Ready(Ok(std::mem::take(this.bytes).freeze()));
-            };
-            let frame = match frame {
-                Ok(frame) => frame,
-                Err(error) => return Poll::Ready(Err(read_error(error.into()))),
-            };
-            let Ok(data) = frame.into_data() else {
-                continue; // trailers
-            };
-            let len = bytes::Buf::remaining(&data);
-            if this.bytes.len().saturating_add(len) > *this.limit {
-                return Poll::Ready(Err(ReadError::TooLarge(Some(*this.limit))));
+/// A body read to its end: its data in one piece (the one chunk as it came, when there was
+/// one) and its trailers.
+fn whole(read: Vec<Frame<Bytes>>, length: usize) -> Reading {
+    let mut chunks = Vec::with_capacity(read.len());
+    let mut trailers: Option<HeaderMap> = None;
+    for frame in read {
+        match frame.into_data() {
+            Ok(chunk) => chunks.push(chunk),
+            Err(frame) => {
+                if let Ok(more) = frame.into_trailers() {
+                    trailers.get_or_insert_with(HeaderMap::new).extend(more);
+                }
             }
-            this.bytes.put(data);
         }
+    }
+    let data = if chunks.len() == 1 {
+        chunks.pop().unwrap_or_default()
+    } else {
+        let mut data = BytesMut::with_capacity(length);
+        for chunk in chunks {
+            data.put(chunk);
+        }
+        data.freeze()
+    };
+    Reading::Whole { data, trailers }
+}
+
+/// A body read as far as the bound let it be, with what is left of it.
+pub(crate) enum Captured<B> {
+    /// Read to its end: its bytes and trailers.
+    Whole {
+        data: Bytes,
+        trailers: Option<HeaderMap>,
+    },
+    /// Longer than the bound: the frames read so far, and the body to read the rest from.
+    Over { read: Vec<Frame<Bytes>>, rest: B },
+}
+
+/// Reads `body` with [`ReadBody`], keeping the rest of one over the bound (an idempotent
+/// response too long to store still goes to its client whole).
+///
+/// # Errors
+///
+/// The body's own error, while it was read.
+pub(crate) async fn capture<B: Body + Unpin>(
+    body: B,
+    bound: usize,
+) -> Result<Captured<B>, B::Error> {
+    let mut reader = ReadBody::new(body, bound);
+    Ok(match (&mut reader).await? {
+        Reading::Whole { data, trailers } => Captured::Whole { data, trailers },
+        Reading::Over => {
+            let (read, rest) = reader.into_parts();
+            Captured::Over { read, rest }
+        }
+    })
+}
+
+/// A request body as the layers that look inside it take it: its bytes when it was read
+/// whole within `bound` (trailers dropped: the body handed on has none), else why not.
+pub(crate) fn request_bytes<E>(read: Result<Reading, E>, bound: usize) -> Result<Bytes, ReadError>
+where
+    E: Into<Box<dyn Error + Send + Sync>>,
+{
+    match read {
+        Ok(Reading::Whole { data, .. }) => Ok(data),
+        Ok(Reading::Over) => Err(ReadError::TooLarge(Some(bound))),
+        Err(error) => Err(read_error(error.into())),
     }
 }
 
@@ -160,13 +253,51 @@ mod tests {
         B: Body,
         B::Error: Into<Box<dyn Error + Send + Sync>>,
     {
-        ReadBody::new(body, limit)
+        let read = ReadBody::new(body, limit)
             .now_or_never()
-            .expect("a body in memory is ready")
+            .expect("a body in memory is ready");
+        request_bytes(read, limit)
     }
 
     #[test]
-    fn a_body_is_read_up_to_its_limit_and_not_a_byte_past_it() {
+    fn a_body_over_the_bound_keeps_what_was_read_and_the_rest_to_read() {
+        let mut reader = ReadBody::new(chunks(&["ab", "cde", "f"]), 4);
+        let reading = (&mut reader).now_or_never().expect("ready").unwrap();
+        assert_eq!(reading, Reading::Over);
+        let (read, rest) = reader.into_parts();
+        let read: Vec<Bytes> = read
+            .into_iter()
+            .filter_map(|f| f.into_data().ok())
+            .collect();
+        assert_eq!(read, ["ab", "cde"], "read up to the frame past the bound");
+        let rest = rest.collect().now_or_never().expect("ready").unwrap();
+        assert_eq!(rest.to_bytes(), "f");
+
+        // A body that says it is longer is not read at all.
+        let mut long = ReadBody::new(Full::new(Bytes::from_static(b"five!")), 4);
+        assert_eq!((&mut long).now_or_never().unwrap().unwrap(), Reading::Over);
+        assert!(long.into_parts().0.is_empty());
+
+        // Trailers come with the data of a body read whole.
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", "0".parse().unwrap());
+        let frames = vec![
+            Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"ok"))),
+            Ok(Frame::trailers(trailers.clone())),
+        ];
+        let body = StreamBody::new(stream::iter(frames));
+        let reading = ReadBody::new(body, 4).now_or_never().unwrap().unwrap();
+        assert_eq!(
+            reading,
+            Reading::Whole {
+                data: Bytes::from_static(b"ok"),
+                trailers: Some(trailers)
+            }
+        );
+    }
+
+    #[test]
+    fn a_body_is_read_up_to_its_limit_and_refused_past_it() {
         assert_eq!(read(chunks(&["ab", "cd"]), 4), Ok(Bytes::from("abcd")));
         assert_eq!(
             read(chunks(&["ab", "cde"]), 4),

@@ -16,7 +16,7 @@ use pin_project::pin_project;
 use tower::Service;
 
 use super::super::answer::answer;
-use super::super::buffer::{BufferedBody, ReadBody, ReadError};
+use super::super::buffer::{BufferedBody, ReadBody, ReadError, request_bytes};
 use super::super::log::LayerLog;
 use super::super::policy::DEFAULT_RETRY_AFTER;
 use super::super::reject::{Reject, Rejection, is_grpc};
@@ -133,8 +133,9 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Reading { body, waiting } => {
-                    let outcome = ready!(body.poll(cx));
+                    let read = ready!(body.poll(cx));
                     let waiting = waiting.take().expect("polled after the body was read");
+                    let outcome = request_bytes(read, waiting.keys.max_body_bytes());
                     this.state.set(waiting.read(outcome));
                 }
                 StateProj::Calling { service, request } => {
