@@ -508,64 +508,75 @@ impl LockClientBuilder {
     /// cannot be asked: a client so told connects here);
     /// [`ErrorKind::InvalidName`] for a prefix containing `{` or `}`.
     pub async fn build(self) -> Result<LockClient> {
+        self.refuse_pool_and_tls()?;
         let mut config = self.config;
         config.renew_interval = self.renew_interval.unwrap_or(config.watchdog_lease / 3);
         validate_prefix(&config.prefix)?;
         config.validate()?;
-        if let Some(seeds) = &self.cluster {
-            if self.pool.is_some() || self.endpoint.tls.is_set() {
-                return Err(LockError::new(
-                    ErrorKind::InvalidConfig,
-                    "a cluster client takes neither a pool of the caller's nor TLS certificates",
-                ));
-            }
-            let connections = Arc::new(Connections::cluster(
-                cluster_builder(seeds, config.command_timeout)
+        let (connections, wake_source, server) = match (&self.cluster, &self.sentinel) {
+            (Some(seeds), _) => {
+                let cluster = cluster_builder(seeds, config.command_timeout)
                     .build()
                     .map_err(|err| {
                         LockError::with_source(ErrorKind::InvalidConfig, "invalid cluster url", err)
-                    })?,
-                config.command_timeout,
-            ));
-            let wake_source =
-                WakeSource::Cluster(Box::new(cluster_builder(seeds, config.command_timeout)));
-            let server = format!("cluster {}", seeds.join(","));
-            return start(config, connections, wake_source, server).await;
-        }
-        if let Some((urls, master_name)) = &self.sentinel {
-            if self.pool.is_some() || self.endpoint.tls.is_set() {
-                return Err(LockError::new(
-                    ErrorKind::InvalidConfig,
-                    "a Sentinel client takes neither a pool of the caller's nor TLS certificates",
-                ));
+                    })?;
+                let connections = Connections::cluster(cluster, config.command_timeout);
+                let wake_source =
+                    WakeSource::Cluster(Box::new(cluster_builder(seeds, config.command_timeout)));
+                (
+                    connections,
+                    wake_source,
+                    format!("cluster {}", seeds.join(",")),
+                )
             }
-            let dialer = Dialer::sentinel(urls, master_name)?;
-            let connections = Arc::new(Connections::sentinel(
-                dialer.clone(),
-                config.connections,
-                config.command_timeout,
-            ));
-            let wake_source = WakeSource::Server(dialer);
-            let server = format!("sentinel {master_name}");
-            return start(config, connections, wake_source, server).await;
-        }
-        // One client for the pool and the pub/sub connection: the same credentials and TLS.
-        let redis_client = self.endpoint.client()?;
-        let info = redis_client.get_connection_info();
-        let server = format!("{}/{}", info.addr(), info.redis_settings().db());
-        let url = url_of(info);
-        let pool = match self.pool {
-            Some(pool) => pool,
-            None => create_pool(&redis_client, config.connections, config.command_timeout)?,
+            (None, Some((urls, master_name))) => {
+                let dialer = Dialer::sentinel(urls, master_name)?;
+                let connections = Connections::sentinel(
+                    dialer.clone(),
+                    config.connections,
+                    config.command_timeout,
+                );
+                (
+                    connections,
+                    WakeSource::Server(dialer),
+                    format!("sentinel {master_name}"),
+                )
+            }
+            (None, None) => {
+                // One client for the pool and the pub/sub connection: the same credentials and
+                // TLS.
+                let redis_client = self.endpoint.client()?;
+                let info = redis_client.get_connection_info();
+                let server = format!("{}/{}", info.addr(), info.redis_settings().db());
+                let url = url_of(info);
+                let pool = match self.pool {
+                    Some(pool) => pool,
+                    None => create_pool(&redis_client, config.connections, config.command_timeout)?,
+                };
+                let connections =
+                    Connections::new(pool, url, config.connections, config.command_timeout);
+                let wake_source = WakeSource::Server(Dialer::Direct(Box::new(redis_client)));
+                (connections, wake_source, server)
+            }
         };
-        let connections = Arc::new(Connections::new(
-            pool,
-            url,
-            config.connections,
-            config.command_timeout,
-        ));
-        let wake_source = WakeSource::Server(Dialer::Direct(Box::new(redis_client)));
-        start(config, connections, wake_source, server).await
+        start(config, Arc::new(connections), wake_source, server).await
+    }
+
+    /// A cluster or Sentinel client dials its own connections: a pool of the caller's or
+    /// TLS certificates would be ignored, so they are refused.
+    fn refuse_pool_and_tls(&self) -> Result<()> {
+        let which = match (&self.cluster, &self.sentinel) {
+            (Some(_), _) => "a cluster client",
+            (None, Some(_)) => "a Sentinel client",
+            (None, None) => return Ok(()),
+        };
+        if self.pool.is_some() || self.endpoint.tls.is_set() {
+            return Err(LockError::new(
+                ErrorKind::InvalidConfig,
+                format!("{which} takes neither a pool of the caller's nor TLS certificates"),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -577,12 +577,17 @@ async fn unusable_cluster_and_sentinel_settings_are_refused() {
     let bad_sentinel = LockClient::builder_sentinel(["not a url"], "locks")
         .build()
         .await;
+    let certificates_on_a_sentinel = LockClient::builder_sentinel(["redis://127.0.0.1:1"], "locks")
+        .tls_root_certificate(b"-----BEGIN CERTIFICATE-----".to_vec())
+        .build()
+        .await;
     for (what, built) in [
         ("no seeds", no_seeds),
         ("a bad seed", bad_seed),
         ("certificates on a cluster", certificates_on_a_cluster),
         ("no sentinels", no_sentinels),
         ("a bad sentinel URL", bad_sentinel),
+        ("certificates on a sentinel", certificates_on_a_sentinel),
     ] {
         let err = built.expect_err(what);
         assert_eq!(

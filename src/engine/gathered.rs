@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::engine::call_queue::{Answer, CallQueues, LookOwner, QueuedLook};
-use crate::engine::giveback::spawn_give_back;
+use crate::engine::giveback::{GiveBack, spawn_give_back};
 use crate::engine::shared::ClientState;
 use crate::error::{LockError, Result};
 use crate::keys::LockKeys;
@@ -120,15 +120,15 @@ fn give_back_unseen(
         Err(_) => true,
     };
     if keeps {
-        spawn_give_back(
-            shared.clone(),
-            of.keys.clone(),
-            of.kind,
-            of.owner.clone(),
-            ReleaseScope::All,
-            Some(conn),
-            of.undo_within,
-        );
+        let give_back = GiveBack {
+            keys: of.keys.clone(),
+            kind: of.kind,
+            owner: of.owner.clone(),
+            scope: ReleaseScope::All,
+            conn: Some(conn),
+            within: of.undo_within,
+        };
+        spawn_give_back(shared.clone(), give_back);
     }
 }
 

@@ -17,22 +17,36 @@ use crate::wire::scripts::{self, ReleaseScope};
 /// How long a give-back waits before trying again on a fresh connection.
 const RETRY: Duration = Duration::from_millis(200);
 
-/// Releases the holds of `owner` that `scope` says (every one, and its place in the queue,
-/// but for a read within a write lock) in a background task.
+/// What a give-back releases, and for how long it keeps trying.
+pub(crate) struct GiveBack {
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) kind: LockKind,
+    pub(crate) owner: Arc<str>,
+    /// Which holds of `owner`: every one, and its place in the queue, but for a read within a
+    /// write lock.
+    pub(crate) scope: ReleaseScope,
+    /// The connection the last command went out on, when a command may still be on its way
+    /// on it.
+    pub(crate) conn: Option<Conn>,
+    /// How long to keep trying: while what Redis may hold for `owner` could keep the lock
+    /// from others.
+    pub(crate) within: Duration,
+}
+
+/// Releases what `give_back` names in a background task.
 ///
-/// First on `conn`, the connection the last command went out on, behind it: a command still
-/// on its way is undone after it runs. When that connection is broken, the command ran or
-/// never will, and a fresh connection does; the task keeps trying for `within`, while what
-/// Redis may hold for this owner could still keep the lock from others.
-pub(crate) fn spawn_give_back(
-    shared: Arc<ClientState>,
-    keys: Arc<LockKeys>,
-    kind: LockKind,
-    owner: Arc<str>,
-    scope: ReleaseScope,
-    conn: Option<Conn>,
-    within: Duration,
-) {
+/// First on its connection, behind the command that went out last: a command still on its
+/// way is undone after it runs. When that connection is broken, the command ran or never
+/// will, and a fresh connection does; the task keeps trying for `within`.
+pub(crate) fn spawn_give_back(shared: Arc<ClientState>, give_back: GiveBack) {
+    let GiveBack {
+        keys,
+        kind,
+        owner,
+        scope,
+        conn,
+        within,
+    } = give_back;
     shared.give_backs.begin();
     shared.runtime.clone().spawn(async move {
         let _running = Running::ends(&shared.give_backs);

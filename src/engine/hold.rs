@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::giveback::spawn_give_back;
+use crate::engine::giveback::{GiveBack, spawn_give_back};
 use crate::engine::lease_state::LeaseState;
 use crate::engine::shared::ClientState;
 use crate::engine::waiter::Waiter;
@@ -251,15 +251,15 @@ impl RedisHold {
     /// Releases every hold of `owner` (this acquisition's, or the next task's queued place)
     /// in the background, retried while it could keep the lock from others.
     pub(crate) fn give_back_later(&self, owner: Arc<str>) {
-        spawn_give_back(
-            self.shared.clone(),
-            self.keys.clone(),
-            self.terms.kind,
+        let give_back = GiveBack {
+            keys: self.keys.clone(),
+            kind: self.terms.kind,
             owner,
-            self.holds.give_back(),
-            None,
-            Duration::from_millis(self.terms.lease_ms),
-        );
+            scope: self.holds.give_back(),
+            conn: None,
+            within: Duration::from_millis(self.terms.lease_ms),
+        };
+        spawn_give_back(self.shared.clone(), give_back);
     }
 
     /// Runs the acquire script for this acquisition's owner on `terms`: a re-entry, or a read

@@ -16,9 +16,8 @@ use redis::cluster::ClusterClientBuilder;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
 
-use crate::engine::sharded::Sharded;
+use crate::engine::sharded::{Sharded, WakeChannels};
 use crate::engine::wake::{Listening, WakeSlot, WakeTable};
-use crate::scopes::Placement;
 use crate::wire::sentinel::Dialer;
 
 /// First reconnect delay after the connection is lost; doubles on each failure.
@@ -49,21 +48,16 @@ impl PubSub {
     /// Spawns the actor on the current runtime, listening on this instance's channel(s). It
     /// connects in the background, so a Redis that is down at start only delays wake-ups
     /// (waiters poll meanwhile).
-    pub(crate) fn start(
-        source: WakeSource,
-        placement: Arc<Placement>,
-        instance_id: String,
-        command_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn start(source: WakeSource, channels: WakeChannels) -> Self {
         let (shutdown, receiver) = mpsc::unbounded_channel();
         let table = WakeTable::default();
         let sharded = match source {
             WakeSource::Server(dialer) => {
-                let prefix = &placement.names(0).wake_prefix;
+                let prefix = &channels.placement.names(0).wake_prefix;
                 let actor = PubSubActor {
                     dialer,
-                    channel: format!("{prefix}{instance_id}"),
-                    command_timeout,
+                    channel: format!("{prefix}{}", channels.instance_id),
+                    command_timeout: channels.command_timeout,
                     table: table.clone(),
                     shutdown: receiver,
                     connection: None,
@@ -73,14 +67,9 @@ impl PubSub {
                 tokio::spawn(actor.run());
                 None
             }
-            WakeSource::Cluster(builder) => Some(Sharded::start(
-                *builder,
-                table.clone(),
-                placement,
-                instance_id,
-                command_timeout,
-                receiver,
-            )),
+            WakeSource::Cluster(builder) => {
+                Some(Sharded::start(*builder, table.clone(), channels, receiver))
+            }
         };
         Self {
             table,

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::engine::deadlines::{Registration, lost_deadline};
 use crate::engine::gathered_releases;
 use crate::engine::hold::{Budget, PassedOn, PassingHold, RedisHold, TaskHold};
-use crate::engine::waiter::{LastLook, Waiter};
+use crate::engine::waiter::{LastLook, QueuedPlace, Waiter};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::display_name;
 use crate::wire::scripts::{self, HandoffReply};
@@ -174,14 +174,14 @@ async fn hand_over_through_redis(holder: &TaskHold) -> Result<()> {
                 server_ms,
                 last_token,
             };
-            let queued = Waiter::queued(
-                shared,
-                acquisition.keys.clone(),
-                next_owner,
+            let place = QueuedPlace {
+                keys: acquisition.keys.clone(),
+                owner: next_owner,
                 slot,
                 queued_by,
-                acquisition.terms.lease_ms,
-            );
+                undo_within: Duration::from_millis(acquisition.terms.lease_ms),
+            };
+            let queued = Waiter::queued(shared, place);
             match acquisition.lease.take_turn_if(|_| true) {
                 Some(mut turn) => *turn.baton() = PassedOn::Queued(queued),
                 None => drop(queued),

@@ -54,6 +54,15 @@ enum Request {
     Resubscribe(u16),
 }
 
+/// The wake channels a client listens on: each named by its scope's wake prefix and the
+/// instance's id, and how long a subscription may take.
+#[derive(Debug, Clone)]
+pub(crate) struct WakeChannels {
+    pub(crate) placement: Arc<Placement>,
+    pub(crate) instance_id: String,
+    pub(crate) command_timeout: Duration,
+}
+
 /// Handle on the sharded notification actor.
 #[derive(Debug, Clone)]
 pub(crate) struct Sharded {
@@ -67,11 +76,14 @@ impl Sharded {
     pub(crate) fn start(
         builder: ClusterClientBuilder,
         table: WakeTable,
-        placement: Arc<Placement>,
-        instance_id: String,
-        command_timeout: Duration,
+        channels: WakeChannels,
         shutdown: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
     ) -> Self {
+        let WakeChannels {
+            placement,
+            instance_id,
+            command_timeout,
+        } = channels;
         let (pushes_in, pushes) = mpsc::unbounded_channel();
         let (requests, requests_in) = mpsc::unbounded_channel();
         let scopes = Scopes::default();

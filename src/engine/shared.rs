@@ -13,7 +13,8 @@ use crate::engine::epoch::Epoch;
 use crate::engine::giveback_tracker::GiveBackTracker;
 use crate::engine::promotion_witness::PromotionWitness;
 use crate::engine::pubsub::{PubSub, WakeSource};
-use crate::engine::watchdog::Watchdog;
+use crate::engine::sharded::WakeChannels;
+use crate::engine::watchdog::{Watchdog, WatchdogTiming};
 use crate::error::{LockError, Result};
 use crate::keys::LockKeys;
 use crate::meter;
@@ -70,23 +71,19 @@ impl ClientState {
         let watchdog = Watchdog::start(
             connections.clone(),
             placement.clone(),
-            config.watchdog_lease,
-            config.renew_interval,
-            // Often enough to refresh a waiting place well before its liveness runs out.
-            config.renew_interval.min(config.waiter_alive() / 3),
-            config.waiter_alive(),
+            WatchdogTiming::of(&config),
             Epoch::new(
                 placement.clone(),
                 config.lease_limit,
                 config.restart_keeps_writes,
             ),
         );
-        let pubsub = PubSub::start(
-            wake_source,
-            placement.clone(),
-            instance_id.clone(),
-            config.command_timeout,
-        );
+        let channels = WakeChannels {
+            placement: placement.clone(),
+            instance_id: instance_id.clone(),
+            command_timeout: config.command_timeout,
+        };
+        let pubsub = PubSub::start(wake_source, channels);
         let promotion_witness =
             PromotionWitness::start(connections.clone(), placement.clone(), config.lease_limit);
         meter::start_at_zero();

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::engine::call_queue::{Answer, LookOwner, QueuedLook, Turn};
 use crate::engine::deadlines::lost_deadline;
 use crate::engine::gathered::{AloneCall, QueuedAnswer, look_queues, send_looks};
-use crate::engine::giveback::spawn_give_back;
+use crate::engine::giveback::{GiveBack, spawn_give_back};
 use crate::engine::shared::ClientState;
 use crate::engine::wake::{Grant, Listening, WakeSlot};
 use crate::error::{ErrorKind, LockError, Result};
@@ -137,6 +137,17 @@ pub(crate) struct Waiter {
     listening: Option<Box<dyn Listening>>,
 }
 
+/// A place a release took in the queue for the next task of its client.
+pub(crate) struct QueuedPlace {
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) slot: WakeSlot,
+    /// The release that queued it, as a look.
+    pub(crate) queued_by: LastLook,
+    /// How long what the place holds in Redis could keep the lock from others: the lease.
+    pub(crate) undo_within: Duration,
+}
+
 impl Waiter {
     /// A fresh owner, registered for wake-ups before it ever reaches Redis.
     pub(crate) fn new(shared: &Arc<ClientState>, keys: Arc<LockKeys>, kind: LockKind) -> Self {
@@ -157,26 +168,19 @@ impl Waiter {
         }
     }
 
-    /// An owner a release already queued (`queued_by`: that release, as a look).
-    pub(crate) fn queued(
-        shared: &Arc<ClientState>,
-        keys: Arc<LockKeys>,
-        owner: Arc<str>,
-        slot: WakeSlot,
-        queued_by: LastLook,
-        lease_ms: u64,
-    ) -> Self {
+    /// The waiter of a place a release already took in the queue.
+    pub(crate) fn queued(shared: &Arc<ClientState>, place: QueuedPlace) -> Self {
         let mut queued = Self {
             shared: shared.clone(),
-            keys,
+            keys: place.keys,
             // Only an exclusive lock's release queues the next task of its client.
             kind: LockKind::Exclusive,
-            owner,
-            slot,
-            last_look: Some(queued_by),
+            owner: place.owner,
+            slot: place.slot,
+            last_look: Some(place.queued_by),
             conn: None,
             kept: Kept::PlaceOrGrant,
-            undo_within: Duration::from_millis(lease_ms),
+            undo_within: place.undo_within,
             place: None,
             listening: None,
         };
@@ -546,15 +550,15 @@ impl Drop for Waiter {
             self.shared.watchdog.forget_place(place);
         }
         if self.kept == Kept::PlaceOrGrant {
-            spawn_give_back(
-                self.shared.clone(),
-                self.keys.clone(),
-                self.kind,
-                self.owner.clone(),
-                ReleaseScope::All,
-                self.conn.take(),
-                self.undo_within,
-            );
+            let give_back = GiveBack {
+                keys: self.keys.clone(),
+                kind: self.kind,
+                owner: self.owner.clone(),
+                scope: ReleaseScope::All,
+                conn: self.conn.take(),
+                within: self.undo_within,
+            };
+            spawn_give_back(self.shared.clone(), give_back);
         }
     }
 }

@@ -28,6 +28,7 @@ use futures_util::future::join_all;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
 
+use crate::engine::config::Config;
 use crate::engine::deadlines::{Leases, Registration, lost_deadline};
 use crate::engine::epoch::Epoch;
 use crate::error::{ErrorKind, LockError};
@@ -99,6 +100,32 @@ impl WatchdogState {
     }
 }
 
+/// The watchdog's clock: named, as four durations side by side are easily swapped.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WatchdogTiming {
+    /// The lease a renewal gives (the client's watchdog lease).
+    pub(crate) lease: Duration,
+    /// How old a lease is when it is renewed.
+    pub(crate) renew_interval: Duration,
+    /// How often the actor looks for what is due.
+    pub(crate) tick: Duration,
+    /// How long a refreshed waiting place lives.
+    pub(crate) waiter_alive: Duration,
+}
+
+impl WatchdogTiming {
+    /// The timing `config` asks for: a tick often enough to refresh a waiting place well
+    /// before its liveness runs out.
+    pub(crate) fn of(config: &Config) -> Self {
+        Self {
+            lease: config.watchdog_lease,
+            renew_interval: config.renew_interval,
+            tick: config.renew_interval.min(config.waiter_alive() / 3),
+            waiter_alive: config.waiter_alive(),
+        }
+    }
+}
+
 /// Handle on the lease actor. The actor ends when the last handle is dropped.
 #[derive(Debug, Clone)]
 pub(crate) struct Watchdog {
@@ -107,15 +134,13 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    /// Spawns the actor on the current runtime: every `tick` it renews the leases that are
-    /// `renew_interval` old, and gives every waiting place `waiter_alive` more to live.
+    /// Spawns the actor on the current runtime: every `timing.tick` it renews the leases
+    /// that are `timing.renew_interval` old, and gives every waiting place
+    /// `timing.waiter_alive` more to live.
     pub(crate) fn start(
         connections: Arc<Connections>,
         placement: Arc<Placement>,
-        lease: Duration,
-        renew_interval: Duration,
-        tick: Duration,
-        waiter_alive: Duration,
+        timing: WatchdogTiming,
         epoch: Epoch,
     ) -> Self {
         let (shutdown, receiver) = mpsc::unbounded_channel();
@@ -128,10 +153,7 @@ impl Watchdog {
         let actor = WatchdogActor {
             connections,
             placement,
-            lease,
-            renew_interval,
-            tick,
-            waiter_alive,
+            timing,
             shared: shared.clone(),
             shutdown: receiver,
         };
@@ -203,17 +225,15 @@ struct WatchdogActor {
     /// Where the wake channels are: releases at shutdown hand the lock to the next waiting
     /// instance.
     placement: Arc<Placement>,
-    lease: Duration,
-    renew_interval: Duration,
-    tick: Duration,
-    waiter_alive: Duration,
+    timing: WatchdogTiming,
     shared: Arc<WatchdogState>,
     shutdown: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
 }
 
 impl WatchdogActor {
     async fn run(mut self) {
-        let mut tick = tokio::time::interval_at(Instant::now() + self.tick, self.tick);
+        let mut tick =
+            tokio::time::interval_at(Instant::now() + self.timing.tick, self.timing.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next_deadline = {
@@ -268,9 +288,12 @@ impl WatchdogActor {
 
     /// Renews the leases `due` of one scope, in chunks.
     async fn renew_scope(&self, scope: u16, due: &[Due]) {
-        let lease_ms = self.lease.as_millis() as u64;
+        let lease_ms = self.timing.lease.as_millis() as u64;
         // A renewal that takes longer than the interval is no use; the deadline takes over.
-        let limit = self.connections.command_timeout().min(self.renew_interval);
+        let limit = self
+            .connections
+            .command_timeout()
+            .min(self.timing.renew_interval);
         for chunk in due.chunks(BATCH) {
             let pairs: Vec<(&LockKeys, &str)> = chunk
                 .iter()
@@ -312,7 +335,7 @@ impl WatchdogActor {
     /// The leases due for renewal: renewed at least `renew_interval` ago, i.e. less than
     /// `lease - renew_interval` left; the deadlines are ordered, so only those are visited.
     fn due(&self) -> Vec<Due> {
-        let due = lost_deadline(Instant::now(), self.lease) - self.renew_interval;
+        let due = lost_deadline(Instant::now(), self.timing.lease) - self.timing.renew_interval;
         let leases = self.shared.leases.lock().expect("leases");
         leases
             .deadlines
@@ -346,7 +369,7 @@ impl WatchdogActor {
                 .zip(renewed)
                 .filter_map(|((id, _, _), held)| {
                     if *held {
-                        leases.extend(*id, lost_deadline(sent_at, self.lease));
+                        leases.extend(*id, lost_deadline(sent_at, self.timing.lease));
                         None
                     } else {
                         leases.remove(*id)
@@ -375,8 +398,8 @@ impl WatchdogActor {
                 .map(|place| (place.keys.clone(), place.owner.clone()))
                 .collect()
         };
-        let alive_ms = self.waiter_alive.as_millis() as u64;
-        let limit = self.connections.command_timeout().min(self.tick);
+        let alive_ms = self.timing.waiter_alive.as_millis() as u64;
+        let limit = self.connections.command_timeout().min(self.timing.tick);
         // One script per scope, as for renewals (a cluster runs a script in one slot only),
         // all sent at once.
         let mut by_scope: HashMap<u16, Vec<QueuedPlace>> = HashMap::new();
@@ -458,7 +481,10 @@ impl WatchdogActor {
 
     /// Checks the epoch alone of the scope of `keys`, on the connection of its shard.
     async fn check_epoch(&self, keys: &LockKeys) {
-        let limit = self.connections.command_timeout().min(self.renew_interval);
+        let limit = self
+            .connections
+            .command_timeout()
+            .min(self.timing.renew_interval);
         let scope = self.shared.epoch.scope_of(keys);
         let epoch = self.shared.epoch.terms(scope);
         let reply = self
