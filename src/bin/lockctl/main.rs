@@ -59,9 +59,9 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use crate::args::{Command, HELP, USAGE, parse};
+use crate::args::{Command, Refused, parse, usage_error};
 use crate::connect::{run, settle};
-use crate::out::{emit, sayln};
+use crate::out::{emit, say};
 use crate::stranded::Stranded;
 
 /// Parses, refuses a force-unlock or a deletion of stranded keys it cannot confirm, runs the
@@ -71,12 +71,12 @@ use crate::stranded::Stranded;
 async fn main() -> ExitCode {
     let (urls, topology, settings, command) = match parse(std::env::args().skip(1).collect()) {
         Ok(parsed) => parsed,
-        Err(problem) if problem == HELP => {
-            sayln!("{USAGE}");
+        Err(Refused::Help(help)) => {
+            say!("{help}");
             return ExitCode::SUCCESS;
         }
-        Err(problem) => {
-            eprintln!("lockctl: {problem}\n{USAGE}");
+        Err(Refused::Usage(problem)) => {
+            eprint!("{problem}");
             return ExitCode::from(2);
         }
     };
@@ -107,7 +107,7 @@ async fn main() -> ExitCode {
     let topology = match settle(&urls, topology, &settings, &command).await {
         Ok(topology) => topology,
         Err(problem) => {
-            eprintln!("lockctl: {problem}\n{USAGE}");
+            eprint!("{}", usage_error(&problem));
             return ExitCode::from(2);
         }
     };
