@@ -71,7 +71,7 @@ fn lock_benches(c: &mut Criterion) {
         first.lock("bench:contended").unwrap(),
         second.lock("bench:contended").unwrap(),
     ];
-    group.bench_function("contended_handoff_two_clients", |b| {
+    group.bench_function("contended_handover_two_clients", |b| {
         b.to_async(&runtime)
             .iter_custom(|iterations| take_turns(contended.clone(), iterations));
     });
@@ -103,8 +103,8 @@ fn local_benches(c: &mut Criterion) {
     let (runtime, url, _own_server) = setup();
     let locks = runtime.block_on(async {
         LockClient::builder(&url)
-            .local_handoff_limit(1_000)
-            .local_handoff_window(Duration::from_secs(20))
+            .local_handover_limit(1_000)
+            .local_handover_window(Duration::from_secs(20))
             .build()
             .await
             .unwrap()
@@ -113,7 +113,7 @@ fn local_benches(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(5));
 
     let cohort = locks.lock("bench:cohort").unwrap();
-    group.bench_function("handoff_between_two_tasks", |b| {
+    group.bench_function("handover_between_two_tasks", |b| {
         b.to_async(&runtime)
             .iter_custom(|iterations| take_turns([cohort.clone(), cohort.clone()], iterations));
     });

@@ -31,12 +31,12 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// and spreads lock names over (one name always on the same connection).
 pub const DEFAULT_CONNECTIONS: usize = 1;
 
-/// Default for [`LockClientBuilder::local_handoff_limit`]: consecutive hand-overs between
+/// Default for [`LockClientBuilder::local_handover_limit`]: consecutive hand-overs between
 /// tasks of one client before the lock goes back through Redis.
-pub const DEFAULT_LOCAL_HANDOFF_LIMIT: u32 = 16;
-/// Default for [`LockClientBuilder::local_handoff_window`]: how long after a Redis
+pub const DEFAULT_LOCAL_HANDOVER_LIMIT: u32 = 16;
+/// Default for [`LockClientBuilder::local_handover_window`]: how long after a Redis
 /// acquisition the tasks of one client may keep handing the lock over among themselves.
-pub const DEFAULT_LOCAL_HANDOFF_WINDOW: Duration = Duration::from_millis(25);
+pub const DEFAULT_LOCAL_HANDOVER_WINDOW: Duration = Duration::from_millis(25);
 
 /// Default for [`LockClientBuilder::lease_limit`]: the longest lease a client grants, and how
 /// long no lock is granted after Redis lost its data.
@@ -163,8 +163,8 @@ impl LockClient {
                 renew_interval: DEFAULT_WATCHDOG_LEASE / 3,
                 repoll_interval: DEFAULT_REPOLL_INTERVAL,
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
-                local_handoff_limit: DEFAULT_LOCAL_HANDOFF_LIMIT,
-                local_handoff_window: DEFAULT_LOCAL_HANDOFF_WINDOW,
+                local_handover_limit: DEFAULT_LOCAL_HANDOVER_LIMIT,
+                local_handover_window: DEFAULT_LOCAL_HANDOVER_WINDOW,
                 lease_limit: DEFAULT_LEASE_LIMIT,
                 restart_keeps_writes: false,
                 replica_ack: None,
@@ -374,21 +374,21 @@ impl LockClientBuilder {
 
     /// Most consecutive hand-overs of a lock between tasks of this client, without a Redis
     /// round trip, before the lock goes back through Redis so other instances get their turn
-    /// (default [`DEFAULT_LOCAL_HANDOFF_LIMIT`], 16; 0 turns local hand-over off; at most
-    /// [`MAX_LOCAL_HANDOFF_LIMIT`](crate::MAX_LOCAL_HANDOFF_LIMIT), 1,000). Each acquisition
+    /// (default [`DEFAULT_LOCAL_HANDOVER_LIMIT`], 16; 0 turns local hand-over off; at most
+    /// [`MAX_LOCAL_HANDOVER_LIMIT`](crate::MAX_LOCAL_HANDOVER_LIMIT), 1,000). Each acquisition
     /// reserves up to this many fencing tokens more ([`crate::guide::internals`]).
-    pub fn local_handoff_limit(mut self, limit: u32) -> Self {
-        self.config.local_handoff_limit = limit;
+    pub fn local_handover_limit(mut self, limit: u32) -> Self {
+        self.config.local_handover_limit = limit;
         self
     }
 
     /// How long after a Redis acquisition the lock may keep passing between tasks of this
-    /// client (default [`DEFAULT_LOCAL_HANDOFF_WINDOW`], 25 ms): the longest another
+    /// client (default [`DEFAULT_LOCAL_HANDOVER_WINDOW`], 25 ms): the longest another
     /// instance waits for this client's tasks beyond their own critical sections. Shorter
     /// than nine tenths of the watchdog lease, the deadline by which a holder is told its
     /// lease is lost.
-    pub fn local_handoff_window(mut self, window: Duration) -> Self {
-        self.config.local_handoff_window = window;
+    pub fn local_handover_window(mut self, window: Duration) -> Self {
+        self.config.local_handover_window = window;
         self
     }
 

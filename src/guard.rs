@@ -14,7 +14,7 @@ use crate::engine::release::GuardHold;
 use crate::error::Result;
 use crate::guarded_write::{self, GuardedWrites};
 use crate::lease::{Lease, LostReason};
-use crate::meter::HandOverPath;
+use crate::meter::HandoverPath;
 use crate::singleton_records::{self, ClaimMode, TickReply};
 
 /// Tells a holder that its lease was lost: after that, another owner may hold the lock.
@@ -127,7 +127,7 @@ impl LockGuard {
         self.hold
             .holder()
             .handed_over
-            .map_or("none", HandOverPath::as_str)
+            .map_or("none", HandoverPath::as_str)
     }
 
     /// A signal that fires if the lease is lost while this guard is held.

@@ -161,17 +161,18 @@ mod lock;
 mod lock_kind;
 mod meter;
 mod rejection_kind;
+mod renamed;
 mod scopes;
 pub mod singleton;
 mod singleton_records;
 mod wire;
 
 pub use client::{
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECTIONS, DEFAULT_LEASE_LIMIT, DEFAULT_LOCAL_HANDOFF_LIMIT,
-    DEFAULT_LOCAL_HANDOFF_WINDOW, DEFAULT_REPOLL_INTERVAL, DEFAULT_WATCHDOG_LEASE, LockClient,
-    LockClientBuilder,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECTIONS, DEFAULT_LEASE_LIMIT,
+    DEFAULT_LOCAL_HANDOVER_LIMIT, DEFAULT_LOCAL_HANDOVER_WINDOW, DEFAULT_REPOLL_INTERVAL,
+    DEFAULT_WATCHDOG_LEASE, LockClient, LockClientBuilder,
 };
-pub use engine::config::{MAX_CONNECTIONS, MAX_LOCAL_HANDOFF_LIMIT};
+pub use engine::config::{MAX_CONNECTIONS, MAX_LOCAL_HANDOVER_LIMIT};
 pub use error::{ErrorKind, LockError, Result};
 pub use guard::{LockGuard, LostSignal, any_lost};
 pub use guarded_write::{GuardedWrites, MAX_WRITE_ARGS};
@@ -189,4 +190,8 @@ pub use lease::{Lease, LostReason, MAX_LEASE};
 pub use lock::{Lock, LockState};
 pub use lock_kind::LockKind;
 pub use meter::describe_metrics;
+#[allow(deprecated)]
+pub use renamed::{
+    DEFAULT_LOCAL_HANDOFF_LIMIT, DEFAULT_LOCAL_HANDOFF_WINDOW, MAX_LOCAL_HANDOFF_LIMIT,
+};
 pub use singleton::{Leadership, Schedule, Singleton, SingletonHandle, Tick};

@@ -16,7 +16,7 @@ use crate::error::ErrorKind;
 use crate::lease::LostReason;
 use crate::lock_kind::LockKind;
 use crate::rejection_kind::RejectionKind;
-pub(crate) use labels::{HandOverPath, IdempotentOutcome, Renewal, kind_label, lost_label};
+pub(crate) use labels::{HandoverPath, IdempotentOutcome, Renewal, kind_label, lost_label};
 #[cfg(feature = "metrics")]
 use labels::{KINDS, LOST_REASONS, OUTCOMES, REDIS_ERROR_KINDS};
 use labels::{outcome_of, redis_error_label};
@@ -169,7 +169,7 @@ pub(crate) fn start_at_zero() {
                     .increment(0);
             }
         }
-        for path in HandOverPath::ALL {
+        for path in HandoverPath::ALL {
             metrics::counter!(HANDOVERS, "path" => path.as_str()).increment(0);
         }
         for reason in LOST_REASONS {
@@ -334,7 +334,7 @@ impl Drop for HoldMeter {
 }
 
 /// Counts a lock handed to a waiter along `path`.
-pub(crate) fn handed_over(path: HandOverPath) {
+pub(crate) fn handed_over(path: HandoverPath) {
     #[cfg(feature = "metrics")]
     metrics::counter!(HANDOVERS, "path" => path.as_str()).increment(1);
     #[cfg(not(feature = "metrics"))]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use support::{RedisServer, client};
 use tower_redis_lock::{
     ErrorKind, Lease, LockClient, LockClientBuilder, MAX_CONNECTIONS, MAX_LEASE,
+    MAX_LOCAL_HANDOVER_LIMIT,
 };
 
 /// Builds `builder` and returns the error it must fail with.
@@ -46,11 +47,11 @@ async fn every_setting_past_its_bound_fails_the_build_by_name() {
         (builder().command_timeout(Duration::MAX), "command timeout"),
         (builder().command_timeout(Duration::ZERO), "command timeout"),
         (
-            builder().local_handoff_window(Duration::MAX),
+            builder().local_handover_window(Duration::MAX),
             "hand-over window",
         ),
         (
-            builder().local_handoff_window(lease.mul_f64(0.9)),
+            builder().local_handover_window(lease.mul_f64(0.9)),
             "hand-over window",
         ),
         (builder().lease_limit(Duration::MAX), "lease limit"),
@@ -64,7 +65,7 @@ async fn every_setting_past_its_bound_fails_the_build_by_name() {
     // At the bounds themselves, a client starts and locks.
     let at_bounds = builder()
         .renew_interval(lease / 2)
-        .local_handoff_window(lease.mul_f64(0.89))
+        .local_handover_window(lease.mul_f64(0.89))
         .lease_limit(MAX_LEASE)
         .connections(MAX_CONNECTIONS)
         .build()
@@ -113,4 +114,25 @@ async fn a_fixed_lease_past_a_year_fails_before_anything_is_written() {
     let ttl = lock.remaining_ttl().await.unwrap().expect("a TTL");
     assert!(ttl > MAX_LEASE - Duration::from_secs(60), "{ttl:?}");
     guard.release().await.unwrap();
+}
+
+/// The names of the previous release still build, deprecated, and mean what the new ones do.
+#[test]
+#[allow(deprecated)]
+fn the_previous_names_of_the_hand_over_settings_still_build() {
+    assert_eq!(
+        tower_redis_lock::DEFAULT_LOCAL_HANDOFF_LIMIT,
+        tower_redis_lock::DEFAULT_LOCAL_HANDOVER_LIMIT
+    );
+    assert_eq!(
+        tower_redis_lock::DEFAULT_LOCAL_HANDOFF_WINDOW,
+        tower_redis_lock::DEFAULT_LOCAL_HANDOVER_WINDOW
+    );
+    assert_eq!(
+        tower_redis_lock::MAX_LOCAL_HANDOFF_LIMIT,
+        MAX_LOCAL_HANDOVER_LIMIT
+    );
+    let _builder = LockClient::builder("redis://127.0.0.1:1")
+        .local_handoff_limit(3)
+        .local_handoff_window(Duration::from_millis(5));
 }

@@ -16,7 +16,7 @@ use support::clock::FakeClock;
 use support::cluster::RedisCluster;
 use support::proxy::FaultProxy;
 use support::{RedisServer, client, eventually, queued};
-use tower_redis_lock::{ErrorKind, LockClient, MAX_LOCAL_HANDOFF_LIMIT};
+use tower_redis_lock::{ErrorKind, LockClient, MAX_LOCAL_HANDOVER_LIMIT};
 
 /// Bound for what normally takes milliseconds; generous because CI machines are shared.
 const SLACK: Duration = Duration::from_secs(5);
@@ -244,13 +244,13 @@ async fn tokens_keep_growing_across_a_force_unlock() {
 async fn a_local_hand_over_limit_past_its_bound_is_refused() {
     let server = RedisServer::start();
     let refused = LockClient::builder(&server.url())
-        .local_handoff_limit(MAX_LOCAL_HANDOFF_LIMIT + 1)
+        .local_handover_limit(MAX_LOCAL_HANDOVER_LIMIT + 1)
         .build()
         .await
         .expect_err("a block of more than a millisecond of the clock was accepted");
     assert_eq!(refused.kind(), ErrorKind::InvalidConfig);
     LockClient::builder(&server.url())
-        .local_handoff_limit(MAX_LOCAL_HANDOFF_LIMIT)
+        .local_handover_limit(MAX_LOCAL_HANDOVER_LIMIT)
         .build()
         .await
         .expect("the bound itself is allowed");

@@ -320,7 +320,7 @@ fn counter_ahead_of_clock_us(server: &RedisServer) -> i64 {
 }
 
 /// Every acquisition asks for the most tokens a client may reserve (one for itself and one per
-/// local hand-over, `MAX_LOCAL_HANDOFF_LIMIT`), as fast as the machine goes: the scope's
+/// local hand-over, `MAX_LOCAL_HANDOVER_LIMIT`), as fast as the machine goes: the scope's
 /// counter stays within 2 ms of the server clock, so a failover to a replica that missed the
 /// last reservation, with the same clock, still hands out a larger token. Before, each
 /// acquisition moved the counter 1,001 µs, seconds ahead of the clock within a second, and
@@ -332,7 +332,7 @@ async fn tokens_reserved_faster_than_the_clock_runs_grow_across_a_failover_that_
     // before keeps the epoch (no quarantine; see `lua/lib/life.lua`).
     replica.wait_until_up_for(2);
     let locks = LockClient::builder(&master.url())
-        .local_handoff_limit(tower_redis_lock::MAX_LOCAL_HANDOFF_LIMIT)
+        .local_handover_limit(tower_redis_lock::MAX_LOCAL_HANDOVER_LIMIT)
         .build()
         .await
         .unwrap();

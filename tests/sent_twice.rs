@@ -294,7 +294,7 @@ async fn a_hand_over_through_redis_sent_again_answers_passed_on_and_keeps_the_ne
     // No local hand-over: a task of this client that waits gets the lock through Redis.
     setup.locks = LockClient::builder_cluster(vec![setup.proxy.url()])
         .command_timeout(SLACK)
-        .local_handoff_limit(0)
+        .local_handover_limit(0)
         .build()
         .await
         .unwrap();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use support::{RedisServer, client, command_calls, eventually, queued, subscribers, wake_channel};
 use tokio::task::JoinHandle;
-use tower_redis_lock::{DEFAULT_LOCAL_HANDOFF_LIMIT, ErrorKind, Lease, LockClient, LockGuard};
+use tower_redis_lock::{DEFAULT_LOCAL_HANDOVER_LIMIT, ErrorKind, Lease, LockClient, LockGuard};
 
 /// Bound for waits that normally take milliseconds; generous because CI machines are shared
 /// and a debug build on two cores can stall for a while.
@@ -250,7 +250,7 @@ async fn an_acquire_cancelled_after_redis_granted_it_leaves_no_lock() {
     let lock = locks.lock("unseen").unwrap();
     // Warm the shared connection and the script cache, so the acquire below is one EVALSHA.
     let warm = lock.acquire().await.unwrap();
-    let block_end = warm.fencing_token() + u64::from(DEFAULT_LOCAL_HANDOFF_LIMIT);
+    let block_end = warm.fencing_token() + u64::from(DEFAULT_LOCAL_HANDOVER_LIMIT);
     warm.release().await.unwrap();
     // A grant writes the lock's hash: one HSET (the token counter is a string).
     let grants_before = command_calls(&server, "hset");

@@ -23,7 +23,7 @@ use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{LockKeys, display_name};
 use crate::lease::Lease;
 use crate::lock_kind::LockKind;
-use crate::meter::{HandOverPath, kind_label};
+use crate::meter::{HandoverPath, kind_label};
 use crate::wire::scripts::{AcquireMode, AcquireReply, AcquireTerms};
 
 /// What is acquired: one named lock of a kind, on a lease.
@@ -122,10 +122,10 @@ impl LockRequest {
                     tracing::debug!(
                         lock = %display_name(&self.name),
                         token,
-                        handover = HandOverPath::Local.as_str(),
+                        handover = HandoverPath::Local.as_str(),
                         "lock handed over locally"
                     );
-                    let local = Some(HandOverPath::Local);
+                    let local = Some(HandoverPath::Local);
                     PickedUp::Lock(TaskHold::new(acquisition, token, budget, local, turn_of))
                 }
                 // Lost, or not for this lease mode: released in the background.
@@ -153,7 +153,7 @@ impl LockRequest {
         shared: &Arc<ClientState>,
         turn: Option<LocalTurn<PassedOn>>,
         granted: Granted,
-        handed_over: Option<HandOverPath>,
+        handed_over: Option<HandoverPath>,
     ) -> TaskHold {
         self.grant_of(shared, turn, granted, OwnerHolds::Every, handed_over)
     }
@@ -166,7 +166,7 @@ impl LockRequest {
         turn: Option<LocalTurn<PassedOn>>,
         granted: Granted,
         holds: OwnerHolds,
-        handed_over: Option<HandOverPath>,
+        handed_over: Option<HandoverPath>,
     ) -> TaskHold {
         let Granted {
             owner,
@@ -186,7 +186,7 @@ impl LockRequest {
             lease_mode: self.lease,
             expires_at,
         });
-        let budget = Budget::new(token, tokens.reserved, shared.config.local_handoff_window);
+        let budget = Budget::new(token, tokens.reserved, shared.config.local_handover_window);
         let acquisition = RedisHold {
             shared: shared.clone(),
             name: self.name.clone(),
@@ -255,10 +255,10 @@ enum HowGranted {
 
 impl HowGranted {
     /// The hand-over a grant was: through Redis, when it came from the queue.
-    fn handed_over(self) -> Option<HandOverPath> {
+    fn handed_over(self) -> Option<HandoverPath> {
         match self {
             HowGranted::Taken => None,
-            HowGranted::FoundByLook | HowGranted::Told => Some(HandOverPath::Redis),
+            HowGranted::FoundByLook | HowGranted::Told => Some(HandoverPath::Redis),
         }
     }
 }
@@ -473,7 +473,7 @@ impl AcquireLoop<'_> {
             kind = kind_label(self.target.kind),
             token = tokens.first,
             waited_ms = self.started.elapsed().as_millis() as u64,
-            handover = handed_over.map_or("none", HandOverPath::as_str),
+            handover = handed_over.map_or("none", HandoverPath::as_str),
             "lock acquired"
         );
         Ok(Some(holder))

@@ -15,8 +15,8 @@ pub(crate) struct Config {
     pub(crate) renew_interval: Duration,
     pub(crate) repoll_interval: Duration,
     pub(crate) command_timeout: Duration,
-    pub(crate) local_handoff_limit: u32,
-    pub(crate) local_handoff_window: Duration,
+    pub(crate) local_handover_limit: u32,
+    pub(crate) local_handover_window: Duration,
     /// The longest lease this client grants, and the quarantine after Redis lost its data.
     pub(crate) lease_limit: Duration,
     /// The servers fsync every write (`appendfsync always`): a restart from their files is
@@ -40,12 +40,12 @@ pub(crate) const MAX_INSTANCE_NAME: usize = 64;
 
 /// The most command connections a client keeps (`LockClientBuilder::connections`).
 pub const MAX_CONNECTIONS: usize = 64;
-/// Most [`LockClientBuilder::local_handoff_limit`](crate::LockClientBuilder::local_handoff_limit)
+/// Most [`LockClientBuilder::local_handover_limit`](crate::LockClientBuilder::local_handover_limit)
 /// allows. Each acquisition reserves up to one fencing token more than the limit, in a counter
 /// that also stays past the server clock in µs, the floor of the tokens once Redis lost that
 /// counter; blocks are cut so that the counter is never more than 2 ms ahead of that clock,
 /// which a block of at most a millisecond leaves room for.
-pub const MAX_LOCAL_HANDOFF_LIMIT: u32 = 1000;
+pub const MAX_LOCAL_HANDOVER_LIMIT: u32 = 1000;
 
 /// How many replicas must acknowledge an acquisition (Redis's WAIT), and how long it waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,7 +102,7 @@ impl Config {
                 "the command timeout must be at most MAX_LEASE (a year)",
             ),
             (
-                self.local_handoff_window < lease.mul_f64(0.9),
+                self.local_handover_window < lease.mul_f64(0.9),
                 "the local hand-over window must be shorter than nine tenths of the watchdog \
                  lease",
             ),
@@ -115,8 +115,8 @@ impl Config {
         let lease = self.watchdog_lease;
         [
             (
-                self.local_handoff_limit <= MAX_LOCAL_HANDOFF_LIMIT,
-                "the local hand-over limit must be at most MAX_LOCAL_HANDOFF_LIMIT (1,000): each \
+                self.local_handover_limit <= MAX_LOCAL_HANDOVER_LIMIT,
+                "the local hand-over limit must be at most MAX_LOCAL_HANDOVER_LIMIT (1,000): each \
                  acquisition reserves that many tokens more, past the server clock in µs",
             ),
             (
@@ -162,7 +162,7 @@ impl Config {
                     alive_ms,
                     // Tokens for the local hand-overs, which only an exclusive lock makes.
                     block: if kind.queues_locally() {
-                        u64::from(self.local_handoff_limit) + 1
+                        u64::from(self.local_handover_limit) + 1
                     } else {
                         1
                     },
@@ -207,8 +207,8 @@ mod tests {
             renew_interval: DEFAULT_WATCHDOG_LEASE / 3,
             repoll_interval: Duration::from_secs(1),
             command_timeout: Duration::from_secs(2),
-            local_handoff_limit: 16,
-            local_handoff_window: Duration::from_millis(25),
+            local_handover_limit: 16,
+            local_handover_window: Duration::from_millis(25),
             lease_limit: Duration::from_secs(60),
             restart_keeps_writes: false,
             replica_ack: None,
@@ -285,11 +285,11 @@ mod tests {
             ),
             (
                 "hand-over window",
-                Box::new(|c| c.local_handoff_window = Duration::MAX),
+                Box::new(|c| c.local_handover_window = Duration::MAX),
             ),
             (
                 "hand-over window",
-                Box::new(|c| c.local_handoff_window = c.watchdog_lease.mul_f64(0.9)),
+                Box::new(|c| c.local_handover_window = c.watchdog_lease.mul_f64(0.9)),
             ),
             ("lease limit", Box::new(|c| c.lease_limit = Duration::MAX)),
             (

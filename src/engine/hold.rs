@@ -27,7 +27,7 @@ use crate::engine::waiter::Waiter;
 use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::lease::Lease;
-use crate::meter::{self, HandOverPath, HoldMeter};
+use crate::meter::{self, HandoverPath, HoldMeter};
 use crate::wire::scripts::{self, AcquireMode, AcquireReply, AcquireTerms, ReleaseScope};
 
 /// What one task of a client leaves for the next task waiting on the same key.
@@ -70,12 +70,12 @@ impl Budget {
         }
     }
 
-    pub(crate) fn allows_handoff(&self) -> bool {
-        self.allows_handoff_at(Instant::now())
+    pub(crate) fn allows_handover(&self) -> bool {
+        self.allows_handover_at(Instant::now())
     }
 
     /// Whether a token is left and `now` is within the window.
-    fn allows_handoff_at(&self, now: Instant) -> bool {
+    fn allows_handover_at(&self, now: Instant) -> bool {
         self.tokens_left > 0 && now < self.until
     }
 
@@ -321,7 +321,7 @@ pub(crate) struct TaskHold {
     /// key when it ends (`None`: it was given no turn).
     turn_of: Option<u64>,
     /// How this holder got the lock from the holder before it, if it was handed over.
-    pub(crate) handed_over: Option<HandOverPath>,
+    pub(crate) handed_over: Option<HandoverPath>,
     /// Counts this hold as held until it ends.
     _meter: HoldMeter,
 }
@@ -334,7 +334,7 @@ impl TaskHold {
         acquisition: Arc<RedisHold>,
         token: u64,
         budget: Budget,
-        handed_over: Option<HandOverPath>,
+        handed_over: Option<HandoverPath>,
         turn_of: Option<u64>,
     ) -> Self {
         if let Some(path) = handed_over {
@@ -374,17 +374,17 @@ mod tests {
         let start = Instant::now();
         // An acquisition's own token is the block's first; the rest go to local successors.
         let mut budget = Budget::new(100, 3, window);
-        assert!(budget.allows_handoff_at(start));
+        assert!(budget.allows_handover_at(start));
         assert_eq!(budget.take_token(), Some(101));
         assert_eq!(budget.take_token(), Some(102));
-        assert!(!budget.allows_handoff_at(start), "the block is spent");
+        assert!(!budget.allows_handover_at(start), "the block is spent");
         assert_eq!(budget.take_token(), None);
 
         let budget = Budget::new(200, 17, window);
-        assert!(budget.allows_handoff_at(start + window / 2));
+        assert!(budget.allows_handover_at(start + window / 2));
         let past = start + window + Duration::from_millis(1);
         assert!(
-            !budget.allows_handoff_at(past),
+            !budget.allows_handover_at(past),
             "past the window, whatever tokens are left"
         );
     }
@@ -395,6 +395,6 @@ mod tests {
         let mut budget = Budget::reserved(300, 1, Duration::from_millis(25));
         assert_eq!(budget.take_token(), Some(300));
         assert_eq!(budget.take_token(), None);
-        assert!(!budget.allows_handoff());
+        assert!(!budget.allows_handover());
     }
 }

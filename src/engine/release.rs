@@ -27,7 +27,7 @@ use crate::engine::hold::{Budget, PassedOn, PassingHold, RedisHold, TaskHold};
 use crate::engine::waiter::{LastLook, QueuedPlace, Waiter};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::display_name;
-use crate::wire::scripts::{self, HandoffReply};
+use crate::wire::scripts::{self, HandoverReply};
 
 /// One hold of an acquisition, as one guard owns it. Dropping it releases the hold in the
 /// background and never blocks.
@@ -99,7 +99,7 @@ async fn finish_release(holder: Arc<TaskHold>, last: bool) -> Result<()> {
     if !last {
         return release_one(&holder).await;
     }
-    if wants_handoff(&holder) {
+    if wants_handover(&holder) {
         return hand_over_through_redis(&holder).await;
     }
     release_last(&holder).await
@@ -109,7 +109,7 @@ async fn finish_release(holder: Arc<TaskHold>, last: bool) -> Result<()> {
 /// no round trip. Returns whether it did; if not, the lock must be released through Redis.
 fn try_carry(holder: &TaskHold) -> bool {
     let acquisition = &holder.acquisition;
-    if !carriable(holder) || !holder.budget.allows_handoff() {
+    if !carriable(holder) || !holder.budget.allows_handover() {
         return false;
     }
     let Some(mut turn) = acquisition.lease.take_turn_if(|turn| turn.others_waiting()) else {
@@ -129,7 +129,7 @@ fn carriable(holder: &TaskHold) -> bool {
 
 /// Whether the last release should hand over through Redis (keeping a place in the queue for
 /// this client's next task) rather than just release.
-fn wants_handoff(holder: &TaskHold) -> bool {
+fn wants_handover(holder: &TaskHold) -> bool {
     carriable(holder) && holder.acquisition.lease.turn_has_others_waiting()
 }
 
@@ -146,7 +146,7 @@ async fn hand_over_through_redis(holder: &TaskHold) -> Result<()> {
     // Registered before the script runs, so the grant to it cannot arrive unheard.
     let slot = shared.pubsub.register(next_owner.clone());
     let sent_at = Instant::now();
-    let reply = match handoff_in_redis(acquisition, &next_owner).await {
+    let reply = match handover_in_redis(acquisition, &next_owner).await {
         Ok(reply) => reply,
         Err(err) => {
             if err.kind() == ErrorKind::RedisUnavailable {
@@ -161,11 +161,11 @@ async fn hand_over_through_redis(holder: &TaskHold) -> Result<()> {
         }
     };
     match reply {
-        HandoffReply::Kept { token, reserved } => {
+        HandoverReply::Kept { token, reserved } => {
             keep_for_next_task(holder, token, reserved, sent_at);
             Ok(())
         }
-        HandoffReply::Passed {
+        HandoverReply::Passed {
             server_ms,
             last_token,
         } => {
@@ -188,20 +188,23 @@ async fn hand_over_through_redis(holder: &TaskHold) -> Result<()> {
             }
             Ok(())
         }
-        HandoffReply::NotOwner => Err(not_owner()),
+        HandoverReply::NotOwner => Err(not_owner()),
     }
 }
 
 /// The hand-over script of `acquisition`'s lock: passed to the first waiting instance with
 /// `next_owner` queued behind it, or kept.
-async fn handoff_in_redis(acquisition: &RedisHold, next_owner: &Arc<str>) -> Result<HandoffReply> {
+async fn handover_in_redis(
+    acquisition: &RedisHold,
+    next_owner: &Arc<str>,
+) -> Result<HandoverReply> {
     let shared = &acquisition.shared;
     shared
         .connections
         .run(acquisition.keys.hash(), |mut conn| {
             let next_owner = next_owner.clone();
             async move {
-                scripts::handoff(
+                scripts::handover(
                     &mut conn,
                     &acquisition.keys,
                     shared.names(&acquisition.keys),
@@ -274,7 +277,7 @@ fn keep_for_next_task(holder: &TaskHold, token: u64, reserved: u64, sent_at: Ins
         expires_at,
     });
     // The block Redis reserved is the next holders': the first token is the next task's own.
-    let window = shared.config.local_handoff_window;
+    let window = shared.config.local_handover_window;
     let budget = Budget::reserved(token, reserved, window);
     let carried = PassingHold::new(acquisition.clone(), budget);
     match acquisition.lease.take_turn_if(|_| true) {

@@ -61,14 +61,14 @@ pub(crate) fn outcome_of<T>(result: Result<Option<&T>, &crate::LockError>) -> &'
 
 /// How a waiter got a lock from the holder before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HandOverPath {
+pub(crate) enum HandoverPath {
     /// From a task of the same client, without Redis.
     Local,
     /// Granted from the Redis queue by the holder's release (or found granted by a look).
     Redis,
 }
 
-impl HandOverPath {
+impl HandoverPath {
     /// Every path, for the series started at 0.
     #[cfg(feature = "metrics")]
     pub(crate) const ALL: [Self; 2] = [Self::Local, Self::Redis];
@@ -311,15 +311,15 @@ mod tests {
 
     #[test]
     fn every_hand_over_path_and_renewal_is_in_its_table() {
-        let every = [HandOverPath::Local, HandOverPath::Redis];
+        let every = [HandoverPath::Local, HandoverPath::Redis];
         for path in every {
             match path {
-                HandOverPath::Local | HandOverPath::Redis => {}
+                HandoverPath::Local | HandoverPath::Redis => {}
             }
         }
         same_set(
-            HandOverPath::ALL.map(HandOverPath::as_str),
-            &every.map(HandOverPath::as_str),
+            HandoverPath::ALL.map(HandoverPath::as_str),
+            &every.map(HandoverPath::as_str),
         );
         let every = [Renewal::Renewed, Renewal::Taken, Renewal::Failed];
         for renewal in every {

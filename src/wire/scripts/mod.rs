@@ -17,7 +17,7 @@ pub(crate) use acquire::{
 pub(crate) use guarded::{WriteCommand, WriteTrace, write_if_held};
 pub(crate) use promotion::{Promotion, witness_promotion};
 pub(crate) use release::{
-    HandoffReply, ReleaseScope, force_unlock, handoff, release, release_each,
+    HandoverReply, ReleaseScope, force_unlock, handover, release, release_each,
 };
 pub(crate) use singleton::{
     ClaimMode, ClaimStatus, TickClaim, TickReply, claim_tick, record_leader,

@@ -22,7 +22,7 @@ reply_statuses! {
 
 reply_statuses! {
     /// What a hand-over answers besides [`released::NOT_HELD`].
-    handed_off {
+    handed_over {
         /// `{PASSED, server ms, last token}`: another instance got the lock.
         PASSED = 2,
         /// `{KEPT, first token, tokens reserved}`: nobody else waits, the owner keeps it.
@@ -72,9 +72,9 @@ static RELEASE_EACH: ScriptSpec<1, 3> = ScriptSpec::new(
 .with_code_per_item(&["clock", "counter"])
 .with_short_reply(released::RELEASED);
 
-static HANDOFF: ScriptSpec<6, 7> = ScriptSpec::new(
-    "handoff.lua",
-    include_str!("../lua/handoff.lua"),
+static HANDOVER: ScriptSpec<6, 7> = ScriptSpec::new(
+    "handover.lua",
+    include_str!("../lua/handover.lua"),
     joined(LOCK_KEYS, [TRACE_KEY]),
     [
         "WAKE_PREFIX",
@@ -85,7 +85,7 @@ static HANDOFF: ScriptSpec<6, 7> = ScriptSpec::new(
         "TOKEN_BLOCK",
         TRACE_MS,
     ],
-    &[released::ALL, handed_off::ALL],
+    &[released::ALL, handed_over::ALL],
 );
 
 static RW_RELEASE: ScriptSpec<7, 6> = ScriptSpec::new(
@@ -133,7 +133,7 @@ pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
     vec![
         &RELEASE,
         &RELEASE_EACH,
-        &HANDOFF,
+        &HANDOVER,
         &RW_RELEASE,
         &SEM_RELEASE,
         &FORCE_UNLOCK,
@@ -188,7 +188,7 @@ impl ReleaseScope {
 
 /// What a hand-over release answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HandoffReply {
+pub(crate) enum HandoverReply {
     /// Another instance got the lock; the next owner is queued behind it (the server's clock
     /// and the last fencing token reserved in the lock's scope then, as a look's).
     Passed { server_ms: u64, last_token: u64 },
@@ -289,15 +289,15 @@ fn released_holds(reply: &ScriptReply) -> redis::RedisResult<Option<u64>> {
 }
 
 /// Releases the last hold of `owner` while `next_owner`, a task of the same instance, waits.
-pub(crate) async fn handoff(
+pub(crate) async fn handover(
     conn: &mut Conn,
     keys: &LockKeys,
     names: &ScopeKeys,
     owner: &str,
     next_owner: &str,
     terms: &AcquireTerms,
-) -> redis::RedisResult<HandoffReply> {
-    let cmd = HANDOFF.command(
+) -> redis::RedisResult<HandoverReply> {
+    let cmd = HANDOVER.command(
         joined_values(lock_keys(keys, names), [trace_key(keys, names)]),
         [
             Arg::Text(&names.wake_prefix),
@@ -309,17 +309,17 @@ pub(crate) async fn handoff(
             Arg::Number(names.trace_ms),
         ],
     );
-    let reply = run(&HANDOFF, conn, &cmd).await?;
+    let reply = run(&HANDOVER, conn, &cmd).await?;
     Ok(match reply.status() {
-        handed_off::PASSED => HandoffReply::Passed {
+        handed_over::PASSED => HandoverReply::Passed {
             server_ms: reply.non_negative(0),
             last_token: reply.non_negative(1),
         },
-        handed_off::KEPT => HandoffReply::Kept {
+        handed_over::KEPT => HandoverReply::Kept {
             token: reply.non_negative(0),
             reserved: reply.non_negative(1).max(1),
         },
-        released::NOT_HELD => HandoffReply::NotOwner,
+        released::NOT_HELD => HandoverReply::NotOwner,
         _ => return Err(reply.unknown()),
     })
 }

@@ -60,7 +60,7 @@ pub(crate) fn analyse(schedule: &Schedule, results: &[ProcessResult], counters: 
             .iter()
             .map(|r| (r.acquired_us - r.called_us) + (r.released_us - r.release_called_us)),
     );
-    let handoffs = handoffs(&per_key, schedule);
+    let handovers = handovers(&per_key, schedule);
     Figures {
         acquisitions: measured.len() as f64,
         acquisitions_total: per_key.iter().map(Vec::len).sum::<usize>() as f64,
@@ -68,15 +68,15 @@ pub(crate) fn analyse(schedule: &Schedule, results: &[ProcessResult], counters: 
         wait_p50_us: percentile(&waits, 50),
         wait_p99_us: percentile(&waits, 99),
         wait_max_us: longest_wait(&per_key, schedule),
-        gap_p50_us: percentile(&handoffs.all, 50),
-        gap_p99_us: percentile(&handoffs.all, 99),
-        gap_change_p50_us: percentile(&handoffs.worker_change, 50),
-        gap_change_p99_us: percentile(&handoffs.worker_change, 99),
-        gap_xproc_p50_us: percentile(&handoffs.process_change, 50),
-        gap_xproc_p99_us: percentile(&handoffs.process_change, 99),
+        gap_p50_us: percentile(&handovers.all, 50),
+        gap_p99_us: percentile(&handovers.all, 99),
+        gap_change_p50_us: percentile(&handovers.worker_change, 50),
+        gap_change_p99_us: percentile(&handovers.worker_change, 99),
+        gap_xproc_p50_us: percentile(&handovers.process_change, 50),
+        gap_xproc_p99_us: percentile(&handovers.process_change, 99),
         acq_release_p50_us: percentile(&acq_release, 50),
         acq_release_p99_us: percentile(&acq_release, 99),
-        same_worker_share: handoffs.same_worker_share(),
+        same_worker_share: handovers.same_worker_share(),
         overlaps: overlaps(&per_key),
         lost_updates: lost_updates(&per_key, counters),
         ..Figures::default()
@@ -106,22 +106,22 @@ fn longest_wait(per_key: &[Vec<Record>], schedule: &Schedule) -> Option<f64> {
 
 /// Gaps between one holder's release returning and the next holder's acquire returning,
 /// signed: the next grant may reach its holder before the releaser sees its own reply.
-struct Handoffs {
+struct Handovers {
     all: Vec<i64>,
     worker_change: Vec<i64>,
     process_change: Vec<i64>,
     same_worker: usize,
 }
 
-impl Handoffs {
+impl Handovers {
     fn same_worker_share(&self) -> Option<f64> {
         (!self.all.is_empty()).then(|| self.same_worker as f64 / self.all.len() as f64)
     }
 }
 
 /// The hand-overs whose receiving acquisition falls in the measured window.
-fn handoffs(per_key: &[Vec<Record>], schedule: &Schedule) -> Handoffs {
-    let mut handoffs = Handoffs {
+fn handovers(per_key: &[Vec<Record>], schedule: &Schedule) -> Handovers {
+    let mut handovers = Handovers {
         all: Vec::new(),
         worker_change: Vec::new(),
         process_change: Vec::new(),
@@ -133,24 +133,24 @@ fn handoffs(per_key: &[Vec<Record>], schedule: &Schedule) -> Handoffs {
             continue;
         }
         let gap = next.acquired_us - previous.released_us;
-        handoffs.all.push(gap);
+        handovers.all.push(gap);
         if next.worker == previous.worker {
-            handoffs.same_worker += 1;
+            handovers.same_worker += 1;
         } else {
-            handoffs.worker_change.push(gap);
+            handovers.worker_change.push(gap);
         }
         if next.process != previous.process {
-            handoffs.process_change.push(gap);
+            handovers.process_change.push(gap);
         }
     }
     for gaps in [
-        &mut handoffs.all,
-        &mut handoffs.worker_change,
-        &mut handoffs.process_change,
+        &mut handovers.all,
+        &mut handovers.worker_change,
+        &mut handovers.process_change,
     ] {
         gaps.sort_unstable();
     }
-    handoffs
+    handovers
 }
 
 /// Critical sections of one key that overlap: [acquire returned, release called] lies inside

@@ -28,8 +28,8 @@ async fn warm_scripts(locks: &LockClient) {
 
 async fn client_with(server: &RedisServer, limit: u32, repoll: Duration) -> LockClient {
     LockClient::builder(&server.url())
-        .local_handoff_limit(limit)
-        .local_handoff_window(Duration::from_secs(20))
+        .local_handover_limit(limit)
+        .local_handover_window(Duration::from_secs(20))
         .repoll_interval(repoll)
         .build()
         .await
@@ -274,7 +274,7 @@ async fn a_hand_over_whose_script_fails_gives_the_lock_back_instead_of_leaving_i
     // Limit 0: a release while another task of this client waits goes through Redis.
     let here = LockClient::builder(&proxy.url())
         .watchdog_lease(lease)
-        .local_handoff_limit(0)
+        .local_handover_limit(0)
         .command_timeout(command_timeout)
         .build()
         .await
@@ -362,7 +362,7 @@ async fn a_hand_over_answered_past_the_lease_deadline_leaves_no_unrenewed_holder
     // Limit 0: the release goes through Redis; the command timeout outlasts the black hole.
     let here = LockClient::builder(&proxy.url())
         .watchdog_lease(HANDED_LEASE)
-        .local_handoff_limit(0)
+        .local_handover_limit(0)
         .command_timeout(HANDED_LEASE * 2)
         .build()
         .await
