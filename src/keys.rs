@@ -22,9 +22,9 @@ pub struct LockKeys {
     /// Shared: the local key table keys its entries by it, and every acquisition would copy
     /// it there otherwise.
     hash: Arc<str>,
-    fence: String,
+    last_grant: String,
     queue: String,
-    waiters: String,
+    waiter_terms: String,
     /// Built on first use: only read-write locks and renewals name it.
     readers: OnceLock<String>,
     /// Built on first use: only releases name it.
@@ -82,9 +82,9 @@ impl LockKeys {
         hash.push('}');
         hash.push_str(suffix);
         Ok(Self {
-            fence: format!("{hash}:fence"),
+            last_grant: format!("{hash}:fence"),
             queue: format!("{hash}:queue"),
-            waiters: format!("{hash}:waiters"),
+            waiter_terms: format!("{hash}:waiters"),
             readers: OnceLock::new(),
             release_trace: OnceLock::new(),
             ticks: OnceLock::new(),
@@ -103,10 +103,12 @@ impl LockKeys {
         &self.hash
     }
 
-    /// The last token block granted from the queue: a waiter that finds its grant by a look,
-    /// not by the message, reads its tokens there (they come from the scope's token counter).
-    pub fn fence(&self) -> &str {
-        &self.fence
+    /// `LAST_GRANT` of the scripts: the last token block granted from the queue (the key
+    /// ends in `:fence`, as before it had this name). A waiter that finds its grant by a
+    /// look, not by the message, reads its tokens there (they come from the scope's token
+    /// counter).
+    pub fn last_grant(&self) -> &str {
+        &self.last_grant
     }
 
     /// The queue of waiting instances (a sorted set of owner ids by arrival).
@@ -114,9 +116,10 @@ impl LockKeys {
         &self.queue
     }
 
-    /// The waiters' terms (a hash: owner id to liveness, lease of a grant and token block).
-    pub fn waiters(&self) -> &str {
-        &self.waiters
+    /// `WAITER_TERMS` of the scripts: the waiters' terms (a hash, its key ending in
+    /// `:waiters`: owner id to liveness, lease of a grant and token block).
+    pub fn waiter_terms(&self) -> &str {
+        &self.waiter_terms
     }
 
     /// The readers of a read-write lock by lease deadline (a sorted set: owner id to
@@ -362,9 +365,9 @@ mod tests {
     fn plain_names_sit_inside_one_hash_tag() {
         let k = keys("acme");
         assert_eq!(k.hash(), "lock:{acme}");
-        assert_eq!(k.fence(), "lock:{acme}:fence");
+        assert_eq!(k.last_grant(), "lock:{acme}:fence");
         assert_eq!(k.queue(), "lock:{acme}:queue");
-        assert_eq!(k.waiters(), "lock:{acme}:waiters");
+        assert_eq!(k.waiter_terms(), "lock:{acme}:waiters");
         assert_eq!(k.readers(), "lock:{acme}:readers");
     }
 
@@ -374,7 +377,7 @@ mod tests {
         // A name crafted to look like another lock's internal key stays inside its own tag.
         let crafted = keys("x}:fence");
         assert_eq!(crafted.hash(), "lock:{x%7D:fence}");
-        assert_ne!(crafted.hash(), keys("x").fence());
+        assert_ne!(crafted.hash(), keys("x").last_grant());
     }
 
     #[test]
@@ -455,7 +458,12 @@ mod tests {
                 sem.hash()
             );
             assert_eq!(HashOf::Semaphore.keys(DEFAULT_PREFIX, name).unwrap(), sem);
-            for internal in [sem.fence(), sem.queue(), sem.waiters(), sem.readers()] {
+            for internal in [
+                sem.last_grant(),
+                sem.queue(),
+                sem.waiter_terms(),
+                sem.readers(),
+            ] {
                 assert_eq!(name_of_hash(DEFAULT_PREFIX, internal), None, "{internal}");
             }
         }
@@ -507,9 +515,9 @@ mod tests {
         let odd_written = odd.write_trace("instance:1:2");
         for own in [
             lock.hash(),
-            lock.fence(),
+            lock.last_grant(),
             lock.queue(),
-            lock.waiters(),
+            lock.waiter_terms(),
             lock.readers(),
             lock.release_trace(),
             &written,

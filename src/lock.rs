@@ -214,7 +214,7 @@ impl Lock {
                     .cmd("PTTL")
                     .arg(keys.hash())
                     .cmd("GET")
-                    .arg(keys.fence())
+                    .arg(keys.last_grant())
                     .query_async(&mut conn)
                     .await
             })

@@ -7,6 +7,7 @@ use crate::client::{
     DEFAULT_LOCAL_HANDOVER_LIMIT, DEFAULT_LOCAL_HANDOVER_WINDOW, LockClientBuilder,
 };
 use crate::engine::config::MAX_LOCAL_HANDOVER_LIMIT;
+use crate::keys::LockKeys;
 
 /// Renamed [`DEFAULT_LOCAL_HANDOVER_LIMIT`].
 #[deprecated(since = "0.1.0", note = "renamed DEFAULT_LOCAL_HANDOVER_LIMIT")]
@@ -31,5 +32,19 @@ impl LockClientBuilder {
     #[deprecated(since = "0.1.0", note = "renamed local_handover_window")]
     pub fn local_handoff_window(self, window: Duration) -> Self {
         self.local_handover_window(window)
+    }
+}
+
+impl LockKeys {
+    /// Renamed [`LockKeys::last_grant`], the scripts' name for it.
+    #[deprecated(since = "0.1.0", note = "renamed last_grant")]
+    pub fn fence(&self) -> &str {
+        self.last_grant()
+    }
+
+    /// Renamed [`LockKeys::waiter_terms`], the scripts' name for it.
+    #[deprecated(since = "0.1.0", note = "renamed waiter_terms")]
+    pub fn waiters(&self) -> &str {
+        self.waiter_terms()
     }
 }

@@ -57,7 +57,12 @@ fn unescape(escaped: &str) -> String {
 }
 
 fn all_keys(keys: &LockKeys) -> [&str; 4] {
-    [keys.hash(), keys.fence(), keys.queue(), keys.waiters()]
+    [
+        keys.hash(),
+        keys.last_grant(),
+        keys.queue(),
+        keys.waiter_terms(),
+    ]
 }
 
 proptest! {

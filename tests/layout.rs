@@ -387,14 +387,18 @@ fn the_length_check_names_a_file_over_the_limit() {
     );
 }
 
-/// The checker itself: a cycle through a re-export is found, and a one-way chain is not one.
-#[test]
-fn the_layout_check_finds_a_cycle_through_a_re_export() {
-    let file = |path: &str, code: &str| SourceFile {
+/// A file of a crate the checks below make up: `code` at `path`.
+fn file(path: &str, code: &str) -> SourceFile {
+    SourceFile {
         path: PathBuf::from(path),
         module: module_of(Path::new(path)),
         code: code_of(code),
-    };
+    }
+}
+
+/// The checker itself: a cycle through a re-export is found, and a one-way chain is not one.
+#[test]
+fn the_layout_check_finds_a_cycle_through_a_re_export() {
     let one_way = [
         file("lib.rs", "mod a; mod b; pub use b::Thing;"),
         file("a.rs", "use crate::Thing;"),
@@ -421,11 +425,6 @@ fn the_layout_check_finds_a_cycle_through_a_re_export() {
 /// elsewhere (`#[path]`) are not.
 #[test]
 fn the_layout_check_finds_a_cycle_through_a_binarys_main() {
-    let file = |path: &str, code: &str| SourceFile {
-        path: PathBuf::from(path),
-        module: module_of(Path::new(path)),
-        code: code_of(code),
-    };
     let one_way = [
         file(
             "main.rs",

@@ -56,9 +56,9 @@ pub(crate) async fn read(
     let cmd = INSPECT.command(
         [
             keys.hash(),
-            keys.fence(),
+            keys.last_grant(),
             keys.queue(),
-            keys.waiters(),
+            keys.waiter_terms(),
             keys.leader(),
         ],
         [Arg::Number(max_waiters.max(1) as u64)],

@@ -280,7 +280,12 @@ pub(crate) async fn acquire_each(
     let items: Vec<([&str; 4], [Arg<'_>; 1])> = owners
         .iter()
         .map(|(keys, owner)| {
-            let item_keys = [keys.hash(), keys.fence(), keys.queue(), keys.waiters()];
+            let item_keys = [
+                keys.hash(),
+                keys.last_grant(),
+                keys.queue(),
+                keys.waiter_terms(),
+            ];
             (item_keys, [Arg::Text(owner)])
         })
         .collect();

@@ -43,9 +43,9 @@ const LOCK_KEYS: [&str; 5] = [
 fn lock_keys<'a>(keys: &'a LockKeys, names: &'a ScopeKeys) -> [&'a str; 5] {
     [
         keys.hash(),
-        keys.fence(),
+        keys.last_grant(),
         keys.queue(),
-        keys.waiters(),
+        keys.waiter_terms(),
         names.tokens_key.as_str(),
     ]
 }

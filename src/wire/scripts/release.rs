@@ -254,9 +254,9 @@ pub(crate) async fn release_each(
         .map(|(keys, owner)| {
             let item_keys = [
                 keys.hash(),
-                keys.fence(),
+                keys.last_grant(),
                 keys.queue(),
-                keys.waiters(),
+                keys.waiter_terms(),
                 trace_key(keys, names),
             ];
             (item_keys, [Arg::Text(owner)])

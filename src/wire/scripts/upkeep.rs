@@ -142,7 +142,7 @@ pub(crate) async fn heartbeat(
 ) -> redis::RedisResult<Vec<bool>> {
     let items: Vec<_> = places
         .iter()
-        .map(|(keys, owner)| ([keys.queue(), keys.waiters()], [Arg::Text(owner)]))
+        .map(|(keys, owner)| ([keys.queue(), keys.waiter_terms()], [Arg::Text(owner)]))
         .collect();
     let cmd = HEARTBEAT.command_each([], [Arg::Number(alive_ms)], &items);
     let kept: Vec<i64> = HEARTBEAT.lua().run(conn, &cmd).await?;
