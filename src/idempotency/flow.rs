@@ -23,7 +23,9 @@ use crate::error::{ErrorKind, LockError};
 use crate::guard::LostSignal;
 use crate::guarded_write::GuardedWrites;
 use crate::layer::answer::answer;
-use crate::layer::buffer::{Captured, ReadBody, ReadError, capture, declared_over, request_bytes};
+use crate::layer::buffer::{
+    Captured, ReadBody, ReadError, Reading, capture, declared_over, request_bytes,
+};
 use crate::layer::held::HeldGuards;
 use crate::layer::log::LayerLog;
 use crate::layer::{BufferedBody, OnRedisUnavailable, Reject, Rejection, RejectionKind};
@@ -304,7 +306,7 @@ impl<R> Flow<R> {
         ResB: ReplayableBody,
     {
         let (kept, body, outcome) = match captured {
-            Captured::Whole { data, trailers } => {
+            Reading::Whole { data, trailers } => {
                 if !storable(
                     parts.status,
                     &parts.headers,
@@ -318,7 +320,7 @@ impl<R> Flow<R> {
                 let body = ResB::replay(data.clone(), trailers.clone());
                 (Some((data, trailers)), body, IdempotentOutcome::First)
             }
-            Captured::Over { read, rest } => {
+            Reading::Over((read, rest)) => {
                 (None, ResB::resume(read, rest), IdempotentOutcome::OverBound)
             }
         };

@@ -88,17 +88,23 @@ pub(crate) struct ReadBody<B> {
     started: bool,
 }
 
-/// How far a [`ReadBody`] got.
+/// How far a [`ReadBody`] got. Past the bound, `Rest` is what the reader keeps of the body:
+/// nothing for [`ReadBody`] itself ([`ReadBody::into_parts`] takes it out), the frames read
+/// and the rest of the body for [`capture`].
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Reading {
+pub(crate) enum Reading<Rest = ()> {
     /// To the body's end: its bytes and trailers.
     Whole {
         data: Bytes,
         trailers: Option<HeaderMap>,
     },
-    /// Past the bound: what was read is kept in the reader ([`ReadBody::into_parts`]).
-    Over,
+    /// Past the bound.
+    Over(Rest),
 }
+
+/// A body [`capture`] read: whole, or past the bound with the frames read and the body to
+/// read the rest from.
+pub(crate) type Captured<B> = Reading<(Vec<Frame<Bytes>>, B)>;
 
 impl<B> ReadBody<B> {
     pub(crate) fn new(body: B, bound: usize) -> Self {
@@ -124,7 +130,7 @@ impl<B: Body> Future for ReadBody<B> {
         let mut this = self.project();
         let bound = u64::try_from(*this.bound).unwrap_or(u64::MAX);
         if !std::mem::replace(this.started, true) && this.body.size_hint().lower() > bound {
-            return Poll::Ready(Ok(Reading::Over));
+            return Poll::Ready(Ok(Reading::Over(())));
         }
         loop {
             let Some(frame) = ready!(this.body.as_mut().poll_frame(cx)) else {
@@ -137,7 +143,7 @@ impl<B: Body> Future for ReadBody<B> {
             }
             this.read.push(frame);
             if *this.length > *this.bound {
-                return Poll::Ready(Ok(Reading::Over));
+                return Poll::Ready(Ok(Reading::Over(())));
             }
         }
     }
@@ -170,17 +176,6 @@ fn whole(read: Vec<Frame<Bytes>>, length: usize) -> Reading {
     Reading::Whole { data, trailers }
 }
 
-/// A body read as far as the bound let it be, with what is left of it.
-pub(crate) enum Captured<B> {
-    /// Read to its end: its bytes and trailers.
-    Whole {
-        data: Bytes,
-        trailers: Option<HeaderMap>,
-    },
-    /// Longer than the bound: the frames read so far, and the body to read the rest from.
-    Over { read: Vec<Frame<Bytes>>, rest: B },
-}
-
 /// Reads `body` with [`ReadBody`], keeping the rest of one over the bound (an idempotent
 /// response too long to store still goes to its client whole).
 ///
@@ -193,11 +188,8 @@ pub(crate) async fn capture<B: Body + Unpin>(
 ) -> Result<Captured<B>, B::Error> {
     let mut reader = ReadBody::new(body, bound);
     Ok(match (&mut reader).await? {
-        Reading::Whole { data, trailers } => Captured::Whole { data, trailers },
-        Reading::Over => {
-            let (read, rest) = reader.into_parts();
-            Captured::Over { read, rest }
-        }
+        Reading::Whole { data, trailers } => Reading::Whole { data, trailers },
+        Reading::Over(()) => Reading::Over(reader.into_parts()),
     })
 }
 
@@ -209,7 +201,7 @@ where
 {
     match read {
         Ok(Reading::Whole { data, .. }) => Ok(data),
-        Ok(Reading::Over) => Err(ReadError::TooLarge(Some(bound))),
+        Ok(Reading::Over(())) => Err(ReadError::TooLarge(Some(bound))),
         Err(error) => Err(read_error(error.into())),
     }
 }
@@ -263,7 +255,7 @@ mod tests {
     fn a_body_over_the_bound_keeps_what_was_read_and_the_rest_to_read() {
         let mut reader = ReadBody::new(chunks(&["ab", "cde", "f"]), 4);
         let reading = (&mut reader).now_or_never().expect("ready").unwrap();
-        assert_eq!(reading, Reading::Over);
+        assert_eq!(reading, Reading::Over(()));
         let (read, rest) = reader.into_parts();
         let read: Vec<Bytes> = read
             .into_iter()
@@ -275,7 +267,10 @@ mod tests {
 
         // A body that says it is longer is not read at all.
         let mut long = ReadBody::new(Full::new(Bytes::from_static(b"five!")), 4);
-        assert_eq!((&mut long).now_or_never().unwrap().unwrap(), Reading::Over);
+        assert_eq!(
+            (&mut long).now_or_never().unwrap().unwrap(),
+            Reading::Over(())
+        );
         assert!(long.into_parts().0.is_empty());
 
         // Trailers come with the data of a body read whole.
