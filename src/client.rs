@@ -239,7 +239,7 @@ impl LockClient {
         // One epoch on a server; one per slot on a cluster, each waived on its own node.
         let waived = futures_util::stream::iter(shared.placement.scopes())
             .map(|scope| async move {
-                let key = &shared.placement.names(scope).epoch_key;
+                let key = &shared.placement.scope_keys(scope).epoch_key;
                 shared
                     .connections
                     .run(key, |mut conn| async move {

@@ -7,7 +7,7 @@ use futures_util::future::select_all;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::engine::hold::PassedOn;
+use crate::engine::hold::Baton;
 use crate::engine::lease_state::LeaseState;
 use crate::engine::reenter;
 use crate::engine::release::GuardHold;
@@ -132,7 +132,7 @@ impl LockGuard {
 
     /// A signal that fires if the lease is lost while this guard is held.
     pub fn lost_signal(&self) -> LostSignal {
-        LostSignal::from_receiver(self.hold.holder().acquisition.lease.subscribe())
+        LostSignal::from_receiver(self.hold.holder().acquisition.lease_state.subscribe())
     }
 
     /// When this guard's lease runs out in Redis at the earliest, as this process reckons it,
@@ -144,7 +144,7 @@ impl LockGuard {
             Lease::Fixed(lease) => lease,
         };
         LeaseEnd {
-            lease: Arc::clone(&acquisition.lease),
+            lease_state: Arc::clone(&acquisition.lease_state),
             told_before: lease / 10,
         }
     }
@@ -152,7 +152,7 @@ impl LockGuard {
     /// Whether this guard still holds the lock, as far as this process knows: no lost lease
     /// reported, and the lease not past the deadline its last renewal gave it.
     pub fn is_held(&self) -> bool {
-        self.hold.holder().acquisition.lease.is_live()
+        self.hold.holder().acquisition.lease_state.is_live()
     }
 
     /// Takes the lock once more for the same owner: the hold count in Redis goes up, and the
@@ -302,7 +302,7 @@ impl LockGuard {
 /// later still. Read again on every call: a renewal moves it on.
 #[derive(Debug, Clone)]
 pub(crate) struct LeaseEnd {
-    lease: Arc<LeaseState<PassedOn>>,
+    lease_state: Arc<LeaseState<Baton>>,
     /// How long before the lease runs out its holder is told it is lost.
     told_before: Duration,
 }
@@ -310,6 +310,6 @@ pub(crate) struct LeaseEnd {
 impl LeaseEnd {
     /// The moment, as this process's monotonic clock counts.
     pub(crate) fn at(&self) -> Instant {
-        self.lease.deadline() + self.told_before
+        self.lease_state.deadline() + self.told_before
     }
 }

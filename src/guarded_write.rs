@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::engine::hold::TaskHold;
+use crate::engine::hold::Holder;
 use crate::engine::replicas;
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::{display_name, is_library_key};
@@ -136,7 +136,7 @@ fn millis_at_least_one(ttl: Duration) -> String {
 
 /// Applies `writes` for `holder` in one script only while it holds the lock to write (see
 /// `LockGuard::write_if_held`).
-pub(crate) async fn write_if_held(holder: &TaskHold, writes: &GuardedWrites) -> Result<bool> {
+pub(crate) async fn write_if_held(holder: &Holder, writes: &GuardedWrites) -> Result<bool> {
     let acquisition = &holder.acquisition;
     let shared = &acquisition.shared;
     check_kind(acquisition.terms.kind)?;
@@ -148,13 +148,13 @@ pub(crate) async fn write_if_held(holder: &TaskHold, writes: &GuardedWrites) -> 
         writes,
     )?;
     // The holder was told already: no need to ask Redis.
-    if acquisition.lease.is_lost() {
+    if acquisition.lease_state.is_lost() {
         return Ok(false);
     }
     let keys = &acquisition.keys;
     // Where a script may run twice, a key of this write alone says it ran (one server
     // names none, and is given the lock's own, which it never reads).
-    let trace_ms = shared.names(keys).trace_ms;
+    let trace_ms = shared.scope_keys(keys).trace_ms;
     let trace_key = (trace_ms > 0)
         .then(|| keys.write_trace(&format!("{}:{}", acquisition.owner, shared.new_holder_id())));
     let trace = WriteTrace {

@@ -49,7 +49,7 @@ impl Lock {
         let target = LockRequest {
             name: name.into(),
             keys: Arc::new(keys),
-            lease: Lease::Watchdog,
+            lease_mode: Lease::Watchdog,
             kind,
         };
         Self { client, target }
@@ -58,7 +58,7 @@ impl Lock {
     /// The same lock, acquired with `lease` (default [`Lease::Watchdog`]).
     #[must_use]
     pub fn with_lease(mut self, lease: Lease) -> Self {
-        self.target.lease = lease;
+        self.target.lease_mode = lease;
         self
     }
 
@@ -98,7 +98,7 @@ impl Lock {
 
     /// How long the lock lasts without its holder: the watchdog lease, or the fixed one.
     pub(crate) fn lease_length(&self) -> Duration {
-        match self.target.lease {
+        match self.target.lease_mode {
             Lease::Watchdog => self.client.engine.shared.config.watchdog_lease,
             Lease::Fixed(lease) => lease,
         }
@@ -289,8 +289,9 @@ impl Lock {
             .run(self.target.keys.hash(), |mut conn| async move {
                 let shared = &self.client.engine.shared;
                 let operation = format!("force-unlock:{}", shared.new_owner());
-                let names = shared.names(&keys);
-                scripts::force_unlock(&mut conn, &keys, self.target.kind, names, &operation).await
+                let scope_keys = shared.scope_keys(&keys);
+                scripts::force_unlock(&mut conn, &keys, self.target.kind, scope_keys, &operation)
+                    .await
             })
             .await
     }

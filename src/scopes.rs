@@ -79,7 +79,7 @@ pub(crate) enum Placement {
     /// A cluster: one of each per slot, named when first used.
     Cluster {
         prefix: String,
-        names: Box<[OnceLock<Arc<ScopeKeys>>]>,
+        scope_keys: Box<[OnceLock<Arc<ScopeKeys>>]>,
         /// See [`ScopeKeys::trace_ms`].
         trace_ms: u64,
     },
@@ -124,7 +124,7 @@ impl Placement {
     pub(crate) fn cluster(prefix: &str, command_timeout: Duration) -> Self {
         Self::Cluster {
             prefix: prefix.to_owned(),
-            names: (0..SLOTS).map(|_| OnceLock::new()).collect(),
+            scope_keys: (0..SLOTS).map(|_| OnceLock::new()).collect(),
             trace_ms: u64::try_from(command_timeout.as_millis() * 2).unwrap_or(u64::MAX),
         }
     }
@@ -143,15 +143,15 @@ impl Placement {
         }
     }
 
-    /// The names of `scope`.
-    pub(crate) fn names(&self, scope: u16) -> &Arc<ScopeKeys> {
+    /// The keys of `scope`.
+    pub(crate) fn scope_keys(&self, scope: u16) -> &Arc<ScopeKeys> {
         match self {
-            Self::Single(names) => names,
+            Self::Single(scope_keys) => scope_keys,
             Self::Cluster {
                 prefix,
-                names,
+                scope_keys,
                 trace_ms,
-            } => names[usize::from(scope % SLOTS)].get_or_init(|| {
+            } => scope_keys[usize::from(scope % SLOTS)].get_or_init(|| {
                 let tag = slot_tag(scope);
                 Arc::new(ScopeKeys {
                     scope,
@@ -165,9 +165,9 @@ impl Placement {
         }
     }
 
-    /// The names of the lock with `keys`.
+    /// The scope keys of the lock with `keys`.
     pub(crate) fn of(&self, keys: &LockKeys) -> &Arc<ScopeKeys> {
-        self.names(self.scope_of(keys))
+        self.scope_keys(self.scope_of(keys))
     }
 
     /// Every scope there is: one on a server, every slot on a cluster.
@@ -206,13 +206,13 @@ mod tests {
         let placement = Placement::cluster("lock:", Duration::from_secs(1));
         for name in ["account-7", "tenant/{weird}", "ü", "x"] {
             let keys = LockKeys::new("lock:", name).unwrap();
-            let names = placement.of(&keys);
+            let scope_keys = placement.of(&keys);
             let slot = slot_of(keys.hash());
-            assert_eq!(names.scope, slot);
-            assert_eq!(slot_of(&names.epoch_key), slot);
-            assert_eq!(slot_of(&names.tokens_key), slot);
-            assert_eq!(slot_of(&format!("{}abc123", names.wake_prefix)), slot);
-            assert_eq!(slot_of(&names.promotion_witness), slot);
+            assert_eq!(scope_keys.scope, slot);
+            assert_eq!(slot_of(&scope_keys.epoch_key), slot);
+            assert_eq!(slot_of(&scope_keys.tokens_key), slot);
+            assert_eq!(slot_of(&format!("{}abc123", scope_keys.wake_prefix)), slot);
+            assert_eq!(slot_of(&scope_keys.promotion_witness), slot);
         }
         let single = Placement::single("lock:");
         let keys = LockKeys::new("lock:", "account-7").unwrap();

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::engine::hold::TaskHold;
+use crate::engine::hold::Holder;
 use crate::engine::replicas;
 use crate::error::Result;
 use crate::wire::scripts::record_leader as record_leader_script;
@@ -17,7 +17,7 @@ pub(crate) use crate::wire::scripts::{ClaimMode, ClaimStatus, TickReply};
 /// With [`min_replicas_acked`](crate::LockClientBuilder::min_replicas_acked), a tick is
 /// given to run once the replicas asked for have its record, so a failover does not forget it.
 pub(crate) async fn claim_tick(
-    holder: &TaskHold,
+    holder: &Holder,
     period: Duration,
     mode: ClaimMode,
 ) -> Result<TickReply> {
@@ -25,7 +25,7 @@ pub(crate) async fn claim_tick(
     let shared = &acquisition.shared;
     shared.ensure_running()?;
     let keys = &acquisition.keys;
-    let epoch_key = shared.names(keys).epoch_key.as_str();
+    let epoch_key = shared.scope_keys(keys).epoch_key.as_str();
     let claim = format!("{:016x}", rand::random::<u64>());
     let period_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
     let reply = shared
@@ -50,7 +50,7 @@ pub(crate) async fn claim_tick(
 
 /// Records `holder` as its singleton's leader since now (the server's clock), for operators;
 /// returns whether it still held the lock.
-pub(crate) async fn record_leader(holder: &TaskHold) -> Result<bool> {
+pub(crate) async fn record_leader(holder: &Holder) -> Result<bool> {
     let acquisition = &holder.acquisition;
     let shared = &acquisition.shared;
     shared.ensure_running()?;

@@ -191,6 +191,41 @@ async fn tasks_of_one_client_hand_the_lock_over_without_redis_with_growing_token
     assert!(next.fencing_token() > block_end);
 }
 
+// One thread: the waiting task is polled only where the test says.
+#[tokio::test(flavor = "current_thread")]
+async fn a_lock_carried_to_a_local_task_that_left_is_given_back_not_left_to_its_lease() {
+    let server = RedisServer::start();
+    let locks = client_with(&server, 16, NEVER_POLL).await;
+    let lock = locks.lock("left").unwrap();
+    let held = lock.acquire().await.unwrap();
+    // A second task of this client queues behind the holder (polled once), then leaves
+    // after the lock was carried to it and before it ran.
+    let mut waiting = Box::pin(lock.acquire());
+    tokio::select! {
+        biased;
+        _ = &mut waiting => panic!("the lock is held"),
+        () = std::future::ready(()) => {}
+    }
+    held.release().await.unwrap();
+    assert!(
+        lock.is_locked().await.unwrap(),
+        "carried to the waiting task without Redis: still held there"
+    );
+    drop(waiting);
+    assert_eq!(locks.local_keys(), 0, "nobody of this client wants the key");
+
+    // Given back in the background: another instance takes it at once, not after the
+    // 30-second lease that the watchdog would otherwise have renewed for nobody. The bound
+    // is a third of that lease, for a shared machine.
+    let other = client(&server).await;
+    let taken = tokio::time::timeout(
+        Duration::from_secs(10),
+        other.lock("left").unwrap().acquire(),
+    )
+    .await;
+    assert!(taken.is_ok(), "the carried lock was left to its lease");
+}
+
 // One thread, so that each spawned task joins the local queue before the next one.
 #[tokio::test(flavor = "current_thread")]
 async fn past_the_budget_the_lock_goes_through_redis_to_the_waiting_instance() {

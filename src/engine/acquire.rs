@@ -11,8 +11,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::Engine;
+use crate::engine::budget::Budget;
 use crate::engine::deadlines::{Registration, lost_deadline};
-use crate::engine::hold::{Budget, OwnerHolds, PassedOn, RedisHold, TaskHold};
+use crate::engine::ending::{self, Event};
+use crate::engine::hold::{Acquisition, Baton, Holder, OwnerHolds};
 use crate::engine::lease_state::LeaseState;
 use crate::engine::local::LocalTurn;
 use crate::engine::replicas;
@@ -31,7 +33,7 @@ use crate::wire::scripts::{AcquireMode, AcquireReply, AcquireTerms};
 pub(crate) struct LockRequest {
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
-    pub(crate) lease: Lease,
+    pub(crate) lease_mode: Lease,
     pub(crate) kind: LockKind,
 }
 
@@ -61,9 +63,9 @@ impl LockRequest {
         &self,
         engine: &Engine,
         patience: Patience,
-    ) -> Result<Option<TaskHold>> {
+    ) -> Result<Option<Holder>> {
         engine.shared.ensure_running()?;
-        self.lease.validate(engine.shared.config.lease_limit)?;
+        self.lease_mode.validate(engine.shared.config.lease_limit)?;
         let started = Instant::now();
         // Only an exclusive lock's tasks queue locally; the others each wait in Redis.
         let turn = if !self.kind.queues_locally() {
@@ -87,10 +89,10 @@ impl LockRequest {
     async fn acquire_with_turn(
         &self,
         shared: &Arc<ClientState>,
-        mut turn: Option<LocalTurn<PassedOn>>,
+        mut turn: Option<LocalTurn<Baton>>,
         patience: Patience,
         started: Instant,
-    ) -> Result<Option<TaskHold>> {
+    ) -> Result<Option<Holder>> {
         shared.ensure_running()?;
         let queued = match self.pick_up(&mut turn, patience) {
             PickedUp::Lock(holder) => return Ok(Some(holder)),
@@ -101,7 +103,7 @@ impl LockRequest {
         let asking = AcquireLoop {
             target: self,
             shared,
-            terms: shared.config.terms(self.lease, self.kind),
+            terms: shared.config.terms(self.lease_mode, self.kind),
             turn,
             waiter,
             started,
@@ -109,16 +111,21 @@ impl LockRequest {
         asking.run(patience).await
     }
 
-    /// Takes what the task before this one left in the key's turn.
-    fn pick_up(&self, turn: &mut Option<LocalTurn<PassedOn>>, patience: Patience) -> PickedUp {
-        let watchdog = self.lease == Lease::Watchdog;
+    /// Takes what the task before this one left in the key's turn, as
+    /// [`ending::decide`] says.
+    fn pick_up(&self, turn: &mut Option<LocalTurn<Baton>>, patience: Patience) -> PickedUp {
         let baton = turn
             .as_mut()
-            .map_or(PassedOn::Free, |turn| std::mem::take(turn.baton()));
-        match (baton, patience) {
-            (PassedOn::Held(carried), _) => match carried.pick_up(watchdog) {
+            .map_or(Baton::Free, |turn| std::mem::take(turn.baton()));
+        let arrived = Event::NextArrived {
+            watchdog: self.lease_mode == Lease::Watchdog,
+            waits: patience == Patience::Wait,
+        };
+        match (ending::decide(baton.entry(), arrived), baton) {
+            (ending::Step::TakeOver, Baton::Passing(passing)) => match passing.take_over() {
                 Some((acquisition, token, budget)) => {
-                    let turn_of = turn.take().map(|turn| acquisition.lease.put_turn(turn));
+                    let turn = turn.take().expect("a lock is passed in a turn");
+                    let number = acquisition.lease_state.next_holder(turn);
                     tracing::debug!(
                         lock = %display_name(&self.name),
                         token,
@@ -126,24 +133,22 @@ impl LockRequest {
                         "lock handed over locally"
                     );
                     let local = Some(HandoverPath::Local);
-                    PickedUp::Lock(TaskHold::new(acquisition, token, budget, local, turn_of))
+                    PickedUp::Lock(Holder::new(acquisition, token, budget, local, number))
                 }
-                // Lost, or not for this lease mode: released in the background.
                 None => PickedUp::Place(None),
             },
-            // A place queued on the terms of a watchdog lease, which a fixed lease does not
-            // share: such a task leaves it (dropping it gives it back) and queues anew.
-            (PassedOn::Queued(queued), Patience::Wait) => {
-                PickedUp::Place(watchdog.then_some(queued))
-            }
-            (PassedOn::Queued(queued), Patience::Try) => {
-                // Not ours to wait in: left to the next task, or given back with the entry.
+            (ending::Step::TakeOver, Baton::Queued(queued)) => PickedUp::Place(Some(queued)),
+            (ending::Step::LeaveForNext, baton) => {
                 if let Some(turn) = turn.as_mut() {
-                    *turn.baton() = PassedOn::Queued(queued);
+                    *turn.baton() = baton;
                 }
                 PickedUp::NotForThisTask
             }
-            (PassedOn::Free, _) => PickedUp::Place(None),
+            // Given back (dropping it does), or nothing was left: this task asks Redis.
+            (_, baton) => {
+                drop(baton);
+                PickedUp::Place(None)
+            }
         }
     }
 
@@ -151,10 +156,10 @@ impl LockRequest {
     fn grant(
         &self,
         shared: &Arc<ClientState>,
-        turn: Option<LocalTurn<PassedOn>>,
+        turn: Option<LocalTurn<Baton>>,
         granted: Granted,
         handed_over: Option<HandoverPath>,
-    ) -> TaskHold {
+    ) -> Holder {
         self.grant_of(shared, turn, granted, OwnerHolds::Every, handed_over)
     }
 
@@ -163,11 +168,11 @@ impl LockRequest {
     pub(crate) fn grant_of(
         &self,
         shared: &Arc<ClientState>,
-        turn: Option<LocalTurn<PassedOn>>,
+        turn: Option<LocalTurn<Baton>>,
         granted: Granted,
         holds: OwnerHolds,
         handed_over: Option<HandoverPath>,
-    ) -> TaskHold {
+    ) -> Holder {
         let Granted {
             owner,
             tokens,
@@ -175,38 +180,39 @@ impl LockRequest {
             terms,
         } = granted;
         let token = tokens.first;
-        let lease = Arc::new(LeaseState::new(turn, expires_at));
+        let renewed = self.lease_mode == Lease::Watchdog;
+        let lease_state = Arc::new(LeaseState::new(turn, expires_at, renewed));
         let watchdog_id = shared.new_holder_id();
         shared.watchdog.register(Registration {
             id: watchdog_id,
             keys: self.keys.clone(),
             owner: owner.clone(),
-            lease: lease.clone(),
+            lease_state: lease_state.clone(),
             kind: self.kind,
-            lease_mode: self.lease,
+            lease_mode: self.lease_mode,
             expires_at,
         });
         let budget = Budget::new(token, tokens.reserved, shared.config.local_handover_window);
-        let acquisition = RedisHold {
+        let acquisition = Acquisition {
             shared: shared.clone(),
             name: self.name.clone(),
             keys: self.keys.clone(),
             terms,
             owner,
-            lease,
+            lease_state,
             watchdog_id,
-            lease_mode: self.lease,
+            lease_mode: self.lease_mode,
             holds,
             reads_within: OnceLock::new(),
         };
-        TaskHold::new(Arc::new(acquisition), token, budget, handed_over, Some(0))
+        Holder::new(Arc::new(acquisition), token, budget, handed_over, 0)
     }
 }
 
 /// What the task before this one left in the key's turn, for this one.
 enum PickedUp {
     /// The lock itself, handed over without Redis.
-    Lock(TaskHold),
+    Lock(Holder),
     /// A place in the Redis queue (or nothing): this task asks Redis.
     Place(Option<Waiter>),
     /// A place this task cannot use (it does not wait): left for the next task.
@@ -219,7 +225,7 @@ struct AcquireLoop<'a> {
     target: &'a LockRequest,
     shared: &'a Arc<ClientState>,
     terms: AcquireTerms,
-    turn: Option<LocalTurn<PassedOn>>,
+    turn: Option<LocalTurn<Baton>>,
     waiter: Waiter,
     started: Instant,
 }
@@ -239,7 +245,7 @@ enum Step {
 /// What a step leads to: the next step, or the end of the acquisition (the holder, or `None`
 /// when the lock is held and this task only tries). Kept apart from [`Step`], which the
 /// acquire loop carries across every await, so that its future has no room for a holder.
-type Next = ControlFlow<Option<TaskHold>, Step>;
+type Next = ControlFlow<Option<Holder>, Step>;
 
 /// How a grant reached a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,7 +272,7 @@ impl HowGranted {
 impl AcquireLoop<'_> {
     /// Steps from look to listen to sleep and back, until a look or a grant ends the
     /// acquisition.
-    async fn run(mut self, patience: Patience) -> Result<Option<TaskHold>> {
+    async fn run(mut self, patience: Patience) -> Result<Option<Holder>> {
         self.shared.ensure_running()?;
         let mut step = if self.waiter.is_queued() {
             Step::Listen {
@@ -444,10 +450,10 @@ impl AcquireLoop<'_> {
         expires_at: Instant,
         granted: Duration,
         how: HowGranted,
-    ) -> Result<Option<TaskHold>> {
+    ) -> Result<Option<Holder>> {
         let terms = self.terms;
         let asked = Duration::from_millis(terms.lease_ms);
-        let extension_needed = self.target.lease != Lease::Watchdog && granted < asked;
+        let extension_needed = self.target.lease_mode != Lease::Watchdog && granted < asked;
         let expires_at = if extension_needed || replicas::asked(self.shared) {
             // Boxed, and only here: most grants need no more round trips, and the acquire
             // loop should not carry their large futures.

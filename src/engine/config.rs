@@ -150,11 +150,11 @@ impl Config {
         self.repoll_interval * 3
     }
 
-    /// What a lock of `kind` held on `lease` asks of Redis: its lease, how long a queued place
+    /// What a lock of `kind` held on `lease_mode` asks of Redis: its lease, how long a queued place
     /// lives without a refresh, the lease of a hand-over from the queue, and the token block.
-    pub(crate) fn terms(&self, lease: Lease, kind: LockKind) -> AcquireTerms {
+    pub(crate) fn terms(&self, lease_mode: Lease, kind: LockKind) -> AcquireTerms {
         let alive_ms = millis(self.waiter_alive());
-        match lease {
+        match lease_mode {
             Lease::Watchdog => {
                 let lease_ms = millis(self.watchdog_lease);
                 AcquireTerms {

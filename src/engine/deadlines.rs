@@ -27,7 +27,7 @@ pub(crate) struct Registration {
     pub(crate) id: u64,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) owner: Arc<str>,
-    pub(crate) lease: Arc<dyn Watched>,
+    pub(crate) lease_state: Arc<dyn Watched>,
     pub(crate) kind: LockKind,
     /// Renewed by the watchdog, or a fixed lease that runs out.
     pub(crate) lease_mode: Lease,
@@ -78,7 +78,7 @@ impl Leases {
         if let Some(entry) = self.entries.get_mut(&id) {
             self.deadlines.remove(&(entry.expires_at, id));
             entry.expires_at = expires_at;
-            entry.lease.extend_to(expires_at);
+            entry.lease_state.extend_to(expires_at);
             self.deadlines.insert((expires_at, id));
         }
     }
@@ -114,12 +114,12 @@ mod tests {
         }
     }
 
-    fn registration(id: u64, expires_at: Instant, lease: Arc<Recorded>) -> Registration {
+    fn registration(id: u64, expires_at: Instant, lease_state: Arc<Recorded>) -> Registration {
         Registration {
             id,
             keys: Arc::new(LockKeys::new("lock:", &format!("l{id}")).unwrap()),
             owner: format!("owner:{id}").into(),
-            lease,
+            lease_state,
             kind: LockKind::Exclusive,
             lease_mode: Lease::Watchdog,
             expires_at,

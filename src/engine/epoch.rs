@@ -75,16 +75,16 @@ impl Epoch {
         self.placement.scope_of(keys)
     }
 
-    /// [`Self::terms`] for the lock with `keys`.
-    pub(crate) fn terms_for(&self, keys: &LockKeys) -> KnownEpoch<'_> {
-        self.terms(self.scope_of(keys))
+    /// [`Self::known`] for the lock with `keys`.
+    pub(crate) fn known_for(&self, keys: &LockKeys) -> KnownEpoch<'_> {
+        self.known(self.scope_of(keys))
     }
 
-    /// What a script needs: the key, the epoch known now, its longest lease and their marker,
+    /// The epoch known in `scope`, as a script needs it: the key, the epoch known now, its longest lease and their marker,
     /// and the quarantine to start on a missing epoch, long enough for every lease it knows of
     /// to run out.
-    pub(crate) fn terms(&self, scope: u16) -> KnownEpoch<'_> {
-        let key = &self.placement.names(scope).epoch_key;
+    pub(crate) fn known(&self, scope: u16) -> KnownEpoch<'_> {
+        let key = &self.placement.scope_keys(scope).epoch_key;
         let known = self.known.lock().expect("epoch")[usize::from(scope)].clone();
         KnownEpoch {
             key,
@@ -104,7 +104,7 @@ impl Epoch {
         let mut known = self.known.lock().expect("epoch");
         let current = &mut known[usize::from(scope)];
         if current.epoch == epoch && epoch != 0 && current.longest_lease_ms < lease_ms {
-            *current = Known::new(&self.placement.names(scope).epoch_key, epoch, lease_ms);
+            *current = Known::new(&self.placement.scope_keys(scope).epoch_key, epoch, lease_ms);
         }
     }
 
@@ -119,7 +119,7 @@ impl Epoch {
         lost: impl FnOnce() -> T,
     ) -> Option<T> {
         let learned = Known::new(
-            &self.placement.names(scope).epoch_key,
+            &self.placement.scope_keys(scope).epoch_key,
             epoch,
             longest_lease_ms,
         );
@@ -203,28 +203,28 @@ mod tests {
             Duration::from_secs(30),
             false,
         );
-        let fresh = epoch.terms(0);
+        let fresh = epoch.known(0);
         assert_eq!((fresh.known, fresh.known_lease_ms), (0, 0));
         assert_eq!(&*fresh.marker, "lock:epoch:0:0");
         // The lease limit, which every client keeps to.
         assert_eq!(fresh.quarantine_ms, 30_000);
         // A longer lease another client recorded in this epoch.
         assert_eq!(epoch.learn(0, 7, 60_000, || ()), None);
-        let learned = epoch.terms(0);
+        let learned = epoch.known(0);
         assert_eq!((learned.known, learned.known_lease_ms), (7, 60_000));
         assert_eq!(&*learned.marker, "lock:epoch:7:60000");
         assert_eq!(learned.quarantine_ms, 60_000);
         // Its own longer lease granted in that epoch, and a grant in another epoch.
         epoch.granted(0, 7, 90_000);
         epoch.granted(0, 6, 120_000);
-        let granted = epoch.terms(0);
+        let granted = epoch.known(0);
         assert_eq!(
             (granted.known_lease_ms, &*granted.marker),
             (90_000, "lock:epoch:7:90000")
         );
         // A new epoch: the data of the earlier one is lost.
         assert_eq!(epoch.learn(0, 8, 2_000, || "lost"), Some("lost"));
-        assert_eq!(epoch.terms(0).quarantine_ms, 30_000);
+        assert_eq!(epoch.known(0).quarantine_ms, 30_000);
     }
 
     #[tokio::test(start_paused = true)]

@@ -213,7 +213,7 @@ async fn send_call(shared: &Arc<ClientState>, looks: Vec<QueuedLook>) {
             return;
         }
     };
-    let epoch = shared.watchdog.epoch().terms_for(&first.of.keys);
+    let epoch = shared.watchdog.epoch().known_for(&first.of.keys);
     let asked_in = (terms.lease_ms > epoch.known_lease_ms).then_some(epoch.known);
     let owners: Vec<(&LockKeys, &str)> = looks
         .iter()
@@ -223,7 +223,7 @@ async fn send_call(shared: &Arc<ClientState>, looks: Vec<QueuedLook>) {
     let call = scripts::acquire_each(
         &mut conn,
         &owners,
-        shared.names(&first.of.keys),
+        shared.scope_keys(&first.of.keys),
         &terms,
         mode,
         &epoch,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::engine::call_queue::{CallQueues, QueuedRelease, Turn};
 use crate::engine::gathered::{AloneCall, MOST_PER_CALL};
-use crate::engine::hold::RedisHold;
+use crate::engine::hold::Acquisition;
 use crate::engine::shared::ClientState;
 use crate::error::{LockError, Result};
 use crate::keys::LockKeys;
@@ -21,7 +21,7 @@ use crate::wire::scripts::{self, ReleaseScope};
 /// nothing). With group commit, the last release of an exclusive or fair lock on one server
 /// goes out alone when none of its connection is in flight, or else with those that come
 /// meanwhile.
-pub(crate) async fn release(acquisition: &RedisHold, scope: ReleaseScope) -> Result<Option<u64>> {
+pub(crate) async fn release(acquisition: &Acquisition, scope: ReleaseScope) -> Result<Option<u64>> {
     let shared = &acquisition.shared;
     let gathered = shared.config.group_commit
         && scope == ReleaseScope::All
@@ -73,8 +73,8 @@ async fn send_call(shared: &Arc<ClientState>, releases: Vec<QueuedRelease>) {
                 .iter()
                 .map(|release| (&*release.keys, &*release.owner))
                 .collect();
-            let names = shared.names(&releases[0].keys);
-            let call = scripts::release_each(&mut conn, &owners, names);
+            let scope_keys = shared.scope_keys(&releases[0].keys);
+            let call = scripts::release_each(&mut conn, &owners, scope_keys);
             shared.connections.bounded(key, call).await
         }
         Err(err) => Err(err),

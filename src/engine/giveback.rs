@@ -64,7 +64,7 @@ pub(crate) fn spawn_give_back(shared: Arc<ClientState>, give_back: GiveBack) {
                         &mut conn,
                         &keys,
                         kind,
-                        shared.names(&keys),
+                        shared.scope_keys(&keys),
                         &owner,
                         scope,
                     )

@@ -14,12 +14,12 @@
 //!   again when it picks it up, and a loss after that fires the signal the successor holds.
 //! - Only watchdog-mode leases are handed over: a fixed lease belongs to one holder.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
+use crate::engine::budget::Budget;
+use crate::engine::ending::{self, Entry, Event, Step};
 use crate::engine::giveback::{GiveBack, spawn_give_back};
 use crate::engine::lease_state::LeaseState;
 use crate::engine::shared::ClientState;
@@ -30,61 +30,33 @@ use crate::lease::Lease;
 use crate::meter::{self, HandoverPath, HoldMeter};
 use crate::wire::scripts::{self, AcquireMode, AcquireReply, AcquireTerms, ReleaseScope};
 
-/// What one task of a client leaves for the next task waiting on the same key.
+/// What one task of a client leaves in the key's turn for the next task waiting on the same
+/// key (the entry states [`Entry::Free`], [`Entry::Passing`] and [`Entry::Queued`]; while a
+/// task holds the lock, the lease's local holder says the rest).
 #[derive(Debug, Default)]
 // Not boxed: a place passed on in the queue is the hand-over path between instances, and a
 // box would allocate on it; the baton lives once per key in the local table.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum PassedOn {
+pub(crate) enum Baton {
     /// Nothing: the next task goes to Redis.
     #[default]
     Free,
     /// The lock, still held in Redis.
-    Held(PassingHold),
+    Passing(PassingHold),
     /// A place in the Redis queue, taken by the release that passed the lock on.
     Queued(Waiter),
 }
 
-/// What is left of the fairness budget of one Redis acquisition.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Budget {
-    next_token: u64,
-    tokens_left: u64,
-    until: Instant,
-}
-
-impl Budget {
-    /// The budget of an acquisition whose token block starts at `first_token`; the first
-    /// token is the acquirer's own.
-    pub(crate) fn new(first_token: u64, block: u64, window: Duration) -> Self {
-        Self::reserved(first_token + 1, block.saturating_sub(1), window)
-    }
-
-    /// The budget of a block of `block` tokens from `first_token` that nobody holds yet: the
-    /// first is the next holder's (a lock a hand-over through Redis kept for this client).
-    pub(crate) fn reserved(first_token: u64, block: u64, window: Duration) -> Self {
-        Self {
-            next_token: first_token,
-            tokens_left: block,
-            until: Instant::now() + window,
+impl Baton {
+    /// The entry as [`ending::decide`] sees it.
+    pub(crate) fn entry(&self) -> Entry {
+        match self {
+            Baton::Free => Entry::Free,
+            Baton::Passing(passing) => Entry::Passing {
+                usable: passing.usable(),
+            },
+            Baton::Queued(_) => Entry::Queued,
         }
-    }
-
-    pub(crate) fn allows_handover(&self) -> bool {
-        self.allows_handover_at(Instant::now())
-    }
-
-    /// Whether a token is left and `now` is within the window.
-    fn allows_handover_at(&self, now: Instant) -> bool {
-        self.tokens_left > 0 && now < self.until
-    }
-
-    /// The next token of the block; `None` once the block is spent.
-    fn take_token(&mut self) -> Option<u64> {
-        self.tokens_left = self.tokens_left.checked_sub(1)?;
-        let token = self.next_token;
-        self.next_token += 1;
-        Some(token)
     }
 }
 
@@ -92,59 +64,61 @@ impl Budget {
 /// is released in Redis when dropped.
 #[derive(Debug)]
 pub(crate) struct PassingHold {
-    acquisition: Option<Arc<RedisHold>>,
+    acquisition: Option<Arc<Acquisition>>,
     budget: Budget,
 }
 
 impl PassingHold {
-    pub(crate) fn new(acquisition: Arc<RedisHold>, budget: Budget) -> Self {
+    pub(crate) fn new(acquisition: Arc<Acquisition>, budget: Budget) -> Self {
         Self {
             acquisition: Some(acquisition),
             budget,
         }
     }
 
-    /// The hold and the successor's token, if the successor wants a watchdog lease, the
-    /// lease is intact and within its deadline, and a token is left; otherwise the hold is
-    /// released in the background.
-    pub(crate) fn pick_up(mut self, wants_watchdog: bool) -> Option<(Arc<RedisHold>, u64, Budget)> {
-        let usable = self
-            .acquisition
-            .as_ref()
-            .is_some_and(|acquisition| wants_watchdog && acquisition.lease.is_live());
-        if !usable {
-            return None;
-        }
+    /// Whether the next task can take it: its lease can be vouched for and a token of its
+    /// block is left.
+    fn usable(&self) -> bool {
+        self.budget.has_tokens()
+            && self
+                .acquisition
+                .as_ref()
+                .is_some_and(|acquisition| acquisition.lease_state.is_live())
+    }
+
+    /// The hold, the next task's token and the rest of the budget, for the task that takes
+    /// it over (see [`Step::TakeOver`]).
+    pub(crate) fn take_over(mut self) -> Option<(Arc<Acquisition>, u64, Budget)> {
         let token = self.budget.take_token()?;
         let acquisition = self.acquisition.take()?;
         Some((acquisition, token, self.budget))
     }
 }
 
+/// Nobody took the hold over: it tells the entry, which gives it back.
 impl Drop for PassingHold {
     fn drop(&mut self) {
+        let entry = Entry::Passing {
+            usable: self.usable(),
+        };
         let Some(acquisition) = self.acquisition.take() else {
             return;
         };
-        acquisition
-            .shared
-            .watchdog
-            .unregister(acquisition.watchdog_id);
-        // Released in the background, retried on fresh connections while the hold could
-        // still keep the lock, as any release nobody waits for.
-        acquisition.give_back_later(acquisition.owner.clone());
+        if let Step::GiveBack(_) = ending::decide(entry, Event::WaiterLeft) {
+            acquisition.give_back_later(acquisition.owner.clone());
+        }
     }
 }
 
 /// One acquisition of a lock in Redis, handed from local holder to local holder.
 #[derive(Debug)]
-pub(crate) struct RedisHold {
+pub(crate) struct Acquisition {
     pub(crate) shared: Arc<ClientState>,
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) terms: AcquireTerms,
     pub(crate) owner: Arc<str>,
-    pub(crate) lease: Arc<LeaseState<PassedOn>>,
+    pub(crate) lease_state: Arc<LeaseState<Baton>>,
     pub(crate) watchdog_id: u64,
     /// How the lease lasts: only a lease the watchdog renews is handed over locally.
     pub(crate) lease_mode: Lease,
@@ -231,13 +205,13 @@ impl ReadsWithin {
 /// The watchdog renews a lease for as long as its Redis hold lives: until the last local
 /// holder it was handed to ends, or the hold on its way to one is dropped. A release on
 /// purpose takes it out of the watchdog earlier, so it is not reported lost.
-impl Drop for RedisHold {
+impl Drop for Acquisition {
     fn drop(&mut self) {
         self.shared.watchdog.unregister(self.watchdog_id);
     }
 }
 
-impl RedisHold {
+impl Acquisition {
     /// The reads this write lock's owner takes within it.
     pub(crate) fn reads_within(&self) -> Arc<ReadsWithin> {
         self.reads_within.get_or_init(Arc::default).clone()
@@ -249,8 +223,12 @@ impl RedisHold {
     }
 
     /// Releases every hold of `owner` (this acquisition's, or the next task's queued place)
-    /// in the background, retried while it could keep the lock from others.
+    /// in the background, retried while it could keep the lock from others. Out of the
+    /// watchdog first: a lock given back on purpose is not reported lost.
     pub(crate) fn give_back_later(&self, owner: Arc<str>) {
+        if owner == self.owner {
+            self.shared.watchdog.unregister(self.watchdog_id);
+        }
         let give_back = GiveBack {
             keys: self.keys.clone(),
             kind: self.terms.kind,
@@ -272,11 +250,11 @@ impl RedisHold {
         self.shared
             .connections
             .run(self.keys.hash(), |mut conn| async move {
-                let epoch = self.shared.watchdog.epoch().terms_for(&self.keys);
+                let epoch = self.shared.watchdog.epoch().known_for(&self.keys);
                 scripts::acquire(
                     &mut conn,
                     &self.keys,
-                    self.shared.names(&self.keys),
+                    self.shared.scope_keys(&self.keys),
                     &self.owner,
                     terms,
                     mode,
@@ -297,7 +275,7 @@ impl RedisHold {
                     &mut conn,
                     &self.keys,
                     self.terms.kind,
-                    self.shared.names(&self.keys),
+                    self.shared.scope_keys(&self.keys),
                     &self.owner,
                     scope,
                 )
@@ -307,35 +285,32 @@ impl RedisHold {
     }
 }
 
-/// One local holder of an acquisition: its guard and the guard's re-entries.
+/// One local holder of an acquisition: its guard and the guard's re-entries. How many of
+/// them are left, and its turn on the key, the lease's local holder counts (see
+/// [`LeaseState::release_guard`]).
 #[derive(Debug)]
-pub(crate) struct TaskHold {
-    pub(crate) acquisition: Arc<RedisHold>,
+pub(crate) struct Holder {
+    pub(crate) acquisition: Arc<Acquisition>,
     pub(crate) token: u64,
     pub(crate) budget: Budget,
-    /// Guards of this holder not yet released.
-    pub(crate) holds: AtomicUsize,
-    /// Re-entries on their way to Redis; the lock is not handed over meanwhile.
-    pub(crate) reentering: AtomicUsize,
-    /// Its number among the lease's local holders, by which it gives up its own turn on the
-    /// key when it ends (`None`: it was given no turn).
-    turn_of: Option<u64>,
+    /// Its number among the lease's local holders (see [`LeaseState::next_holder`]).
+    pub(crate) number: u64,
     /// How this holder got the lock from the holder before it, if it was handed over.
     pub(crate) handed_over: Option<HandoverPath>,
     /// Counts this hold as held until it ends.
     _meter: HoldMeter,
 }
 
-impl TaskHold {
+impl Holder {
     /// A holder of `acquisition` with its first `token`; `handed_over` says how it got the
     /// lock when a holder before it gave it (`None`: taken from Redis as it found it), and
-    /// `turn_of` its number among the lease's local holders (see `LeaseState::put_turn`).
+    /// `number` which of the lease's local holders it is.
     pub(crate) fn new(
-        acquisition: Arc<RedisHold>,
+        acquisition: Arc<Acquisition>,
         token: u64,
         budget: Budget,
         handed_over: Option<HandoverPath>,
-        turn_of: Option<u64>,
+        number: u64,
     ) -> Self {
         if let Some(path) = handed_over {
             meter::handed_over(path);
@@ -343,9 +318,7 @@ impl TaskHold {
         Self {
             token,
             budget,
-            holds: AtomicUsize::new(1),
-            reentering: AtomicUsize::new(0),
-            turn_of,
+            number,
             handed_over,
             _meter: HoldMeter::start(acquisition.terms.kind),
             acquisition,
@@ -355,46 +328,8 @@ impl TaskHold {
 
 /// A holder that ends gives up its own turn on the key; a turn it handed on with the lock is
 /// the next holder's, and stays.
-impl Drop for TaskHold {
+impl Drop for Holder {
     fn drop(&mut self) {
-        if let Some(holder) = self.turn_of {
-            self.acquisition.lease.give_up_turn_of(holder);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Time is given, not slept: the budget is read at chosen instants.
-    #[test]
-    fn a_budget_hands_out_its_block_in_order_within_its_window() {
-        let window = Duration::from_millis(25);
-        let start = Instant::now();
-        // An acquisition's own token is the block's first; the rest go to local successors.
-        let mut budget = Budget::new(100, 3, window);
-        assert!(budget.allows_handover_at(start));
-        assert_eq!(budget.take_token(), Some(101));
-        assert_eq!(budget.take_token(), Some(102));
-        assert!(!budget.allows_handover_at(start), "the block is spent");
-        assert_eq!(budget.take_token(), None);
-
-        let budget = Budget::new(200, 17, window);
-        assert!(budget.allows_handover_at(start + window / 2));
-        let past = start + window + Duration::from_millis(1);
-        assert!(
-            !budget.allows_handover_at(past),
-            "past the window, whatever tokens are left"
-        );
-    }
-
-    #[test]
-    fn a_block_kept_by_a_hand_over_through_redis_starts_with_the_next_holders_token() {
-        // A limit of 0 reserves a block of one: the next task's own, and no more.
-        let mut budget = Budget::reserved(300, 1, Duration::from_millis(25));
-        assert_eq!(budget.take_token(), Some(300));
-        assert_eq!(budget.take_token(), None);
-        assert!(!budget.allows_handover());
+        self.acquisition.lease_state.give_up_turn_of(self.number);
     }
 }

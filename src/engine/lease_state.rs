@@ -1,5 +1,5 @@
 //! The state of one lease, shared by the local holders of an acquisition and the watchdog:
-//! the lost signal, the deadline, and the current holder's turn on the key.
+//! the lost signal, the deadline, and the local holder (its guards and its turn on the key).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -9,44 +9,81 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::engine::deadlines::Watched;
+use crate::engine::ending::{self, Entry, Event, Holding, NextLocal, Step};
 use crate::engine::local::LocalTurn;
 use crate::keys::display_name;
 use crate::lease::LostReason;
 use crate::meter;
 
 /// Shared by the local holders of one Redis acquisition and the watchdog: the lost signal,
-/// the lease's deadline, and the current holder's turn on the key. A lock released on
-/// purpose is taken out of the watchdog first, so it is not reported lost.
+/// the lease's deadline, and who holds it locally. A lock released on purpose is taken out
+/// of the watchdog first, so it is not reported lost.
 #[derive(Debug)]
 pub(crate) struct LeaseState<B> {
     lost: watch::Sender<Option<LostReason>>,
     /// When the holder must be told the lease is lost unless a renewal succeeds first; the
     /// watchdog moves it on. Past it the lease is not used, even before the watchdog fires.
     deadline: AtomicU64,
-    /// Kept until the lock is released in Redis or handed to the next local task, so no task
-    /// of this client overtakes the release; given up as soon as the lease is lost, so this
-    /// client's other tasks compete for the lock again instead of queueing behind a guard
-    /// that no longer holds it.
-    turn: Mutex<HoldersTurn<B>>,
+    /// The watchdog renews it: only such a lease passes from one local holder to the next
+    /// (a fixed lease belongs to one holder).
+    renewed: bool,
+    /// The local holder: what a release decides from, read and changed under one mutex.
+    holding: Mutex<CurrentHolder<B>>,
 }
 
-/// The current holder's turn on the key, and which of the lease's local holders it belongs
-/// to (0 for the first, one more for each the lock was handed to): a holder that ends gives
-/// up its own turn only, never the turn of the holder it handed the lock to.
+/// The local holder of a lease, one at a time: its guards, its re-entries on their way, and
+/// its turn on the key.
 #[derive(Debug)]
-struct HoldersTurn<B> {
-    holder: u64,
+struct CurrentHolder<B> {
+    /// Which of the lease's local holders this is (0 for the first, one more for each the
+    /// lock was handed to): a holder that ends gives up its own turn only, never the turn of
+    /// the holder it handed the lock to.
+    number: u64,
+    /// Its guards not yet released.
+    guards: usize,
+    /// Its re-entries on their way to Redis; the lock is not handed over meanwhile.
+    reentering: usize,
+    /// Its turn on the key: kept until the lock is released in Redis or handed to the next
+    /// local task, so no task of this client overtakes the release; given up as soon as the
+    /// lease is lost, so this client's other tasks compete for the lock again instead of
+    /// queueing behind a guard that no longer holds it.
     turn: Option<LocalTurn<B>>,
 }
 
+impl<B> CurrentHolder<B> {
+    /// The entry as [`ending::decide`] sees it.
+    fn entry(&self, carriable: bool, budget_left: bool) -> Entry {
+        if self.guards == 0 {
+            return Entry::Releasing;
+        }
+        let others = self.turn.as_ref().is_some_and(LocalTurn::others_waiting);
+        Entry::Held(Holding {
+            guards: self.guards,
+            reentering: self.reentering > 0,
+            carriable,
+            next: if others {
+                NextLocal::Waits { budget_left }
+            } else {
+                NextLocal::Nobody
+            },
+        })
+    }
+}
+
 impl<B> LeaseState<B> {
-    /// The state of a lease whose holder has `turn` on the key (none for the kinds that do
-    /// not queue locally).
-    pub(crate) fn new(turn: Option<LocalTurn<B>>, deadline: Instant) -> Self {
+    /// The state of a lease, `renewed` by the watchdog or not, whose first holder has one
+    /// guard and `turn` on the key (none for the kinds that do not queue locally).
+    pub(crate) fn new(turn: Option<LocalTurn<B>>, deadline: Instant, renewed: bool) -> Self {
         Self {
             lost: watch::Sender::new(None),
             deadline: AtomicU64::new(nanos_since_base(deadline)),
-            turn: Mutex::new(HoldersTurn { holder: 0, turn }),
+            renewed,
+            holding: Mutex::new(CurrentHolder {
+                number: 0,
+                guards: 1,
+                reentering: 0,
+                turn,
+            }),
         }
     }
 
@@ -71,17 +108,61 @@ impl<B> LeaseState<B> {
             .store(nanos_since_base(deadline), Ordering::Release);
     }
 
-    /// Gives up the holder's turn on the key: the next local task may go on.
-    pub(crate) fn give_up_turn(&self) {
-        let turn = self.turn.lock().expect("local turn").turn.take();
-        drop(turn);
+    /// One guard of the local holder numbered `number` is released: what to do, decided and
+    /// counted at one moment, with the key's turn when the step carries the lock to the
+    /// next local task. `budget_left`: the holder's fairness budget allows one more
+    /// hand-over without Redis.
+    pub(crate) fn release_guard(
+        &self,
+        number: u64,
+        budget_left: bool,
+    ) -> (Step, Option<LocalTurn<B>>) {
+        let carriable = self.renewed && self.is_live();
+        let mut current = self.holding.lock().expect("current holder");
+        // Only the current holder has guards: a hold is passed on after its last release.
+        if current.number != number || current.guards == 0 {
+            return (Step::Nothing, None);
+        }
+        let step = ending::decide(current.entry(carriable, budget_left), Event::GuardReleased);
+        current.guards -= 1;
+        let turn = if step == Step::Carry {
+            current.turn.take()
+        } else {
+            None
+        };
+        (step, turn)
     }
 
-    /// Gives up the turn of the local holder numbered `holder`, if the turn is still its
-    /// own (see [`LeaseState::put_turn`]).
-    pub(crate) fn give_up_turn_of(&self, holder: u64) {
-        let mut current = self.turn.lock().expect("local turn");
-        let turn = if current.holder == holder {
+    /// A re-entry of the local holder numbered `number` leaves for Redis: the lock is not
+    /// passed on before it is counted or refused.
+    pub(crate) fn reentry_leaves(&self, number: u64) {
+        let mut current = self.holding.lock().expect("current holder");
+        if current.number == number {
+            current.reentering += 1;
+        }
+    }
+
+    /// The re-entry is back: a hold Redis `granted` counts as a guard while a guard of the
+    /// holder lives (else the holder's last release, which releases every hold of the owner,
+    /// takes it). Returns whether it counts.
+    pub(crate) fn reentry_back(&self, number: u64, granted: bool) -> bool {
+        let mut current = self.holding.lock().expect("current holder");
+        if current.number != number {
+            return false;
+        }
+        current.reentering = current.reentering.saturating_sub(1);
+        let counted = granted && current.guards > 0;
+        if counted {
+            current.guards += 1;
+        }
+        counted
+    }
+
+    /// Gives up the turn of the local holder numbered `number` when it ends, if the turn is
+    /// still its own.
+    pub(crate) fn give_up_turn_of(&self, number: u64) {
+        let mut current = self.holding.lock().expect("current holder");
+        let turn = if current.number == number {
             current.turn.take()
         } else {
             None
@@ -90,38 +171,30 @@ impl<B> LeaseState<B> {
         drop(turn);
     }
 
-    /// The current holder's turn, if it still has it and `wanted` says so.
-    pub(crate) fn take_turn_if(
-        &self,
-        wanted: impl FnOnce(&LocalTurn<B>) -> bool,
-    ) -> Option<LocalTurn<B>> {
-        let mut current = self.turn.lock().expect("local turn");
-        if current.turn.as_ref().is_some_and(wanted) {
-            current.turn.take()
-        } else {
-            None
-        }
+    /// The releasing holder's turn, if it still has it: what Redis left for the next task
+    /// goes into it.
+    pub(crate) fn take_turn(&self) -> Option<LocalTurn<B>> {
+        self.holding.lock().expect("current holder").turn.take()
     }
 
-    /// Whether other tasks of this client wait for the key this lease's holder has.
-    pub(crate) fn turn_has_others_waiting(&self) -> bool {
-        let current = self.turn.lock().expect("local turn");
-        current.turn.as_ref().is_some_and(LocalTurn::others_waiting)
-    }
-
-    /// Gives the turn of a local successor to this lease; returns the successor's number,
+    /// Makes the next local task the holder, with one guard and `turn`; returns its number,
     /// by which it gives up its own turn when it ends.
-    pub(crate) fn put_turn(&self, turn: LocalTurn<B>) -> u64 {
-        let holder = {
-            let mut current = self.turn.lock().expect("local turn");
-            current.holder += 1;
+    pub(crate) fn next_holder(&self, turn: LocalTurn<B>) -> u64 {
+        let (number, given_up) = {
+            let mut current = self.holding.lock().expect("current holder");
+            current.number += 1;
+            current.guards = 1;
+            current.reentering = 0;
             current.turn = Some(turn);
-            current.holder
+            let given_up = if self.is_lost() {
+                current.turn.take()
+            } else {
+                None
+            };
+            (current.number, given_up)
         };
-        if self.is_lost() {
-            self.give_up_turn();
-        }
-        holder
+        drop(given_up);
+        number
     }
 
     /// Fires the lost signal once.
@@ -140,8 +213,19 @@ impl<B> LeaseState<B> {
                 reason = meter::lost_label(reason),
                 "lock lease lost"
             );
-            self.give_up_turn();
+            self.lease_lost();
         }
+    }
+
+    /// What a lost lease does to its holder: decided in [`ending::decide`].
+    fn lease_lost(&self) {
+        let mut current = self.holding.lock().expect("current holder");
+        let turn = match ending::decide(current.entry(false, false), Event::LeaseLost) {
+            Step::GiveUpTurn => current.turn.take(),
+            _ => None,
+        };
+        drop(current);
+        drop(turn);
     }
 
     /// What the holders' lost signals listen to.
@@ -171,4 +255,123 @@ fn nanos_since_base(at: Instant) -> u64 {
 fn base_instant() -> Instant {
     static BASE: OnceLock<Instant> = OnceLock::new();
     *BASE.get_or_init(Instant::now)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::local::LocalTable;
+
+    /// A lease the watchdog renews, held by holder 0 with the turn on key "k" of `table`,
+    /// good for a minute.
+    async fn held(table: &LocalTable<()>) -> LeaseState<()> {
+        held_on(table, true).await
+    }
+
+    async fn held_on(table: &LocalTable<()>, renewed: bool) -> LeaseState<()> {
+        let turn = table.turn(&key()).await;
+        LeaseState::new(
+            Some(turn),
+            Instant::now() + Duration::from_secs(60),
+            renewed,
+        )
+    }
+
+    fn key() -> Arc<str> {
+        "k".into()
+    }
+
+    /// Polls `waiting` once, so the task it stands for is queued for the key behind its
+    /// holder, and returns it still waiting.
+    async fn queue<F: Future + Unpin>(mut waiting: F) -> F {
+        tokio::select! {
+            biased;
+            _ = &mut waiting => panic!("the key's turn is held"),
+            () = std::future::ready(()) => waiting,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_last_guard_carries_the_turn_to_a_waiting_task_only_while_budget_is_left() {
+        let (table, k) = (LocalTable::default(), key());
+        let lease_state = held(&table).await;
+        assert_eq!(lease_state.release_guard(0, true).0, Step::ReleaseLast);
+        drop(lease_state);
+
+        let lease_state = held(&table).await;
+        let waiting = queue(Box::pin(table.turn(&k))).await;
+        let (step, turn) = lease_state.release_guard(0, false);
+        assert_eq!((step, turn.is_some()), (Step::HandOverThroughRedis, false));
+        assert!(
+            lease_state.take_turn().is_some(),
+            "the releaser keeps its turn"
+        );
+        drop((waiting, lease_state));
+
+        let lease_state = held(&table).await;
+        let _waiting = queue(Box::pin(table.turn(&k))).await;
+        let (step, turn) = lease_state.release_guard(0, true);
+        assert_eq!(step, Step::Carry);
+        assert!(turn.is_some(), "the turn goes with the lock");
+        assert!(lease_state.take_turn().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_fixed_or_lost_lease_is_released_in_redis_and_its_turn_given_up() {
+        let (table, k) = (LocalTable::default(), key());
+        let lease_state = held_on(&table, false).await;
+        let _waiting = queue(Box::pin(table.turn(&k))).await;
+        assert_eq!(lease_state.release_guard(0, true).0, Step::ReleaseLast);
+        drop((lease_state, _waiting));
+
+        let lease_state = held(&table).await;
+        let _waiting = queue(Box::pin(table.turn(&k))).await;
+        lease_state.fire("k", LostReason::Taken);
+        assert!(
+            lease_state.take_turn().is_none(),
+            "a lost lease_state gives up its turn"
+        );
+        assert_eq!(lease_state.release_guard(0, true).0, Step::ReleaseLast);
+    }
+
+    #[tokio::test]
+    async fn a_reentry_on_its_way_keeps_the_lock_and_counts_only_while_a_guard_lives() {
+        let (table, k) = (LocalTable::default(), key());
+        let lease_state = held(&table).await;
+        let _waiting = queue(Box::pin(table.turn(&k))).await;
+        lease_state.reentry_leaves(0);
+        assert!(lease_state.reentry_back(0, true), "counted: a guard lives");
+        assert_eq!(lease_state.release_guard(0, true).0, Step::ReleaseOne);
+
+        lease_state.reentry_leaves(0);
+        assert_eq!(
+            lease_state.release_guard(0, true).0,
+            Step::ReleaseLast,
+            "not passed on while a re-entry is on its way"
+        );
+        assert!(
+            !lease_state.reentry_back(0, true),
+            "no guard is left to count it"
+        );
+        assert_eq!(lease_state.release_guard(0, true).0, Step::Nothing);
+    }
+
+    #[tokio::test]
+    async fn a_holder_that_handed_the_lock_on_neither_releases_nor_gives_up_the_next_ones_turn() {
+        let (table, k) = (LocalTable::default(), key());
+        let lease_state = held(&table).await;
+        let waiting = queue(Box::pin(table.turn(&k))).await;
+        let (_, turn) = lease_state.release_guard(0, true);
+        let next = lease_state.next_holder(turn.expect("carried"));
+        assert_eq!(next, 1);
+        lease_state.give_up_turn_of(0);
+        assert_eq!(lease_state.release_guard(0, true).0, Step::Nothing);
+        assert!(table.try_turn(&k).is_none(), "holder 1 keeps its turn");
+        drop(waiting);
+        assert_eq!(lease_state.release_guard(1, true).0, Step::ReleaseLast);
+        lease_state.give_up_turn_of(1);
+        assert!(table.try_turn(&k).is_some());
+    }
 }

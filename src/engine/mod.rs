@@ -3,14 +3,16 @@
 //! returns.
 //!
 //! From the top: [`acquire`] (the acquire loop) and [`release`] (the release decision) work on
-//! a [`hold::TaskHold`]; [`reenter`] adds holds to one. Beneath them the waiter, the give-back,
+//! a [`hold::Holder`]; [`reenter`] adds holds to one. Beneath them the waiter, the give-back,
 //! the lease state, the watchdog and pub/sub actors, the local key table and the epoch; at the
 //! bottom [`shared::ClientState`], the state they all reach.
 
 pub(crate) mod acquire;
+pub(crate) mod budget;
 pub(crate) mod call_queue;
 pub(crate) mod config;
 pub(crate) mod deadlines;
+pub(crate) mod ending;
 pub(crate) mod epoch;
 pub(crate) mod gathered;
 pub(crate) mod gathered_releases;
@@ -33,7 +35,7 @@ pub(crate) mod watchdog;
 
 use std::sync::Arc;
 
-use crate::engine::hold::PassedOn;
+use crate::engine::hold::Baton;
 use crate::engine::local::LocalTable;
 use crate::engine::shared::ClientState;
 
@@ -43,7 +45,7 @@ use crate::engine::shared::ClientState;
 #[derive(Debug)]
 pub(crate) struct Engine {
     pub(crate) shared: Arc<ClientState>,
-    pub(crate) local: LocalTable<PassedOn>,
+    pub(crate) local: LocalTable<Baton>,
 }
 
 impl Engine {

@@ -148,7 +148,7 @@ impl WitnessTask {
 
     /// Looks at the promotion of the server of `scope`'s witness, vouching for it there.
     async fn witness(&self, scope: u16) -> Result<Promotion> {
-        let witness = &self.placement.names(scope).promotion_witness;
+        let witness = &self.placement.scope_keys(scope).promotion_witness;
         let (settled, vouched_ms) = (&self.vouched, self.lease_limit.as_millis() as u64);
         self.connections
             .run(witness, |mut conn| async move {

@@ -53,7 +53,7 @@ impl PubSub {
         let table = WakeTable::default();
         let sharded = match source {
             WakeSource::Server(dialer) => {
-                let prefix = &channels.placement.names(0).wake_prefix;
+                let prefix = &channels.placement.scope_keys(0).wake_prefix;
                 let actor = PubSubActor {
                     dialer,
                     channel: format!("{prefix}{}", channels.instance_id),

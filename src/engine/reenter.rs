@@ -3,7 +3,6 @@
 //! left goes to a holder that is dropped, which releases it.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -11,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::engine::acquire::{Granted, LockRequest, ReservedTokens};
 use crate::engine::deadlines::lost_deadline;
-use crate::engine::hold::{OwnerHolds, TaskHold};
+use crate::engine::hold::{Holder, OwnerHolds};
 use crate::engine::release::GuardHold;
 use crate::engine::replicas;
 use crate::error::{ErrorKind, LockError, Result};
@@ -21,11 +20,11 @@ use crate::wire::scripts::{AcquireMode, AcquireReply, AcquireTerms};
 
 /// Adds a hold to `holder`'s acquisition in Redis: the new hold, once Redis counted it and a
 /// guard of the acquisition still lives.
-pub(crate) async fn reenter(holder: Arc<TaskHold>) -> Result<GuardHold> {
+pub(crate) async fn reenter(holder: Arc<Holder>) -> Result<GuardHold> {
     holder.acquisition.shared.ensure_running()?;
     // Counted before the script leaves, so no local hand-over starts meanwhile, and no
     // release within lets Redis drop the hold.
-    holder.reentering.fetch_add(1, Ordering::SeqCst);
+    holder.acquisition.lease_state.reentry_leaves(holder.number);
     holder.acquisition.holds.asking();
     run_detached(holder.clone(), async move {
         let acquisition = &holder.acquisition;
@@ -35,14 +34,8 @@ pub(crate) async fn reenter(holder: Arc<TaskHold>) -> Result<GuardHold> {
         // A hold counts only while a guard of the acquisition lives: once the last is
         // released (or the lock passed to the next local task), the hold Redis counted is
         // taken by that last release, which releases every hold of the owner.
-        let counted = matches!(reply, Ok(AcquireReply::Acquired { .. }))
-            && holder
-                .holds
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |holds| {
-                    (holds > 0).then_some(holds + 1)
-                })
-                .is_ok();
-        holder.reentering.fetch_sub(1, Ordering::SeqCst);
+        let granted = matches!(reply, Ok(AcquireReply::Acquired { .. }));
+        let counted = acquisition.lease_state.reentry_back(holder.number, granted);
         if !counted {
             acquisition.holds.not_granted();
         }
@@ -65,7 +58,7 @@ pub(crate) async fn reenter(holder: Arc<TaskHold>) -> Result<GuardHold> {
 
 /// Takes a read hold within the write lock `holder` holds: the holder of that read hold,
 /// with its own fencing token and lease (renewed if the write lock's is).
-pub(crate) async fn read_within(holder: Arc<TaskHold>) -> Result<GuardHold> {
+pub(crate) async fn read_within(holder: Arc<Holder>) -> Result<GuardHold> {
     let acquisition = holder.acquisition.clone();
     if acquisition.terms.kind != LockKind::Write {
         return Err(LockError::new(
@@ -99,7 +92,7 @@ pub(crate) async fn read_within(holder: Arc<TaskHold>) -> Result<GuardHold> {
                 "the write lock is no longer held by this owner",
             ));
         };
-        let lease = if acquisition.renewed() {
+        let lease_mode = if acquisition.renewed() {
             Lease::Watchdog
         } else {
             Lease::Fixed(Duration::from_millis(terms.lease_ms))
@@ -107,7 +100,7 @@ pub(crate) async fn read_within(holder: Arc<TaskHold>) -> Result<GuardHold> {
         let target = LockRequest {
             name: acquisition.name.clone(),
             keys: acquisition.keys.clone(),
-            lease,
+            lease_mode,
             kind: LockKind::Read,
         };
         let left = u64::try_from(lease_left_ms).unwrap_or(terms.lease_ms);
@@ -137,7 +130,7 @@ pub(crate) async fn read_within(holder: Arc<TaskHold>) -> Result<GuardHold> {
 /// hold it yields after the caller left is dropped there, which releases it. The caller
 /// checks first that the client runs.
 async fn run_detached<T: Send + 'static>(
-    holder: Arc<TaskHold>,
+    holder: Arc<Holder>,
     work: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
     let (deliver, delivered) = oneshot::channel();

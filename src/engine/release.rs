@@ -1,7 +1,8 @@
-//! Releasing a guard. A release before the last takes one hold off the count in Redis. The
-//! last release of an acquisition ends in one of four ways:
+//! Releasing a guard: carries out what [`ending::decide`] says. A release before the last
+//! takes one hold off the count in Redis. The last release of an acquisition ends in one of
+//! four ways:
 //!
-//! 1. **Hand over locally** ([`try_carry`]): another task of this client waits for the key
+//! 1. **Hand over locally** ([`Step::Carry`]): another task of this client waits for the key
 //!    and the fairness budget allows: the lock passes to it with no round trip.
 //! 2. **Hand over through Redis** ([`hand_over_through_redis`]): tasks of this client wait
 //!    but the budget is spent: one script passes the lock to the first waiting instance and
@@ -9,21 +10,22 @@
 //!    other instance waits.
 //! 3. **Release** ([`release_last`]): nobody of this client waits: the release script frees
 //!    the lock (every hold of its owner) and grants it to the first waiting instance.
-//! 4. **Give back in the background** (`RedisHold::give_back_later`): a release Redis did not
-//!    confirm is retried on fresh connections while what it left could still keep the lock.
+//! 4. **Give back in the background** ([`Step::GiveBack`]): a release Redis did not confirm
+//!    is retried on fresh connections while what it left could still keep the lock.
 //!
 //! A release on purpose takes the lease out of the watchdog first, so it is not reported
 //! lost.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::engine::budget::Budget;
 use crate::engine::deadlines::{Registration, lost_deadline};
+use crate::engine::ending::{self, Answer, Entry, Event, Sent, Step, Whose};
 use crate::engine::gathered_releases;
-use crate::engine::hold::{Budget, PassedOn, PassingHold, RedisHold, TaskHold};
+use crate::engine::hold::{Acquisition, Baton, Holder, PassingHold};
 use crate::engine::waiter::{LastLook, QueuedPlace, Waiter};
 use crate::error::{ErrorKind, LockError, Result};
 use crate::keys::display_name;
@@ -33,13 +35,13 @@ use crate::wire::scripts::{self, HandoverReply};
 /// background and never blocks.
 #[derive(Debug)]
 pub(crate) struct GuardHold {
-    holder: Arc<TaskHold>,
+    holder: Arc<Holder>,
     released: bool,
 }
 
 impl GuardHold {
-    /// The hold a new guard of `holder` owns (its holds count it already).
-    pub(crate) fn new(holder: Arc<TaskHold>) -> Self {
+    /// The hold a new guard of `holder` owns (its lease's local holder counts it already).
+    pub(crate) fn new(holder: Arc<Holder>) -> Self {
         Self {
             holder,
             released: false,
@@ -47,155 +49,174 @@ impl GuardHold {
     }
 
     /// The local holder this hold belongs to.
-    pub(crate) fn holder(&self) -> &Arc<TaskHold> {
+    pub(crate) fn holder(&self) -> &Arc<Holder> {
         &self.holder
     }
 
     /// Releases the hold and waits for Redis to confirm what needs confirming.
     pub(crate) async fn release(mut self) -> Result<()> {
         self.released = true;
-        match release_hold(&self.holder) {
+        match release_guard(&self.holder) {
             None => Ok(()),
             // Boxed, so a task that awaits a release does not carry the script's large future
             // in its own state while it waits for a lock.
-            Some(last) => Box::pin(finish_release(self.holder.clone(), last)).await,
+            Some(step) => Box::pin(in_redis(self.holder.clone(), step)).await,
         }
     }
 }
 
+/// A dropped guard tells the entry it is released; what needs Redis runs in the background.
 impl Drop for GuardHold {
     fn drop(&mut self) {
         if self.released {
             return;
         }
-        // A local hand-over needs no Redis, so it happens right here.
-        let Some(last) = release_hold(&self.holder) else {
+        let Some(step) = release_guard(&self.holder) else {
             return;
         };
         let holder = self.holder.clone();
         let runtime = holder.acquisition.shared.runtime.clone();
         runtime.spawn(async move {
             let name = holder.acquisition.name.clone();
-            if let Err(err) = finish_release(holder, last).await {
+            if let Err(err) = in_redis(holder, step).await {
                 tracing::debug!(lock = %display_name(&name), error = %err, "background release failed");
             }
         });
     }
 }
 
-/// Takes one guard's hold off `holder`; the last hands the lock to the next local task when
-/// it can, right here. Returns what is left to do in Redis: `None` (nothing), or whether
-/// the hold released was the last (see [`finish_release`]).
-fn release_hold(holder: &TaskHold) -> Option<bool> {
-    let last = holder.holds.fetch_sub(1, Ordering::SeqCst) == 1;
-    if last && try_carry(holder) {
-        return None;
-    }
-    Some(last)
-}
-
-/// The Redis part of a release: one hold less, or the last one (outcomes 2 to 4).
-async fn finish_release(holder: Arc<TaskHold>, last: bool) -> Result<()> {
-    if !last {
-        return release_one(&holder).await;
-    }
-    if wants_handover(&holder) {
-        return hand_over_through_redis(&holder).await;
-    }
-    release_last(&holder).await
-}
-
-/// Outcome 1: hands the lock to the next local task if one waits and the budget allows, with
-/// no round trip. Returns whether it did; if not, the lock must be released through Redis.
-fn try_carry(holder: &TaskHold) -> bool {
+/// Tells `holder`'s lease that one of its guards is released, and carries the lock to the
+/// next local task right here when that is the step. Returns the step left for Redis.
+fn release_guard(holder: &Holder) -> Option<Step> {
     let acquisition = &holder.acquisition;
-    if !carriable(holder) || !holder.budget.allows_handover() {
-        return false;
+    let budget_left = holder.budget.allows_handover();
+    let (step, turn) = acquisition
+        .lease_state
+        .release_guard(holder.number, budget_left);
+    if let Some(mut turn) = turn {
+        *turn.baton() = Baton::Passing(PassingHold::new(acquisition.clone(), holder.budget));
     }
-    let Some(mut turn) = acquisition.lease.take_turn_if(|turn| turn.others_waiting()) else {
-        return false;
+    matches!(
+        step,
+        Step::ReleaseOne | Step::HandOverThroughRedis | Step::ReleaseLast
+    )
+    .then_some(step)
+}
+
+/// The steps of a release that need Redis.
+async fn in_redis(holder: Arc<Holder>, step: Step) -> Result<()> {
+    match step {
+        Step::ReleaseOne => release_one(&holder.acquisition).await,
+        Step::HandOverThroughRedis => hand_over_through_redis(&holder).await,
+        Step::ReleaseLast => release_last(&holder.acquisition).await,
+        // Carried out without Redis, or nothing to do.
+        _ => Ok(()),
+    }
+}
+
+/// A release before the last: one hold less, never the last in Redis (another guard of the
+/// acquisition still holds it), so a release sent twice cannot free the lock.
+async fn release_one(acquisition: &Acquisition) -> Result<()> {
+    let scope = acquisition.holds.release(false);
+    let reply = acquisition.run_release_script(scope).await;
+    settle_release(acquisition, Sent::ReleaseOne, reply)
+}
+
+/// The last release with nobody of this client waiting: every hold of the owner (one, for a
+/// read within a write lock, whose owner's other read holds are other guards').
+async fn release_last(acquisition: &Acquisition) -> Result<()> {
+    acquisition
+        .shared
+        .watchdog
+        .unregister(acquisition.watchdog_id);
+    let scope = acquisition.holds.release(true);
+    let reply = gathered_releases::release(acquisition, scope).await;
+    settle_release(acquisition, Sent::ReleaseLast, reply)
+}
+
+/// Carries out Redis's `reply` to the release `sent` (the holds left, or `None` when the
+/// owner held nothing), and returns it to the caller.
+fn settle_release(acquisition: &Acquisition, sent: Sent, reply: Result<Option<u64>>) -> Result<()> {
+    let answer = match &reply {
+        Ok(Some(_)) => Answer::Released,
+        Ok(None) => Answer::NotOwner,
+        Err(err) => failed(err),
     };
-    *turn.baton() = PassedOn::Held(PassingHold::new(acquisition.clone(), holder.budget));
-    true
+    if let Step::GiveBack(whose) = answered(sent, answer) {
+        give_back(acquisition, whose, None);
+    }
+    match reply? {
+        Some(_) => Ok(()),
+        None => Err(not_owner()),
+    }
 }
 
-/// Whether this holding's lock may stay with this client for its next task.
-fn carriable(holder: &TaskHold) -> bool {
-    let acquisition = &holder.acquisition;
-    acquisition.renewed()
-        && acquisition.lease.is_live()
-        && holder.reentering.load(Ordering::SeqCst) == 0
-}
-
-/// Whether the last release should hand over through Redis (keeping a place in the queue for
-/// this client's next task) rather than just release.
-fn wants_handover(holder: &TaskHold) -> bool {
-    carriable(holder) && holder.acquisition.lease.turn_has_others_waiting()
-}
-
-/// Outcome 2, the last release while more tasks of this client wait and the budget is spent:
-/// one script passes the lock to the first waiting instance and queues this client's next task
+/// The last release while more tasks of this client wait and the budget is spent: one
+/// script passes the lock to the first waiting instance and queues this client's next task
 /// behind it, or, when no other instance waits, keeps the lock with a fresh budget.
-async fn hand_over_through_redis(holder: &TaskHold) -> Result<()> {
+async fn hand_over_through_redis(holder: &Holder) -> Result<()> {
     let acquisition = &holder.acquisition;
     let shared = &acquisition.shared;
     // Released on purpose: out of the watchdog first, so it is not reported lost; a lock
-    // Redis keeps for this client is registered again below.
+    // Redis keeps for this client is registered again.
     shared.watchdog.unregister(acquisition.watchdog_id);
     let next_owner = shared.new_owner();
     // Registered before the script runs, so the grant to it cannot arrive unheard.
     let slot = shared.pubsub.register(next_owner.clone());
     let sent_at = Instant::now();
-    let reply = match handover_in_redis(acquisition, &next_owner).await {
-        Ok(reply) => reply,
-        Err(err) => {
-            if err.kind() == ErrorKind::RedisUnavailable {
-                // Unconfirmed, as a release can be: the script may not have run (the hold
-                // stays, renewed by nobody) or ran unseen (the next owner is queued, kept alive
-                // by nobody). Both are given back in the background rather than left to their
-                // leases; this client's next task then asks Redis anew.
-                acquisition.give_back_later(acquisition.owner.clone());
-                acquisition.give_back_later(next_owner);
-            }
-            return Err(err);
-        }
+    let reply = handover_in_redis(acquisition, &next_owner).await;
+    let lease = Duration::from_millis(acquisition.terms.lease_ms);
+    let answer = match &reply {
+        // Redis renewed the lease when the script ran, after `sent_at`.
+        Ok(HandoverReply::Kept { .. }) => Answer::Kept {
+            in_time: Instant::now() < lost_deadline(sent_at, lease),
+        },
+        Ok(HandoverReply::Passed { .. }) => Answer::Passed,
+        Ok(HandoverReply::NotOwner) => Answer::NotOwner,
+        Err(err) => failed(err),
     };
-    match reply {
-        HandoverReply::Kept { token, reserved } => {
-            keep_for_next_task(holder, token, reserved, sent_at);
-            Ok(())
+    let step = answered(Sent::Handover, answer);
+    if let Step::GiveBack(whose) = step {
+        give_back(acquisition, whose, Some(next_owner.clone()));
+    }
+    match (step, reply?) {
+        (Step::KeepForNextTask, HandoverReply::Kept { token, reserved }) => {
+            // The block Redis reserved is the next holders': the first token is the next
+            // task's own.
+            let window = shared.config.local_handover_window;
+            let budget = Budget::reserved(token, reserved, window);
+            keep_for_next_task(acquisition, budget, lost_deadline(sent_at, lease));
         }
-        HandoverReply::Passed {
-            server_ms,
-            last_token,
-        } => {
-            let queued_by = LastLook {
-                sent_at,
+        (
+            Step::PassPlace,
+            HandoverReply::Passed {
                 server_ms,
                 last_token,
-            };
+            },
+        ) => {
             let place = QueuedPlace {
                 keys: acquisition.keys.clone(),
                 owner: next_owner,
                 slot,
-                queued_by,
-                undo_within: Duration::from_millis(acquisition.terms.lease_ms),
+                queued_by: LastLook {
+                    sent_at,
+                    server_ms,
+                    last_token,
+                },
+                undo_within: lease,
             };
-            let queued = Waiter::queued(shared, place);
-            match acquisition.lease.take_turn_if(|_| true) {
-                Some(mut turn) => *turn.baton() = PassedOn::Queued(queued),
-                None => drop(queued),
-            }
-            Ok(())
+            pass_on(acquisition, Baton::Queued(Waiter::queued(shared, place)));
         }
-        HandoverReply::NotOwner => Err(not_owner()),
+        (_, HandoverReply::NotOwner) => return Err(not_owner()),
+        _ => {}
     }
+    Ok(())
 }
 
 /// The hand-over script of `acquisition`'s lock: passed to the first waiting instance with
 /// `next_owner` queued behind it, or kept.
 async fn handover_in_redis(
-    acquisition: &RedisHold,
+    acquisition: &Acquisition,
     next_owner: &Arc<str>,
 ) -> Result<HandoverReply> {
     let shared = &acquisition.shared;
@@ -207,7 +228,7 @@ async fn handover_in_redis(
                 scripts::handover(
                     &mut conn,
                     &acquisition.keys,
-                    shared.names(&acquisition.keys),
+                    shared.scope_keys(&acquisition.keys),
                     &acquisition.owner,
                     &next_owner,
                     &acquisition.terms,
@@ -218,72 +239,55 @@ async fn handover_in_redis(
         .await
 }
 
-/// A release before the last: one hold less, never the last in Redis (another guard of the
-/// acquisition still holds it), so a release sent twice cannot free the lock.
-async fn release_one(holder: &TaskHold) -> Result<()> {
-    let acquisition = &holder.acquisition;
-    match acquisition
-        .run_release_script(acquisition.holds.release(false))
-        .await?
-    {
-        Some(_) => Ok(()),
-        None => Err(not_owner()),
-    }
-}
-
-/// Outcome 3, the last release with nobody of this client waiting: every hold of the owner
-/// (one, for a read within a write lock, whose owner's other read holds are other guards').
-/// Outcome 4 when Redis cannot confirm it.
-async fn release_last(holder: &TaskHold) -> Result<()> {
-    let acquisition = &holder.acquisition;
-    acquisition
-        .shared
-        .watchdog
-        .unregister(acquisition.watchdog_id);
-    let scope = acquisition.holds.release(true);
-    match gathered_releases::release(acquisition, scope).await {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) => Err(not_owner()),
-        Err(err) => {
-            if err.kind() == ErrorKind::RedisUnavailable {
-                // Unconfirmed: keep trying in the background rather than leave the lock to
-                // its lease.
-                acquisition.give_back_later(acquisition.owner.clone());
-            }
-            Err(err)
-        }
-    }
-}
-
-/// After a hand-over through Redis that kept the lock for this client (nobody else waits,
-/// and Redis renewed the lease when the script ran, after `sent_at`): the lock goes to the
-/// next task with the token block Redis reserved, and back to the watchdog; or, answered too
-/// late to vouch for the lease, back to Redis, and the next task asks anew.
-fn keep_for_next_task(holder: &TaskHold, token: u64, reserved: u64, sent_at: Instant) {
-    let acquisition = &holder.acquisition;
-    let shared = &acquisition.shared;
-    let expires_at = lost_deadline(sent_at, Duration::from_millis(acquisition.terms.lease_ms));
-    if Instant::now() >= expires_at {
-        acquisition.give_back_later(acquisition.owner.clone());
-        return;
-    }
-    shared.watchdog.register(Registration {
+/// Redis kept the lock for this client: back to the watchdog until `expires_at`, and into
+/// the key's turn for the next task with the token block Redis reserved.
+fn keep_for_next_task(acquisition: &Arc<Acquisition>, budget: Budget, expires_at: Instant) {
+    acquisition.shared.watchdog.register(Registration {
         id: acquisition.watchdog_id,
         keys: acquisition.keys.clone(),
         owner: acquisition.owner.clone(),
-        lease: acquisition.lease.clone(),
+        lease_state: acquisition.lease_state.clone(),
         kind: acquisition.terms.kind,
         lease_mode: acquisition.lease_mode,
         expires_at,
     });
-    // The block Redis reserved is the next holders': the first token is the next task's own.
-    let window = shared.config.local_handover_window;
-    let budget = Budget::reserved(token, reserved, window);
-    let carried = PassingHold::new(acquisition.clone(), budget);
-    match acquisition.lease.take_turn_if(|_| true) {
-        Some(mut turn) => *turn.baton() = PassedOn::Held(carried),
-        // Reported lost meanwhile: the carried hold is dropped, which releases it.
-        None => drop(carried),
+    let passing = PassingHold::new(acquisition.clone(), budget);
+    pass_on(acquisition, Baton::Passing(passing));
+}
+
+/// Leaves `baton` in the releasing holder's turn for the next local task. When the turn is
+/// gone meanwhile (the lease was reported lost), the baton is dropped, which gives back what
+/// it holds.
+fn pass_on(acquisition: &Acquisition, baton: Baton) {
+    match acquisition.lease_state.take_turn() {
+        Some(mut turn) => *turn.baton() = baton,
+        None => drop(baton),
+    }
+}
+
+/// The decision for Redis's `answer` to what a last release `sent`.
+fn answered(sent: Sent, answer: Answer) -> Step {
+    ending::decide(Entry::Releasing, Event::Answered { sent, answer })
+}
+
+/// How a release that failed with `err` was answered: unconfirmed when Redis could not be
+/// reached (the script may have run unseen), refused otherwise.
+fn failed(err: &LockError) -> Answer {
+    if err.kind() == ErrorKind::RedisUnavailable {
+        Answer::Unconfirmed
+    } else {
+        Answer::Refused
+    }
+}
+
+/// Gives back in the background `whose` holds: the acquisition's, or the place `next_owner`
+/// was queued with, or both.
+fn give_back(acquisition: &Acquisition, whose: Whose, next_owner: Option<Arc<str>>) {
+    if matches!(whose, Whose::Lock | Whose::Both) {
+        acquisition.give_back_later(acquisition.owner.clone());
+    }
+    if let (Whose::Place | Whose::Both, Some(next_owner)) = (whose, next_owner) {
+        acquisition.give_back_later(next_owner);
     }
 }
 

@@ -39,7 +39,7 @@ pub(crate) async fn acknowledged_what(
     };
     let connections = &shared.connections;
     let key = keys.hash();
-    let tokens_key = &shared.names(keys).tokens_key;
+    let tokens_key = &shared.scope_keys(keys).tokens_key;
     let mut conn = connections.get(key).await?;
     // WAIT blocks on the server for its timeout: the reply may take that long and more.
     let limit = ack.timeout + connections.command_timeout();

@@ -249,7 +249,7 @@ impl ShardedPubSubActor {
     }
 
     fn channel(&self, scope: u16) -> String {
-        let prefix = &self.placement.names(scope).wake_prefix;
+        let prefix = &self.placement.scope_keys(scope).wake_prefix;
         format!("{prefix}{}", self.instance_id)
     }
 

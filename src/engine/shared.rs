@@ -134,24 +134,24 @@ impl ClientState {
     }
 
     /// The epoch key and wake channel of the lock with `keys`.
-    pub(crate) fn names(&self, keys: &LockKeys) -> &ScopeKeys {
+    pub(crate) fn scope_keys(&self, keys: &LockKeys) -> &ScopeKeys {
         self.placement.of(keys)
     }
 
     /// A fresh owner id: `<instance id>:<holder number>`.
     pub(crate) fn new_owner(&self) -> Arc<str> {
-        let holder = self.new_holder_id();
+        let id = self.new_holder_id();
         // Written on the stack and copied once into its `Arc`: every acquisition makes one,
         // and a formatted `String` would cost two allocations more.
         let mut room = [0u8; OWNER_ID_ROOM];
         let mut free = &mut room[..];
-        if write!(free, "{}:{holder}", self.instance_id).is_ok() {
+        if write!(free, "{}:{id}", self.instance_id).is_ok() {
             let written = OWNER_ID_ROOM - free.len();
             if let Ok(owner) = std::str::from_utf8(&room[..written]) {
                 return owner.into();
             }
         }
-        format!("{}:{holder}", self.instance_id).into()
+        format!("{}:{id}", self.instance_id).into()
     }
 
     /// A number no other holder of this client has (the watchdog's id for a lease).

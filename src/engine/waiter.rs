@@ -378,7 +378,7 @@ impl Waiter {
     ) -> Result<Answer> {
         let shared = &self.shared;
         let sent_at = Instant::now();
-        let epoch = shared.watchdog.epoch().terms_for(&self.keys);
+        let epoch = shared.watchdog.epoch().known_for(&self.keys);
         // A grant of a lease longer than the client knew of is recorded with the reply.
         let asked_in = (terms.lease_ms > epoch.known_lease_ms).then_some(epoch.known);
         let reply = shared
@@ -388,7 +388,7 @@ impl Waiter {
                 scripts::acquire(
                     conn,
                     &self.keys,
-                    shared.names(&self.keys),
+                    shared.scope_keys(&self.keys),
                     &self.owner,
                     terms,
                     mode,
@@ -511,7 +511,7 @@ impl Waiter {
         let mut conn = shared.connections.get(self.keys.hash()).await?;
         self.conn = Some(conn.clone());
         let sent_at = Instant::now();
-        let epoch = shared.watchdog.epoch().terms_for(&self.keys);
+        let epoch = shared.watchdog.epoch().known_for(&self.keys);
         let locks = [(&*self.keys, &*self.owner)];
         let reply = shared
             .connections

@@ -95,7 +95,9 @@ impl WatchdogState {
              and this client's holders are told (LostReason::DataLost)"
         );
         for entry in lost {
-            entry.lease.fire(entry.keys.hash(), LostReason::DataLost);
+            entry
+                .lease_state
+                .fire(entry.keys.hash(), LostReason::DataLost);
         }
     }
 }
@@ -163,7 +165,7 @@ impl Watchdog {
 
     /// Watches `registration`'s lease from now on; its deadline becomes the lease's.
     pub(crate) fn register(&self, registration: Registration) {
-        registration.lease.extend_to(registration.expires_at);
+        registration.lease_state.extend_to(registration.expires_at);
         let (stopped, wake) = {
             let mut leases = self.shared.leases.lock().expect("leases");
             if leases.stopped {
@@ -175,7 +177,7 @@ impl Watchdog {
         if let Some(registration) = stopped {
             // The actor has stopped (shutdown): nobody will vouch for this lease.
             registration
-                .lease
+                .lease_state
                 .fire(registration.keys.hash(), LostReason::ShutDown);
         } else if wake {
             self.shared.earlier_deadline.notify_one();
@@ -307,7 +309,7 @@ impl WatchdogActor {
             // holders of the lost locks meanwhile, whom the second renewal no longer finds.
             for _ in 0..RENEWAL_ATTEMPTS {
                 let sent_at = Instant::now();
-                let epoch = self.shared.epoch.terms(scope);
+                let epoch = self.shared.epoch.known(scope);
                 let pairs = &pairs;
                 let reply = self
                     .round_trip(shard, limit, "lease renewal", |mut conn| async move {
@@ -383,7 +385,7 @@ impl WatchdogActor {
         );
         meter::renewals(Renewal::Taken, taken.len());
         for entry in taken {
-            entry.lease.fire(entry.keys.hash(), LostReason::Taken);
+            entry.lease_state.fire(entry.keys.hash(), LostReason::Taken);
         }
     }
 
@@ -486,7 +488,7 @@ impl WatchdogActor {
             .command_timeout()
             .min(self.timing.renew_interval);
         let scope = self.shared.epoch.scope_of(keys);
-        let epoch = self.shared.epoch.terms(scope);
+        let epoch = self.shared.epoch.known(scope);
         let reply = self
             .round_trip(keys.hash(), limit, "epoch check", |mut conn| async move {
                 scripts::renew(&mut conn, &[], 0, &epoch).await
@@ -509,7 +511,7 @@ impl WatchdogActor {
             } else {
                 LostReason::Expired
             };
-            entry.lease.fire(entry.keys.hash(), reason);
+            entry.lease_state.fire(entry.keys.hash(), reason);
         }
     }
 
@@ -523,14 +525,14 @@ impl WatchdogActor {
         let connections = &self.connections;
         let placement = &self.placement;
         join_all(entries.iter().map(|entry| async move {
-            let names = placement.of(&entry.keys);
+            let scope_keys = placement.of(&entry.keys);
             let released = connections
                 .run(entry.keys.hash(), |mut conn| async move {
                     scripts::release(
                         &mut conn,
                         &entry.keys,
                         entry.kind,
-                        names,
+                        scope_keys,
                         &entry.owner,
                         ReleaseScope::All,
                     )
@@ -540,7 +542,7 @@ impl WatchdogActor {
             if let Err(err) = released {
                 tracing::warn!(lock = %display_name(entry.keys.hash()), error = %err, "release at shutdown failed");
             }
-            entry.lease.fire(entry.keys.hash(), LostReason::ShutDown);
+            entry.lease_state.fire(entry.keys.hash(), LostReason::ShutDown);
         }))
         .await;
     }

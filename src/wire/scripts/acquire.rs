@@ -218,15 +218,15 @@ fn terms_args<'a>(terms: &AcquireTerms, mode: AcquireMode, epoch: &KnownEpoch<'_
 pub(crate) async fn acquire(
     conn: &mut Conn,
     keys: &LockKeys,
-    names: &ScopeKeys,
+    scope_keys: &ScopeKeys,
     owner: &str,
     terms: &AcquireTerms,
     mode: AcquireMode,
     epoch: &KnownEpoch<'_>,
 ) -> redis::RedisResult<AcquireReply> {
-    let lock_keys = lock_keys(keys, names);
+    let lock_keys = lock_keys(keys, scope_keys);
     let args: [Arg<'_>; 10] = joined_values(
-        [Arg::Text(&names.wake_prefix), Arg::Text(owner)],
+        [Arg::Text(&scope_keys.wake_prefix), Arg::Text(owner)],
         terms_args(terms, mode, epoch),
     );
     let reply = match terms.kind {
@@ -255,12 +255,12 @@ pub(crate) async fn acquire(
 }
 
 /// One run of the acquire script of an exclusive (or fair) lock for each of `owners` (each on
-/// a lock of its own in the scope of `names`), all with `terms` and in `mode`: the reply for
+/// a lock of its own in the scope of `scope_keys`), all with `terms` and in `mode`: the reply for
 /// each, in their order, or the error of the whole call.
 pub(crate) async fn acquire_each(
     conn: &mut Conn,
     owners: &[(&LockKeys, &str)],
-    names: &ScopeKeys,
+    scope_keys: &ScopeKeys,
     terms: &AcquireTerms,
     mode: AcquireMode,
     epoch: &KnownEpoch<'_>,
@@ -272,7 +272,7 @@ pub(crate) async fn acquire_each(
     let within = epoch.known_lease_ms >= terms.lease_ms;
     let args = joined_values(
         joined_values::<_, 1, 8, 9>(
-            [Arg::Text(&names.wake_prefix)],
+            [Arg::Text(&scope_keys.wake_prefix)],
             terms_args(terms, mode, epoch),
         ),
         [Arg::Text(if within { "yes" } else { "no" })],
@@ -289,7 +289,7 @@ pub(crate) async fn acquire_each(
             (item_keys, [Arg::Text(owner)])
         })
         .collect();
-    let fixed_keys = [names.tokens_key.as_str(), epoch.key, &epoch.marker];
+    let fixed_keys = [scope_keys.tokens_key.as_str(), epoch.key, &epoch.marker];
     let cmd = ACQUIRE_EACH.command_each(fixed_keys, args, &items);
     let replies: Vec<redis::Value> = ACQUIRE_EACH.lua().run(conn, &cmd).await?;
     if replies.len() != owners.len() {

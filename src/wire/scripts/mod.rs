@@ -39,14 +39,14 @@ const LOCK_KEYS: [&str; 5] = [
     "TOKEN_COUNTER",
 ];
 
-/// The values of [`LOCK_KEYS`] for the lock with `keys` in the scope of `names`.
-fn lock_keys<'a>(keys: &'a LockKeys, names: &'a ScopeKeys) -> [&'a str; 5] {
+/// The values of [`LOCK_KEYS`] for the lock with `keys` in the scope of `scope_keys`.
+fn lock_keys<'a>(keys: &'a LockKeys, scope_keys: &'a ScopeKeys) -> [&'a str; 5] {
     [
         keys.hash(),
         keys.last_grant(),
         keys.queue(),
         keys.waiter_terms(),
-        names.tokens_key.as_str(),
+        scope_keys.tokens_key.as_str(),
     ]
 }
 

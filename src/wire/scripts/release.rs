@@ -144,8 +144,8 @@ pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
 
 /// The key of a release's trace where one is left; one server leaves none, and is given the
 /// lock's own name, which its scripts never read as a trace (no name to build per release).
-fn trace_key<'a>(keys: &'a LockKeys, names: &ScopeKeys) -> &'a str {
-    if names.trace_ms == 0 {
+fn trace_key<'a>(keys: &'a LockKeys, scope_keys: &ScopeKeys) -> &'a str {
+    if scope_keys.trace_ms == 0 {
         keys.hash()
     } else {
         keys.release_trace()
@@ -204,17 +204,17 @@ pub(crate) async fn release(
     conn: &mut Conn,
     keys: &LockKeys,
     kind: LockKind,
-    names: &ScopeKeys,
+    scope_keys: &ScopeKeys,
     owner: &str,
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
-    let lock_keys = lock_keys(keys, names);
-    let trace = trace_key(keys, names);
+    let lock_keys = lock_keys(keys, scope_keys);
+    let trace = trace_key(keys, scope_keys);
     let args = [
-        Arg::Text(&names.wake_prefix),
+        Arg::Text(&scope_keys.wake_prefix),
         Arg::Text(owner),
         Arg::Text(scope.as_lua()),
-        Arg::Number(names.trace_ms),
+        Arg::Number(scope_keys.trace_ms),
     ];
     let reply = match kind {
         LockKind::Exclusive | LockKind::Fair => {
@@ -237,17 +237,17 @@ pub(crate) async fn release(
 }
 
 /// Every hold of each of `owners` (each of an exclusive or fair lock of its own in the scope
-/// of `names`) released in one call: the holds left for each (`None`: it held nothing), in
+/// of `scope_keys`) released in one call: the holds left for each (`None`: it held nothing), in
 /// their order, or the error of the whole call.
 pub(crate) async fn release_each(
     conn: &mut Conn,
     owners: &[(&LockKeys, &str)],
-    names: &ScopeKeys,
+    scope_keys: &ScopeKeys,
 ) -> redis::RedisResult<Vec<redis::RedisResult<Option<u64>>>> {
     let args = [
-        Arg::Text(&names.wake_prefix),
+        Arg::Text(&scope_keys.wake_prefix),
         Arg::Text(ReleaseScope::All.as_lua()),
-        Arg::Number(names.trace_ms),
+        Arg::Number(scope_keys.trace_ms),
     ];
     let items: Vec<([&str; 5], [Arg<'_>; 1])> = owners
         .iter()
@@ -257,12 +257,12 @@ pub(crate) async fn release_each(
                 keys.last_grant(),
                 keys.queue(),
                 keys.waiter_terms(),
-                trace_key(keys, names),
+                trace_key(keys, scope_keys),
             ];
             (item_keys, [Arg::Text(owner)])
         })
         .collect();
-    let cmd = RELEASE_EACH.command_each([names.tokens_key.as_str()], args, &items);
+    let cmd = RELEASE_EACH.command_each([scope_keys.tokens_key.as_str()], args, &items);
     let replies: Vec<redis::Value> = RELEASE_EACH.lua().run(conn, &cmd).await?;
     if replies.len() != owners.len() {
         return Err(redis::RedisError::from((
@@ -292,21 +292,21 @@ fn released_holds(reply: &ScriptReply) -> redis::RedisResult<Option<u64>> {
 pub(crate) async fn handover(
     conn: &mut Conn,
     keys: &LockKeys,
-    names: &ScopeKeys,
+    scope_keys: &ScopeKeys,
     owner: &str,
     next_owner: &str,
     terms: &AcquireTerms,
 ) -> redis::RedisResult<HandoverReply> {
     let cmd = HANDOVER.command(
-        joined_values(lock_keys(keys, names), [trace_key(keys, names)]),
+        joined_values(lock_keys(keys, scope_keys), [trace_key(keys, scope_keys)]),
         [
-            Arg::Text(&names.wake_prefix),
+            Arg::Text(&scope_keys.wake_prefix),
             Arg::Text(owner),
             Arg::Text(next_owner),
             Arg::Number(terms.alive_ms),
             Arg::Number(terms.lease_ms),
             Arg::Number(terms.block),
-            Arg::Number(names.trace_ms),
+            Arg::Number(scope_keys.trace_ms),
         ],
     );
     let reply = run(&HANDOVER, conn, &cmd).await?;
@@ -331,7 +331,7 @@ pub(crate) async fn force_unlock(
     conn: &mut Conn,
     keys: &LockKeys,
     kind: LockKind,
-    names: &ScopeKeys,
+    scope_keys: &ScopeKeys,
     operation: &str,
 ) -> redis::RedisResult<bool> {
     let script = match kind {
@@ -340,13 +340,13 @@ pub(crate) async fn force_unlock(
         LockKind::Semaphore { .. } => &SEM_FORCE_UNLOCK,
     };
     let keys = joined_values(
-        lock_keys(keys, names),
-        [keys.readers(), trace_key(keys, names)],
+        lock_keys(keys, scope_keys),
+        [keys.readers(), trace_key(keys, scope_keys)],
     );
     let args = [
-        Arg::Text(&names.wake_prefix),
+        Arg::Text(&scope_keys.wake_prefix),
         Arg::Text(operation),
-        Arg::Number(names.trace_ms),
+        Arg::Number(scope_keys.trace_ms),
     ];
     let cmd = script.command(keys, args);
     let reply: ScriptReply = run(script, conn, &cmd).await?;
