@@ -265,7 +265,8 @@ fn pass_on(acquisition: &Acquisition, baton: Baton) {
     }
 }
 
-/// The decision for Redis's `answer` to what a last release `sent`.
+/// The decision for Redis's `answer` to what a release `sent` (the same for a holder that
+/// still has guards, after a release before the last, as for one releasing its last).
 fn answered(sent: Sent, answer: Answer) -> Step {
     ending::decide(Entry::Releasing, Event::Answered { sent, answer })
 }
