@@ -13,6 +13,7 @@ use crate::client::LockClient;
 use crate::error::ErrorKind;
 use crate::error::Result;
 use crate::keys::HashOf;
+use crate::layout;
 use crate::lock::hash_holders;
 use crate::lock_kind::LockKind;
 use crate::wire::snapshot::{self, RawLock};
@@ -319,8 +320,8 @@ fn holders_of(
         })
         .collect();
     let kind = match mode.as_deref() {
-        Some("read") => LockKind::Read,
-        Some("write") => LockKind::Write,
+        Some(layout::MODE_READ) => LockKind::Read,
+        Some(layout::MODE_WRITE) => LockKind::Write,
         _ => LockKind::Exclusive,
     };
     let held_as = (!holders.is_empty()).then_some(kind);
@@ -334,7 +335,7 @@ fn holders_of(
 fn semaphore_holders_of(fields: Vec<(String, String)>, now_ms: u64) -> (Permits, Vec<LockHolder>) {
     let total = fields
         .iter()
-        .find(|(field, _)| field == "permits")
+        .find(|(field, _)| field == layout::PERMITS)
         .and_then(|(_, count)| count.parse::<u32>().ok())
         .unwrap_or(0);
     let holders: Vec<LockHolder> = hash_holders(fields)
@@ -363,27 +364,20 @@ fn semaphore_holders_of(fields: Vec<(String, String)>, now_ms: u64) -> (Permits,
     (permits, holders)
 }
 
-/// The permits a semaphore's waiter asks for: the field after its terms (see
-/// `wire/lua/sem_acquire.lua`); 1 when it is missing.
+/// The permits a semaphore's waiter asks for (see [`layout::waiter_terms`]).
 fn wanted_permits(terms: &str) -> u32 {
-    terms
-        .split(' ')
-        .nth(3)
-        .and_then(|take| take.parse().ok())
-        .unwrap_or(1)
+    layout::waiter_terms(terms).take()
 }
 
-/// A queued owner, from its terms (`<alive until ms> <lease ms of a grant> <token block>`, then
-/// `r` or `w` for a read-write lock's reader or writer; see `wire/lua/lib/queue.lua`).
+/// A queued owner, from its terms (see [`layout::waiter_terms`]).
 fn waiter_of(owner: String, arrival_us: u64, terms: &str, now_ms: u64) -> LockWaiter {
-    let mut parts = terms.split(' ');
-    let alive_until = parts.next().and_then(|until| until.parse::<u64>().ok());
-    let wants = match parts.nth(2) {
-        Some("r") => LockKind::Read,
-        Some("w") => LockKind::Write,
+    let terms = layout::waiter_terms(terms);
+    let wants = match terms.role() {
+        Some(layout::ROLE_READ) => LockKind::Read,
+        Some(layout::ROLE_WRITE) => LockKind::Write,
         _ => LockKind::Exclusive,
     };
-    let liveness = match alive_until {
+    let liveness = match terms.alive_until_ms {
         Some(until) if until >= now_ms => Liveness::Alive(Duration::from_millis(until - now_ms)),
         Some(until) => Liveness::Dead(Duration::from_millis(now_ms - until)),
         None => Liveness::Unknown,

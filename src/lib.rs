@@ -156,6 +156,8 @@ pub mod inspect;
 pub mod keys;
 pub mod kinds;
 pub mod layer;
+#[doc(hidden)]
+pub mod layout;
 mod lease;
 mod lock;
 mod lock_kind;

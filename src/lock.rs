@@ -17,10 +17,10 @@ use crate::error::ErrorKind;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::keys::{LockKeys, display_name, display_names};
+use crate::layout::{self, HashField, Holds};
 use crate::lease::Lease;
 use crate::lock_kind::LockKind;
 use crate::wire::scripts;
-use crate::wire::snapshot::last_granted_token;
 
 /// What Redis holds for a lock, for operators.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,7 +222,7 @@ impl Lock {
         Ok(LockState {
             holders: holders(fields),
             ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-            fence: fence.as_deref().and_then(last_granted_token),
+            fence: fence.as_deref().and_then(layout::last_granted_token),
         })
     }
 
@@ -458,33 +458,22 @@ pub(crate) struct HashHolder {
 }
 
 /// A lock hash's mode (a read-write lock's `read` or `write`) and its owners with their hold
-/// counts. A read-write lock's hash holds its mode, a reader's lease deadline after its
-/// count, and the read holds its writer took (`<owner>:r`, counted with the owner's); see
-/// `wire/lua/lib/rw.lua`. A semaphore's hash holds its `permits` and `used` counts, which are
-/// nobody's, and each holder's permits where a lock has a hold count, then its own lease
-/// deadline; see `wire/lua/lib/semaphore.lua`.
+/// counts, a writer's reads within its lock counted with its own (see [`crate::layout`]).
 pub(crate) fn hash_holders(fields: Vec<(String, String)>) -> (Option<String>, Vec<HashHolder>) {
     let mut mode = None;
     let mut holders: Vec<HashHolder> = Vec::with_capacity(fields.len());
     for (field, value) in fields {
-        match field.as_str() {
-            "mode" => {
+        let owner = match layout::hash_field(&field) {
+            HashField::Mode => {
                 mode = Some(value);
                 continue;
             }
-            // Owner ids always hold a ':': these fields can only be a semaphore's counts, or
-            // a plain lock's sign that someone may wait (`wire/lua/lib/tokens.lua`).
-            "permits" | "used" | "queued" | "queued.2" => continue,
-            _ => {}
-        }
-        let mut parts = value.split(' ');
-        let Some(holds) = parts.next().and_then(|holds| holds.parse::<u64>().ok()) else {
+            HashField::Nobodys => continue,
+            HashField::Owner { owner, .. } => owner,
+        };
+        let Some(Holds { holds, deadline_ms }) = layout::holds(&value) else {
             continue;
         };
-        let deadline_ms = parts
-            .next()
-            .and_then(|deadline| deadline.parse::<u64>().ok());
-        let owner = field.strip_suffix(":r").unwrap_or(&field);
         match holders.iter_mut().find(|known| known.owner == owner) {
             Some(known) => known.holds += holds,
             None => holders.push(HashHolder {

@@ -17,6 +17,7 @@ use std::sync::OnceLock;
 
 use redis::Cmd;
 
+use crate::layout::LUA_BINDINGS;
 use crate::wire::lua::Lua;
 
 /// The longest number a command carries: a `u64` in decimal.
@@ -254,6 +255,9 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
         for (name, value) in self.statuses.iter().flat_map(|group| group.iter()) {
             writeln!(block, "local {name} = {value}").expect("a String");
         }
+        for (name, value) in self.layout_names() {
+            writeln!(block, "local {name} = '{value}'").expect("a String");
+        }
         if !self.each.is_none() {
             block.push_str(&self.each_item());
         }
@@ -261,6 +265,23 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
             block.push_str(&self.take_rest());
         }
         block
+    }
+
+    /// The names of the data layout its code reads (its own or an included library's), with
+    /// their values: bound only where read, so a script pays for no other.
+    fn layout_names(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        let reads = |name: &str| {
+            self.code.contains(name)
+                || self.code.lines().any(|line| {
+                    line.trim_end()
+                        .strip_prefix(INCLUDE)
+                        .is_some_and(|library_name| library(library_name).contains(name))
+                })
+        };
+        LUA_BINDINGS
+            .iter()
+            .copied()
+            .filter(move |(name, _)| reads(name))
     }
 
     /// `take_rest(n)`: the next `n` of the arguments after the items' ones.
@@ -440,6 +461,7 @@ impl<const KEYS: usize, const ARGS: usize> Described for ScriptSpec<KEYS, ARGS> 
             .chain(item_names)
             .copied()
             .chain(statuses.map(|(name, _)| *name))
+            .chain(self.layout_names().map(|(name, _)| name))
             .collect()
     }
 

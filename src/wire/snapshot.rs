@@ -2,6 +2,7 @@
 //! (`lua/inspect.lua`), so the holders, the queue and the server's clock agree.
 
 use crate::keys::LockKeys;
+use crate::layout;
 use crate::wire::conn::Conn;
 use crate::wire::script::{Arg, ScriptSpec};
 
@@ -17,12 +18,6 @@ static INSPECT: ScriptSpec<5, 1> = ScriptSpec::new(
 #[cfg(test)]
 pub(crate) fn script() -> &'static dyn crate::wire::script::Described {
     &INSPECT
-}
-
-/// The last token of a grant's block as the scripts keep it (`'<last token> <owner>'`, see
-/// `lua/lib/tokens.lua`).
-pub(crate) fn last_granted_token(block: &str) -> Option<u64> {
-    block.split(' ').next()?.parse().ok()
 }
 
 /// One lock's keys as Redis holds them.
@@ -79,7 +74,7 @@ pub(crate) async fn read(
         server_ms,
         fields,
         pttl_ms,
-        fence: last_granted_token(&fence),
+        fence: layout::last_granted_token(&fence),
         queued,
         waiters,
         leader: leader_of(&leader),

@@ -21,6 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tower_redis_lock::LockClient;
+use tower_redis_lock::layout::{self, HashField};
 
 use self::tls::ServerTls;
 
@@ -508,12 +509,12 @@ pub fn queued(server: &RedisServer, name: &str) -> Vec<String> {
     server.cmd(&["ZRANGE", &format!("lock:{{{name}}}:queue"), "0", "-1"])
 }
 
-/// The holders among a lock hash's fields (`HKEYS`): without `queued` and `queued.2`, which
-/// say that someone may wait.
+/// The holders among a lock hash's fields (`HKEYS`): without the fields that are nobody's
+/// (a plain lock's sign that someone may wait, for one).
 pub fn holders_among(fields: Vec<String>) -> Vec<String> {
     fields
         .into_iter()
-        .filter(|field| field != "queued" && field != "queued.2")
+        .filter(|field| matches!(layout::hash_field(field), HashField::Owner { .. }))
         .collect()
 }
 

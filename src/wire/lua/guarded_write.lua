@@ -14,8 +14,8 @@ local tracing = WRITTEN_MS ~= '0'
 if tracing and redis.call('exists', WRITTEN) == 1 then
   return {APPLIED}
 end
-local mode = redis.call('hget', LOCK, 'mode')
-if (mode and mode ~= 'write') or redis.call('hexists', LOCK, OWNER) == 0 then
+local mode = redis.call('hget', LOCK, MODE_FIELD)
+if (mode and mode ~= MODE_WRITE) or redis.call('hexists', LOCK, OWNER) == 0 then
   return {REFUSED}
 end
 for _, key, command, arg_count in each_item() do

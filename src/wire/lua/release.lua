@@ -16,7 +16,7 @@
 local released, may_wait
 local tracing = RELEASE_TRACE_MS ~= '0'
 if SCOPE == 'all' then
-  local removed = redis.call('hdel', LOCK, OWNER, 'queued', 'queued.2')
+  local removed = redis.call('hdel', LOCK, OWNER, QUEUED_FIELD, QUEUED_SECOND_FIELD)
   released, may_wait = removed % 2 == 1, removed >= 2
   if removed < 2 and not tracing then
     if released then
@@ -27,7 +27,7 @@ if SCOPE == 'all' then
     end
   elseif may_wait and not released and redis.call('exists', LOCK) == 1 then
     -- Another owner's lock: it keeps saying so.
-    redis.call('hset', LOCK, 'queued', '1', 'queued.2', '1')
+    redis.call('hset', LOCK, QUEUED_FIELD, '1', QUEUED_SECOND_FIELD, '1')
   end
 end
 

@@ -60,15 +60,15 @@ if held then
     end
     -- A plain lock's release handed this writer the lock: mark it write-held, so its read
     -- holds are told apart from its write holds.
-    redis.call('hset', LOCK, 'mode', 'write')
-    redis.call('hincrby', LOCK, owner .. ':r', 1)
+    redis.call('hset', LOCK, MODE_FIELD, MODE_WRITE)
+    redis.call('hincrby', LOCK, owner .. READS_WITHIN_SUFFIX, 1)
     return {ACQUIRED, reserve_tokens(block, lease, owner), left}
   end
   if mode == 'reenter' then
     if role == 'read' and state == 'read' then
       redis.call('hset', LOCK, owner, string.format('%d %s', tonumber(holds) + 1, deadline))
     elseif role == 'read' and state == 'write' then
-      redis.call('hincrby', LOCK, owner .. ':r', 1)
+      redis.call('hincrby', LOCK, owner .. READS_WITHIN_SUFFIX, 1)
     elseif state == 'read' then
       -- A write guard of an owner that downgraded: its write holds are gone.
       return {NOT_OWNER}
@@ -110,9 +110,9 @@ end
 -- 0.
 local last = 0
 if mode == 'wait' then
-  local queued_role = 'w'
+  local queued_role = ROLE_WRITE
   if role == 'read' then
-    queued_role = 'r'
+    queued_role = ROLE_READ
   end
   -- Queued as a reader ('r') or a writer ('w'): the role follows the queue's own terms.
   if state == 'plain' then

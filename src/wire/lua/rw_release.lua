@@ -59,15 +59,15 @@ if not held or (role == 'write' and state == 'read') then
 end
 if role == 'read' and state == 'write' then
   -- The read holds the writer took inside its write lock.
-  local reads = tonumber(redis.call('hget', LOCK, owner .. ':r'))
+  local reads = tonumber(redis.call('hget', LOCK, owner .. READS_WITHIN_SUFFIX))
   if not reads then
     return not_held()
   end
   local left = one_less(reads)
   if left > 0 then
-    redis.call('hset', LOCK, owner .. ':r', left)
+    redis.call('hset', LOCK, owner .. READS_WITHIN_SUFFIX, left)
   else
-    redis.call('hdel', LOCK, owner .. ':r')
+    redis.call('hdel', LOCK, owner .. READS_WITHIN_SUFFIX)
     leave_release_trace(releaser)
   end
   return {RELEASED, left}
@@ -88,11 +88,11 @@ if state == 'read' then
   -- The readers left keep it, with the longest lease among them; none left: free.
   state = rw_state(now)
 else
-  local reads = redis.call('hget', LOCK, owner .. ':r')
+  local reads = redis.call('hget', LOCK, owner .. READS_WITHIN_SUFFIX)
   if reads then
     local lease = math.max(1, redis.call('pttl', LOCK))
-    redis.call('hdel', LOCK, owner .. ':r')
-    redis.call('hset', LOCK, 'mode', 'read', owner, string.format('%s %d', reads, now + lease))
+    redis.call('hdel', LOCK, owner .. READS_WITHIN_SUFFIX)
+    redis.call('hset', LOCK, MODE_FIELD, MODE_READ, owner, string.format('%s %d', reads, now + lease))
     redis.call('zadd', READERS, now + lease, owner)
     rw_readers_follow_hash()
     state = 'read'

@@ -14,7 +14,7 @@
 if released_before(OWNER) then
   return {REMOVED}
 end
-local permits = tonumber(redis.call('hget', LOCK, 'permits'))
+local permits = tonumber(redis.call('hget', LOCK, PERMITS_FIELD))
 local removed = redis.call('del', LOCK, HOLDERS) > 0
 if permits then
   local now = now_ms()

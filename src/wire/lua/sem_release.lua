@@ -22,7 +22,7 @@ if held then
   local take = tonumber(string.match(held, '^(%d+)'))
   redis.call('hdel', LOCK, owner)
   redis.call('zrem', HOLDERS, owner)
-  used = redis.call('hincrby', LOCK, 'used', -take)
+  used = redis.call('hincrby', LOCK, USED_FIELD, -take)
   leave_release_trace(OWNER)
 end
 if permits then

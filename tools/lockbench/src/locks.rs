@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
+use tower_redis_lock::layout;
 use tower_redis_lock::{Lock, LockClient, LockGuard};
 
 use crate::helpers::Res;
@@ -158,7 +159,7 @@ impl Held {
 /// A lock written by hand on one multiplexed connection per process, polled every
 /// [`NAIVE_POLL`] while taken: the naive one ([`Implementation::Naive`]: `SET key owner NX PX
 /// lease`, and a compare-and-delete script to release) or the bare one
-/// ([`Implementation::Bare`]: [`BARE_ACQUIRE`] and [`BARE_RELEASE`]).
+/// ([`Implementation::Bare`]: [`BARE_ACQUIRE`] and [`bare_release`]).
 #[derive(Clone)]
 pub(crate) struct HandLock {
     conn: MultiplexedConnection,
@@ -200,10 +201,15 @@ return take_free(ARGV[1], ARGV[2], tonumber(ARGV[3]))
 "
 );
 
-/// The command of this library's free-lock release: `HDEL` of the owner and the waiter marks.
-const BARE_RELEASE: &str = r"
-return redis.call('hdel', KEYS[1], ARGV[1], 'queued', 'queued.2') % 2
-";
+/// The command of this library's free-lock release: `HDEL` of the owner and the waiter marks
+/// (the fields the library's data layout names).
+fn bare_release() -> String {
+    format!(
+        "return redis.call('hdel', KEYS[1], ARGV[1], '{}', '{}') % 2",
+        layout::QUEUED,
+        layout::QUEUED_2
+    )
+}
 
 /// The bare lock's epoch key and its marker: both exist, as they do for this library's
 /// clients between restarts of Redis.
@@ -218,7 +224,11 @@ impl HandLock {
     /// Connects and loads the scripts, so no run pays for a NOSCRIPT retry.
     async fn connect(url: &str, bare: bool) -> Res<Self> {
         let mut conn = connect(url).await?;
-        let release_script = redis::Script::new(if bare { BARE_RELEASE } else { NAIVE_RELEASE });
+        let release_script = if bare {
+            redis::Script::new(&bare_release())
+        } else {
+            redis::Script::new(NAIVE_RELEASE)
+        };
         release_script
             .prepare_invoke()
             .load_async(&mut conn)

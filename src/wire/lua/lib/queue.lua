@@ -18,7 +18,7 @@ local function take(owner, lease_ms, block)
   if type(lease_ms) == 'number' then
     lease_ms = string.format('%d', lease_ms)
   end
-  redis.call('hset', LOCK, owner, '1', 'queued', '1', 'queued.2', '1')
+  redis.call('hset', LOCK, owner, '1', QUEUED_FIELD, '1', QUEUED_SECOND_FIELD, '1')
   redis.call('pexpire', LOCK, lease_ms)
   return reserve_tokens(block, lease_ms, owner)
 end
@@ -26,7 +26,7 @@ end
 -- Tells a plain holder's release to look at the queue (see `take`): for a
 -- waiter that joins a queue nobody was in, behind a lock taken while nobody waited.
 local function mark_queued()
-  redis.call('hset', LOCK, 'queued', '1', 'queued.2', '1')
+  redis.call('hset', LOCK, QUEUED_FIELD, '1', QUEUED_SECOND_FIELD, '1')
 end
 
 local function dequeue(owner)

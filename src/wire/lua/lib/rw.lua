@@ -26,11 +26,11 @@ end
 -- is left (then: nil), sets its expiry to the last live reader's deadline, and returns how
 -- long the first one has left.
 local function rw_state(now)
-  local mode = redis.call('hget', LOCK, 'mode')
-  if mode == 'write' then
+  local mode = redis.call('hget', LOCK, MODE_FIELD)
+  if mode == MODE_WRITE then
     return 'write'
   end
-  if mode ~= 'read' then
+  if mode ~= MODE_READ then
     if redis.call('exists', LOCK) == 1 then
       return 'plain'
     end
@@ -58,7 +58,7 @@ end
 -- Adds `owner` as a reader with a lease of `lease_ms`; the hash lives at least that long.
 -- Returns its fencing token.
 local function rw_add_reader(owner, now, lease_ms, block)
-  redis.call('hset', LOCK, 'mode', 'read', owner, string.format('1 %d', now + lease_ms))
+  redis.call('hset', LOCK, MODE_FIELD, MODE_READ, owner, string.format('1 %d', now + lease_ms))
   redis.call('zadd', READERS, now + lease_ms, owner)
   if redis.call('pttl', LOCK) < lease_ms then
     redis.call('pexpire', LOCK, lease_ms)
@@ -69,7 +69,7 @@ end
 
 -- Makes `owner` the writer of a free lock. Returns its fencing token.
 local function rw_take_write(owner, lease_ms, block)
-  redis.call('hset', LOCK, 'mode', 'write', owner, 1)
+  redis.call('hset', LOCK, MODE_FIELD, MODE_WRITE, owner, 1)
   redis.call('pexpire', LOCK, lease_ms)
   return reserve_tokens(block, lease_ms, owner)
 end
@@ -90,7 +90,7 @@ local function rw_grant(now, state, me, me_lease)
     if not head then
       return my_token, my_lease, state, false
     end
-    local reader = role == 'r'
+    local reader = role == ROLE_READ
     if state and not (state == 'read' and reader) then
       return my_token, my_lease, state, true
     end
@@ -104,7 +104,7 @@ local function rw_grant(now, state, me, me_lease)
     local token
     if reader then
       token, state = rw_add_reader(head, now, lease, block), 'read'
-    elseif role == 'w' then
+    elseif role == ROLE_WRITE then
       token, state = rw_take_write(head, lease, block), 'write'
     else
       token, state = take(head, lease, block), 'plain'

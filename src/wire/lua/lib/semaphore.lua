@@ -29,7 +29,7 @@ end
 -- Reads the semaphore's state: its permit count (nil when nobody holds it) and how many are
 -- held, after dropping the holders whose lease ran out (only they are visited).
 local function sem_state(now)
-  local stored = redis.call('hmget', LOCK, 'permits', 'used')
+  local stored = redis.call('hmget', LOCK, PERMITS_FIELD, USED_FIELD)
   local permits, used = tonumber(stored[1]), tonumber(stored[2] or '0')
   if not permits then
     return nil, 0
@@ -47,7 +47,7 @@ local function sem_state(now)
       redis.call('hdel', LOCK, unpack(expired, i, math.min(i + 999, #expired)))
     end
     redis.call('zremrangebyscore', HOLDERS, '-inf', now)
-    redis.call('hset', LOCK, 'used', math.max(0, used))
+    redis.call('hset', LOCK, USED_FIELD, math.max(0, used))
     sem_settle(now, used)
     if used <= 0 then
       return nil, 0
@@ -60,9 +60,9 @@ end
 -- at least that long. Returns its fencing token.
 local function sem_add(owner, now, lease_ms, block, take, permits)
   local token = reserve_tokens(block, lease_ms, owner)
-  redis.call('hset', LOCK, 'permits', permits, owner,
+  redis.call('hset', LOCK, PERMITS_FIELD, permits, owner,
     string.format('%d %d %d', take, now + lease_ms, token))
-  redis.call('hincrby', LOCK, 'used', take)
+  redis.call('hincrby', LOCK, USED_FIELD, take)
   redis.call('zadd', HOLDERS, now + lease_ms, owner)
   if redis.call('pttl', LOCK) < lease_ms then
     redis.call('pexpire', LOCK, lease_ms)
