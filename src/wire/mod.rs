@@ -14,6 +14,7 @@ pub(crate) mod scan;
 mod script;
 #[cfg(test)]
 mod script_check;
+mod script_inputs;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;
 pub(crate) mod setup;

@@ -1,10 +1,11 @@
-//! One description per Lua script, shared by Rust and Lua: its keys and arguments, named and
-//! in order, and its reply statuses, named. From it the command is sized and written, and
-//! the Lua block that binds the names (`local OWNER = ARGV[2]`) is put before the script's
-//! own code, so no position is written twice and a script reads its inputs by name. A batch
-//! gives each item the same keys and arguments (`each_item()`); what varies per item in
-//! length follows all the items, in the order the items' own arguments count it
-//! (`take_rest(n)`).
+//! One description per Lua script, shared by Rust and Lua: its inputs, one typed struct whose
+//! fields name its keys and arguments in order (`script_inputs.rs`), and its reply statuses,
+//! named, each with the struct of the values that follow it. From it the command is sized
+//! and written, and the Lua block that binds the names (`local OWNER = ARGV[2]`) is put
+//! before the script's own code, so no position is written twice and a script reads its
+//! inputs by name. A batch gives each item the same keys and arguments, a struct of their
+//! own (`each_item()`); what varies per item in length follows all the items, in the order
+//! the items' own arguments count it (`take_rest(n)`).
 //!
 //! A script's source is the binding block, then its own file, in which a line
 //! `--#include <library>` stands for a library of shared functions from `lua/lib/`. A
@@ -13,12 +14,14 @@
 //! past it: a script includes what its fast path needs first, and the rest after it.
 
 use std::fmt::Write;
+use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 use redis::Cmd;
 
 use crate::layout::LUA_BINDINGS;
 use crate::wire::lua::Lua;
+use crate::wire::script_inputs::{Inputs, script_inputs};
 
 /// The longest number a command carries: a `u64` in decimal.
 const MAX_NUMBER_LEN: usize = 20;
@@ -42,34 +45,101 @@ pub(crate) const LIBRARIES: &[(&str, &str)] = &[
 /// How an include of a library is written in a script's file.
 pub(crate) const INCLUDE: &str = "--#include ";
 
-/// Named reply statuses: Rust constants, and the same names bound in a script's Lua.
+/// Named reply statuses: Rust constants, and the same names bound in a script's Lua. A status
+/// followed by values names them in a struct (`STATUS = 1 => Struct { field: type }`), whose
+/// fields' order is the order of the values in the script's table after the status; a later
+/// status of the same values names the struct alone (`OTHER = 2 => Struct`).
 macro_rules! reply_statuses {
-    ($(#[$doc:meta])* $module:ident { $($(#[$status_doc:meta])* $name:ident = $value:expr),* $(,)? }) => {
+    (
+        $(#[$doc:meta])* $module:ident {
+            $(
+                $(#[$status_doc:meta])* $name:ident = $value:expr
+                $(=> $values:ident $({
+                    $($(#[$field_doc:meta])* $field:ident: $field_type:ty),* $(,)?
+                })?)?
+            ),* $(,)?
+        }
+    ) => {
         $(#[$doc])*
         pub(crate) mod $module {
-            $($(#[$status_doc])* pub(crate) const $name: i64 = $value;)*
+            $(
+                $(#[$status_doc])* pub(crate) const $name: i64 = $value;
+                $($($crate::wire::script::reply_values! {
+                    #[doc = concat!("The values after [`", stringify!($name), "`], in order.")]
+                    pub(crate) struct $values {
+                        $($(#[$field_doc])* $field: $field_type,)*
+                    }
+                })?)?
+            )*
             /// Every status, by name, for the script's Lua.
-            pub(crate) const ALL: &[(&str, i64)] = &[$((stringify!($name), $value)),*];
+            // `()`, no values, where a status has no struct.
+            #[allow(unused_parens)]
+            pub(crate) const ALL: &[$crate::wire::script::Status] = &[$(
+                $crate::wire::script::Status {
+                    name: stringify!($name),
+                    value: $value,
+                    least_values:
+                        <($($values)?) as $crate::wire::scripts::ReplyValues>::LEAST,
+                    most_values: <($($values)?) as $crate::wire::scripts::ReplyValues>::MOST,
+                }
+            ),*];
         }
     };
 }
 pub(crate) use reply_statuses;
 
-/// A Lua script, described.
-pub(crate) struct ScriptSpec<const KEYS: usize, const ARGS: usize> {
+/// The values a script's reply gives after its status, named: the fields' order is the
+/// order of the values in the script's table.
+macro_rules! reply_values {
+    (
+        $(#[$doc:meta])* $vis:vis struct $values:ident {
+            $($(#[$field_doc:meta])* $field:ident: $field_type:ty),* $(,)?
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        $vis struct $values {
+            $($(#[$field_doc])* pub(crate) $field: $field_type,)*
+        }
+
+        impl $crate::wire::scripts::ReplyValues for $values {
+            const LEAST: usize =
+                0 $(+ <$field_type as $crate::wire::scripts::ReplyValue>::LEAST)*;
+            const MOST: usize =
+                0_usize $(.saturating_add(<$field_type as $crate::wire::scripts::ReplyValue>::MOST))*;
+
+            fn take(values: &mut $crate::wire::scripts::Values<'_>) -> Self {
+                Self {
+                    $($field: $crate::wire::scripts::ReplyValue::take(values),)*
+                }
+            }
+        }
+    };
+}
+pub(crate) use reply_values;
+
+/// A reply status, named, with how many values may follow it in the script's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Status {
+    pub(crate) name: &'static str,
+    pub(crate) value: i64,
+    /// At least this many values follow it (a short reply leaves out the last ones).
+    pub(crate) least_values: usize,
+    /// At most this many.
+    pub(crate) most_values: usize,
+}
+
+/// A Lua script, described: it takes the inputs `I`, and per item of a batch the inputs `E`.
+pub(crate) struct ScriptSpec<I: Inputs, E: Inputs = NoItems> {
     /// The file of its own code under `lua/`.
     pub(crate) file: &'static str,
-    /// The names of its keys, in order.
-    pub(crate) keys: [&'static str; KEYS],
-    /// The names of its arguments, in order.
-    pub(crate) args: [&'static str; ARGS],
-    /// Keys and arguments given once per item after the fixed ones (a batch's locks).
-    pub(crate) each: Each,
+    /// Whether it takes a batch of items after its own keys and arguments.
+    each: bool,
     /// Whether arguments follow the items' ones, as many as the caller gives (see
     /// [`Self::with_rest`]).
     pub(crate) rest: bool,
     /// The groups of named statuses its replies start with.
-    pub(crate) statuses: &'static [&'static [(&'static str, i64)]],
+    pub(crate) statuses: &'static [&'static [Status]],
     /// The status a reply of one integer alone stands for, with that integer as its first
     /// figure (the fast path's answer: cheaper for Redis than a table).
     pub(crate) short_reply: Option<i64>,
@@ -82,26 +152,14 @@ pub(crate) struct ScriptSpec<const KEYS: usize, const ARGS: usize> {
     pub(crate) code: &'static str,
     /// The whole source and its SHA, built on first use.
     lua: OnceLock<Lua>,
+    inputs: PhantomData<fn() -> (I, E)>,
 }
 
-/// A script's keys and arguments given once per item of a batch, after the fixed ones: all
-/// items' keys follow the fixed keys, and all items' arguments the fixed arguments. The
-/// script reads them with `each_item()`, an iterator of the item's number and its values.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Each {
-    pub(crate) keys: &'static [&'static str],
-    pub(crate) args: &'static [&'static str],
-}
-
-impl Each {
-    /// No batch.
-    pub(crate) const NONE: Self = Self {
-        keys: &[],
-        args: &[],
-    };
-
-    const fn is_none(&self) -> bool {
-        self.keys.is_empty() && self.args.is_empty()
+script_inputs! {
+    /// The items of a script that takes no batch.
+    pub(crate) struct NoItems {
+        keys {}
+        args {}
     }
 }
 
@@ -147,20 +205,16 @@ impl Arg<'_> {
     }
 }
 
-impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
-    /// A script of fixed keys and arguments.
+impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
+    /// A script; it takes a batch when `E` has keys or arguments.
     pub(crate) const fn new(
         file: &'static str,
         code: &'static str,
-        keys: [&'static str; KEYS],
-        args: [&'static str; ARGS],
-        statuses: &'static [&'static [(&'static str, i64)]],
+        statuses: &'static [&'static [Status]],
     ) -> Self {
         Self {
             file,
-            keys,
-            args,
-            each: Each::NONE,
+            each: E::KEY_COUNT + E::ARG_COUNT > 0,
             rest: false,
             statuses,
             short_reply: None,
@@ -168,13 +222,8 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
             hoisted: &[],
             code,
             lua: OnceLock::new(),
+            inputs: PhantomData,
         }
-    }
-
-    /// This script, with keys and arguments given once per item of a batch.
-    pub(crate) const fn with_each(mut self, each: Each) -> Self {
-        self.each = each;
-        self
     }
 
     /// This script, with arguments after the items' ones, as many as the caller gives (a
@@ -182,7 +231,7 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
     /// in order with `take_rest(n)`, which returns the next `n`. The items must have keys, by
     /// which their count is known.
     pub(crate) const fn with_rest(mut self) -> Self {
-        assert!(!self.each.keys.is_empty(), "the items have keys");
+        assert!(E::KEY_COUNT > 0, "the items have keys");
         self.rest = true;
         self
     }
@@ -194,7 +243,7 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
     /// script's start. The libraries `hoisted` (which read none of the items' names) are
     /// included once, before the items: what they read from Redis they read once per call.
     pub(crate) const fn with_code_per_item(mut self, hoisted: &'static [&'static str]) -> Self {
-        assert!(!self.each.is_none(), "the items have keys or arguments");
+        assert!(self.each, "the items have keys or arguments");
         self.per_item = true;
         self.hoisted = hoisted;
         self
@@ -211,12 +260,27 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
         self.lua.get_or_init(|| Lua::new(self.source()))
     }
 
+    /// The Lua names of its keys, its arguments, and its items' keys and arguments.
+    fn input_names() -> [Vec<&'static str>; 4] {
+        let mut names = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+        I::key_names(&mut names[0]);
+        I::arg_names(&mut names[1]);
+        E::key_names(&mut names[2]);
+        E::arg_names(&mut names[3]);
+        names
+    }
+
+    /// The names of one item's keys and arguments, in order.
+    fn item_names() -> Vec<&'static str> {
+        let [_, _, item_keys, item_args] = Self::input_names();
+        item_keys.into_iter().chain(item_args).collect()
+    }
+
     /// Its whole source as a server runs it: the binding block, and its code with the
     /// libraries it includes.
     pub(crate) fn source(&self) -> String {
         let mut source = self.bindings();
-        let item_names = self.each.keys.iter().chain(self.each.args).copied();
-        let item_names = item_names.collect::<Vec<_>>().join(", ");
+        let item_names = Self::item_names().join(", ");
         if self.per_item {
             for name in self.hoisted {
                 source.push_str(library(name));
@@ -243,22 +307,23 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
 
     /// The Lua block that binds every key, argument and status to its name.
     pub(crate) fn bindings(&self) -> String {
+        let [keys, args, _, _] = Self::input_names();
         let mut block = format!("-- Bound from the description of {}.\n", self.file);
         // Locals: Lua reads them faster than the globals Redis sets.
         block.push_str("local KEYS, ARGV = KEYS, ARGV\n");
-        for (position, name) in self.keys.iter().enumerate() {
+        for (position, name) in keys.iter().enumerate() {
             writeln!(block, "local {name} = KEYS[{}]", position + 1).expect("a String");
         }
-        for (position, name) in self.args.iter().enumerate() {
+        for (position, name) in args.iter().enumerate() {
             writeln!(block, "local {name} = ARGV[{}]", position + 1).expect("a String");
         }
-        for (name, value) in self.statuses.iter().flat_map(|group| group.iter()) {
-            writeln!(block, "local {name} = {value}").expect("a String");
+        for status in self.statuses.iter().flat_map(|group| group.iter()) {
+            writeln!(block, "local {} = {}", status.name, status.value).expect("a String");
         }
         for (name, value) in self.layout_names() {
             writeln!(block, "local {name} = '{value}'").expect("a String");
         }
-        if !self.each.is_none() {
+        if self.each {
             block.push_str(&self.each_item());
         }
         if self.rest {
@@ -286,10 +351,11 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
 
     /// `take_rest(n)`: the next `n` of the arguments after the items' ones.
     fn take_rest(&self) -> String {
-        let (keys, args) = (self.each.keys.len(), self.each.args.len());
+        let (keys, args) = (I::KEY_COUNT, I::ARG_COUNT);
+        let (item_keys, item_args) = (E::KEY_COUNT, E::ARG_COUNT);
         format!(
             "-- After the items' arguments: take_rest(n) returns the next n.\n\
-             local rest_at = {ARGS} + (#KEYS - {KEYS}) / {keys} * {args}\n\
+             local rest_at = {args} + (#KEYS - {keys}) / {item_keys} * {item_args}\n\
              local function take_rest(n)\n  local first = rest_at + 1\n  \
              rest_at = rest_at + n\n  return unpack(ARGV, first, rest_at)\nend\n"
         )
@@ -297,126 +363,87 @@ impl<const KEYS: usize, const ARGS: usize> ScriptSpec<KEYS, ARGS> {
 
     /// `each_item()`: an iterator of each item's number (from 1) and its keys and arguments.
     fn each_item(&self) -> String {
-        let (keys, args) = (self.each.keys.len(), self.each.args.len());
+        let (keys, args) = (I::KEY_COUNT, I::ARG_COUNT);
+        let (item_keys, item_args) = (E::KEY_COUNT, E::ARG_COUNT);
         let mut values = Vec::new();
-        for position in 0..keys {
+        for position in 0..item_keys {
             values.push(format!(
-                "KEYS[{KEYS} + (n - 1) * {keys} + {}]",
+                "KEYS[{keys} + (n - 1) * {item_keys} + {}]",
                 position + 1
             ));
         }
-        for position in 0..args {
+        for position in 0..item_args {
             values.push(format!(
-                "ARGV[{ARGS} + (n - 1) * {args} + {}]",
+                "ARGV[{args} + (n - 1) * {item_args} + {}]",
                 position + 1
             ));
         }
-        let count = if keys > 0 {
-            format!("(#KEYS - {KEYS}) / {keys}")
+        let count = if item_keys > 0 {
+            format!("(#KEYS - {keys}) / {item_keys}")
         } else {
-            format!("(#ARGV - {ARGS}) / {args}")
+            format!("(#ARGV - {args}) / {item_args}")
         };
         format!(
             "-- Per item: {}.\nlocal function each_item()\n  local n, count = 0, {count}\n  \
              return function()\n    n = n + 1\n    if n > count then\n      return nil\n    \
              end\n    return n, {}\n  end\nend\n",
-            self.each
-                .keys
-                .iter()
-                .chain(self.each.args)
-                .copied()
-                .collect::<Vec<_>>()
-                .join(", "),
+            Self::item_names().join(", "),
             values.join(", ")
         )
     }
 
-    /// The `EVALSHA` of this script with `keys` and `args`, sized before it is built: a lock
+    /// The `EVALSHA` of this script with `inputs`, sized before it is built: a lock
     /// operation should not allocate per argument, nor grow its buffers.
-    pub(crate) fn command(&self, keys: [&str; KEYS], args: [Arg<'_>; ARGS]) -> Cmd {
-        self.command_each::<0, 0>(keys, args, &[])
+    pub(crate) fn command(&self, inputs: &I::Borrowing<'_>) -> Cmd {
+        self.command_each(inputs, &[])
     }
 
-    /// [`Self::command`] with the keys and arguments of each item of a batch.
-    pub(crate) fn command_each<const ITEM_KEYS: usize, const ITEM_ARGS: usize>(
+    /// [`Self::command`] with the inputs of each item of a batch.
+    pub(crate) fn command_each(
         &self,
-        keys: [&str; KEYS],
-        args: [Arg<'_>; ARGS],
-        items: &[([&str; ITEM_KEYS], [Arg<'_>; ITEM_ARGS])],
+        inputs: &I::Borrowing<'_>,
+        items: &[E::Borrowing<'_>],
     ) -> Cmd {
-        self.command_with_rest(keys, args, items, &[])
+        self.command_with_rest(inputs, items, &[])
     }
 
     /// [`Self::command_each`] with the arguments after the items' ones (see
     /// [`Self::with_rest`]).
-    pub(crate) fn command_with_rest<const ITEM_KEYS: usize, const ITEM_ARGS: usize>(
+    pub(crate) fn command_with_rest(
         &self,
-        keys: [&str; KEYS],
-        args: [Arg<'_>; ARGS],
-        items: &[([&str; ITEM_KEYS], [Arg<'_>; ITEM_ARGS])],
+        inputs: &I::Borrowing<'_>,
+        items: &[E::Borrowing<'_>],
         rest: &[Arg<'_>],
     ) -> Cmd {
         debug_assert!(self.rest || rest.is_empty(), "{} takes no rest", self.file);
-        debug_assert_eq!(
-            (ITEM_KEYS, ITEM_ARGS),
-            (self.each.keys.len(), self.each.args.len()),
-            "the items of {}",
+        debug_assert!(
+            self.each || items.is_empty(),
+            "{} takes no items",
             self.file
         );
         let lua = self.lua();
-        let item_keys = items.iter().flat_map(|(keys, _)| keys.iter());
-        let item_args = items.iter().flat_map(|(_, args)| args.iter());
-        let key_count = KEYS + items.len() * ITEM_KEYS;
-        let arg_count = 4 + key_count + ARGS + items.len() * ITEM_ARGS + rest.len();
-        let bytes = "EVALSHA".len()
-            + lua.sha().len()
-            + MAX_NUMBER_LEN
-            + keys
-                .iter()
-                .chain(item_keys.clone())
-                .map(|key| key.len())
-                .sum::<usize>()
-            + args
-                .iter()
-                .chain(item_args.clone())
-                .chain(rest)
-                .map(Arg::room)
-                .sum::<usize>();
+        let key_count = I::KEY_COUNT + items.len() * E::KEY_COUNT;
+        let arg_count = 4 + key_count + I::ARG_COUNT + items.len() * E::ARG_COUNT + rest.len();
+        let mut bytes = "EVALSHA".len() + lua.sha().len() + MAX_NUMBER_LEN;
+        let mut count_key = |key: &str| bytes += key.len();
+        inputs.keys(&mut count_key);
+        items.iter().for_each(|item| item.keys(&mut count_key));
+        let mut count_arg = |arg: Arg<'_>| bytes += arg.room();
+        inputs.args(&mut count_arg);
+        items.iter().for_each(|item| item.args(&mut count_arg));
+        rest.iter().copied().for_each(count_arg);
         let mut cmd = lua.evalsha_in(Cmd::with_capacity(arg_count, bytes), key_count);
-        for key in keys.iter().chain(item_keys) {
-            cmd.arg(*key);
-        }
-        for arg in args.iter().chain(item_args).chain(rest) {
-            arg.write_to(&mut cmd);
-        }
+        let mut write_key = |key: &str| {
+            cmd.arg(key);
+        };
+        inputs.keys(&mut write_key);
+        items.iter().for_each(|item| item.keys(&mut write_key));
+        let mut write_arg = |arg: Arg<'_>| arg.write_to(&mut cmd);
+        inputs.args(&mut write_arg);
+        items.iter().for_each(|item| item.args(&mut write_arg));
+        rest.iter().copied().for_each(write_arg);
         cmd
     }
-}
-
-/// `first` and then `more`, as one array of the length the two add up to (checked when it
-/// compiles): the keys or arguments a script takes after those every script of its family
-/// takes.
-pub(crate) const fn joined<const N: usize, const M: usize, const R: usize>(
-    first: [&'static str; N],
-    more: [&'static str; M],
-) -> [&'static str; R] {
-    const { assert!(N + M == R, "the joined length is the sum of both") };
-    let mut out = [""; R];
-    let mut at = 0;
-    while at < R {
-        out[at] = if at < N { first[at] } else { more[at - N] };
-        at += 1;
-    }
-    out
-}
-
-/// [`joined`] for the values a command is built from.
-pub(crate) fn joined_values<T: Copy, const N: usize, const M: usize, const R: usize>(
-    first: [T; N],
-    more: [T; M],
-) -> [T; R] {
-    const { assert!(N + M == R, "the joined length is the sum of both") };
-    std::array::from_fn(|at| if at < N { first[at] } else { more[at - N] })
 }
 
 /// The code of the library `name`.
@@ -434,14 +461,14 @@ pub(crate) trait Described: Sync {
     fn file(&self) -> &'static str;
     fn code(&self) -> &'static str;
     fn names(&self) -> Vec<&'static str>;
-    fn status_names(&self) -> Vec<&'static str>;
+    fn statuses(&self) -> Vec<Status>;
     /// The functions its binding block defines (`each_item`, `take_rest`).
     fn bound_functions(&self) -> Vec<&'static str>;
     fn source(&self) -> String;
 }
 
 #[cfg(test)]
-impl<const KEYS: usize, const ARGS: usize> Described for ScriptSpec<KEYS, ARGS> {
+impl<I: Inputs, E: Inputs> Described for ScriptSpec<I, E> {
     fn file(&self) -> &'static str {
         self.file
     }
@@ -451,27 +478,29 @@ impl<const KEYS: usize, const ARGS: usize> Described for ScriptSpec<KEYS, ARGS> 
     }
 
     fn names(&self) -> Vec<&'static str> {
+        let [keys, args, item_keys, item_args] = Self::input_names();
         let statuses = self.statuses.iter().flat_map(|group| group.iter());
         // The code of a script run per item reads the items' names as its own.
-        let item_names = self.each.keys.iter().chain(self.each.args);
+        let item_names = item_keys.into_iter().chain(item_args);
         let item_names = item_names.filter(|_| self.per_item);
-        self.keys
-            .iter()
-            .chain(&self.args)
+        keys.into_iter()
+            .chain(args)
             .chain(item_names)
-            .copied()
-            .chain(statuses.map(|(name, _)| *name))
+            .chain(statuses.map(|status| status.name))
             .chain(self.layout_names().map(|(name, _)| name))
             .collect()
     }
 
-    fn status_names(&self) -> Vec<&'static str> {
-        let statuses = self.statuses.iter().flat_map(|group| group.iter());
-        statuses.map(|(name, _)| *name).collect()
+    fn statuses(&self) -> Vec<Status> {
+        self.statuses
+            .iter()
+            .flat_map(|group| group.iter())
+            .copied()
+            .collect()
     }
 
     fn bound_functions(&self) -> Vec<&'static str> {
-        let each = (!self.each.is_none()).then_some("each_item");
+        let each = self.each.then_some("each_item");
         let rest = self.rest.then_some("take_rest");
         each.into_iter().chain(rest).collect()
     }

@@ -166,11 +166,125 @@ fn problems(script: &dyn Described) -> Vec<String> {
         }
     }
     for name in declared.iter().filter(|name| !used.contains(*name)) {
-        if !script.status_names().contains(name) {
+        if !script.statuses().iter().any(|status| status.name == *name) {
             problems.push(format!("{file}: {name} is given but never read"));
         }
     }
     problems
+}
+
+/// The tables `code` returns, each as its items split at the commas outside brackets:
+/// `return {STATUS, a, f(b, c)}` gives `["STATUS", "a", "f(b, c)"]`. A script returns a
+/// table on one line.
+fn returned_tables(code: &str) -> Vec<Vec<&str>> {
+    let mut tables = Vec::new();
+    for line in code.lines() {
+        let line = line.split("--").next().unwrap_or("");
+        let Some(at) = line.find("return {") else {
+            continue;
+        };
+        let body = &line[at + "return {".len()..];
+        let (mut depth, mut start, mut items) = (0, 0, Vec::new());
+        for (at, byte) in body.bytes().enumerate() {
+            match byte {
+                b'(' | b'{' | b'[' => depth += 1,
+                b'}' if depth == 0 => {
+                    items.push(body[start..at].trim());
+                    break;
+                }
+                b')' | b'}' | b']' => depth -= 1,
+                b',' if depth == 0 => {
+                    items.push(body[start..at].trim());
+                    start = at + 1;
+                }
+                _ => {}
+            }
+        }
+        items.retain(|item| !item.is_empty());
+        tables.push(items);
+    }
+    tables
+}
+
+/// What is wrong with the replies `script`'s Lua returns: a status it does not describe, or
+/// another count of values than the status's struct names.
+fn reply_problems(script: &dyn Described) -> Vec<String> {
+    let statuses = script.statuses();
+    let file = script.file();
+    let mut problems = Vec::new();
+    for (part, code) in parts(script) {
+        for table in returned_tables(code) {
+            let Some((first, values)) = table.split_first() else {
+                continue;
+            };
+            let is_constant = first.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
+            match statuses.iter().find(|status| status.name == *first) {
+                Some(status)
+                    if !(status.least_values..=status.most_values).contains(&values.len()) =>
+                {
+                    problems.push(format!(
+                        "{file}: {part} returns {first} with {} values, its struct names {}",
+                        values.len(),
+                        if status.least_values == status.most_values {
+                            status.most_values.to_string()
+                        } else {
+                            format!("{} to {}", status.least_values, status.most_values)
+                        }
+                    ));
+                }
+                None if is_constant => {
+                    problems.push(format!("{file}: {part} returns {first}, no status of it"));
+                }
+                _ => {}
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_status_a_script_returns_carries_the_values_its_struct_names() {
+    let problems: Vec<String> = scripts::all()
+        .into_iter()
+        .flat_map(reply_problems)
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let returned: usize = scripts::all()
+        .into_iter()
+        .flat_map(|script| parts(script).into_iter().map(|(_, code)| code))
+        .map(|code| returned_tables(code).len())
+        .sum();
+    assert!(returned > 50, "the scripts' returns are found: {returned}");
+}
+
+#[test]
+fn the_reply_check_finds_a_status_with_other_values_and_one_not_described() {
+    use crate::wire::script::{ScriptSpec, reply_statuses};
+    reply_statuses! {
+        /// The statuses of the test.
+        done {
+            /// Done, with two values, the last of which may be left out.
+            DONE = 1 => Done { first: u64, second: Option<u64> },
+        }
+    }
+    static BAD: ScriptSpec<crate::wire::script::NoItems> = ScriptSpec::new(
+        "bad.lua",
+        "if x then\n  return {DONE, f(a, b)}\nend\nreturn {DONE, a, b, c} -- return {DONE}\n\
+         return {GONE}\n",
+        &[done::ALL],
+    );
+    assert_eq!(done::ALL[0].value, done::DONE);
+    assert_eq!(
+        reply_problems(&BAD),
+        [
+            "bad.lua: bad.lua returns DONE with 3 values, its struct names 1 to 2",
+            "bad.lua: bad.lua returns GONE, no status of it",
+        ]
+    );
+    assert_eq!(
+        returned_tables("return {A, f(b, {c, d})}\nreturn {}\n"),
+        [vec!["A", "f(b, {c, d})"], vec![]]
+    );
 }
 
 #[test]
@@ -197,11 +311,20 @@ fn every_library_is_included_by_some_script() {
 #[test]
 fn the_check_finds_a_position_a_name_not_given_an_unused_one_and_a_function_used_too_early() {
     use crate::wire::script::ScriptSpec;
-    static BAD: ScriptSpec<1, 2> = ScriptSpec::new(
+    use crate::wire::script_inputs::script_inputs;
+    script_inputs! {
+        /// The inputs of the bad script.
+        struct BadInputs<'a> {
+            keys { lock: &'a str }
+            args {
+                owner: &'a str,
+                lease_ms: u64,
+            }
+        }
+    }
+    static BAD: ScriptSpec<BadInputs<'static>> = ScriptSpec::new(
         "bad.lua",
         "local x = ARGV[3]\nlocal y = later(OWNR, x)\nlocal function later(a)\n  return a\nend\n",
-        ["LOCK"],
-        ["OWNER", "LEASE_MS"],
         &[],
     );
     let found = problems(&BAD);

@@ -4,15 +4,23 @@
 use crate::keys::LockKeys;
 use crate::layout;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, ScriptSpec};
+use crate::wire::script::ScriptSpec;
+use crate::wire::script_inputs::script_inputs;
+use crate::wire::scripts::LockKeyNames;
 
-static INSPECT: ScriptSpec<5, 1> = ScriptSpec::new(
-    "inspect.lua",
-    include_str!("lua/inspect.lua"),
-    ["LOCK", "LAST_GRANT", "QUEUE", "WAITER_TERMS", "LEADER"],
-    ["MAX_WAITERS"],
-    &[],
-);
+script_inputs! {
+    /// What a read of one lock takes.
+    struct InspectInputs<'a> {
+        keys {
+            lock_keys: LockKeyNames<'a>,
+            leader: &'a str,
+        }
+        args { max_waiters: u64 }
+    }
+}
+
+static INSPECT: ScriptSpec<InspectInputs<'static>> =
+    ScriptSpec::new("inspect.lua", include_str!("lua/inspect.lua"), &[]);
 
 /// The script, for the check of its Lua against its description.
 #[cfg(test)]
@@ -48,16 +56,11 @@ pub(crate) async fn read(
     max_waiters: usize,
 ) -> redis::RedisResult<RawLock> {
     type Reply = (u64, Vec<String>, i64, String, u64, Vec<String>, String);
-    let cmd = INSPECT.command(
-        [
-            keys.hash(),
-            keys.last_grant(),
-            keys.queue(),
-            keys.waiter_terms(),
-            keys.leader(),
-        ],
-        [Arg::Number(max_waiters.max(1) as u64)],
-    );
+    let cmd = INSPECT.command(&InspectInputs {
+        lock_keys: LockKeyNames::of(keys),
+        leader: keys.leader(),
+        max_waiters: max_waiters.max(1) as u64,
+    });
     let (server_ms, fields, pttl_ms, fence, queued, waiters, leader): Reply =
         INSPECT.lua().run(conn, &cmd).await?;
     let mut fields = fields.into_iter();

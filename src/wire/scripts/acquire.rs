@@ -7,57 +7,160 @@ use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
 use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, Each, ScriptSpec, joined, joined_values, reply_statuses};
+use crate::wire::script::{Arg, ScriptSpec, Status, reply_statuses};
+use crate::wire::script_inputs::{OneArg, script_inputs};
 use crate::wire::scripts::reply::{ScriptReply, run};
-use crate::wire::scripts::{LOCK_KEYS, lock_keys, rw_role};
+use crate::wire::scripts::{LockKeyNames, Role};
 
 reply_statuses! {
     /// What an acquisition answers.
     acquired {
-        /// This owner holds the lock: `{ACQUIRED, first token, lease left ms}`.
-        ACQUIRED = 1,
-        /// Another owner holds it: `{WAITING, holder's lease left ms, server ms, last token}`.
-        WAITING = 0,
+        /// This owner holds the lock. A short reply gives the first token alone: the lease
+        /// and the block are then the ones asked for.
+        ACQUIRED = 1 => Acquired {
+            /// The first token of the block (0 on a re-entry).
+            first_token: u64,
+            lease_left_ms: Option<i64>,
+            reserved: Option<u64>,
+        },
+        /// Another owner holds it.
+        WAITING = 0 => Waiting {
+            /// The holder's lease left.
+            lease_left_ms: i64,
+            server_ms: u64,
+            last_token: u64,
+        },
         /// A re-entry found the lock no longer held by this owner.
         NOT_OWNER = -1,
-        /// A semaphore held with another permit count: `{PERMITS_MISMATCH, stored}`.
-        PERMITS_MISMATCH = -4,
+        /// A semaphore held with another permit count.
+        PERMITS_MISMATCH = -4 => PermitsMismatch { stored: u64 },
     }
 }
 
 reply_statuses! {
     /// What the epoch's check answers for a script that takes or renews a lock.
     epoch_checked {
-        /// `{EPOCH_CHANGED, epoch, longest lease ms}`: the client must learn both first.
-        EPOCH_CHANGED = -2,
-        /// `{QUARANTINED, quarantine left ms, server ms}`.
-        QUARANTINED = -3,
+        /// The client must learn both first.
+        EPOCH_CHANGED = -2 => EpochChanged { epoch: u64, longest_lease_ms: u64 },
+        /// Redis lost its data; nothing is granted until the quarantine ends.
+        QUARANTINED = -3 => Quarantined { left_ms: u64, server_ms: u64 },
     }
 }
 
-/// The terms every acquisition takes after its wake prefix and owner, in their order: the
-/// same for every owner that asks alike (see [`terms_args`]).
-const TERMS_ARGS: [&str; 8] = [
-    "LEASE_MS",
-    "MODE",
-    "TOKEN_BLOCK",
-    "KNOWN_LONGEST_LEASE_MS",
-    "ALIVE_MS",
-    "KNOWN_EPOCH",
-    "QUARANTINE_MS",
-    "RESTART_KEEPS_WRITES",
-];
+script_inputs! {
+    /// The terms every acquisition takes: the same for every owner that asks alike (see
+    /// [`TermArgs::new`]).
+    pub(crate) struct TermArgs {
+        keys {}
+        args {
+            lease_ms: u64,
+            mode: AcquireMode,
+            token_block: u64,
+            known_longest_lease_ms: u64,
+            alive_ms: u64,
+            known_epoch: u64,
+            quarantine_ms: u64,
+            restart_keeps_writes: bool,
+        }
+    }
+}
 
-/// The arguments every acquisition takes, in their order.
-const ACQUIRE_ARGS: [&str; 10] = joined(["WAKE_PREFIX", "OWNER"], TERMS_ARGS);
+script_inputs! {
+    /// The keys every acquisition of one lock takes first.
+    struct AcquireKeys<'a> {
+        keys {
+            lock_keys: LockKeyNames<'a>,
+            token_counter: &'a str,
+            epoch: &'a str,
+        }
+        args {}
+    }
+}
 
-const ACQUIRE_STATUSES: &[&[(&str, i64)]] = &[acquired::ALL, epoch_checked::ALL];
+script_inputs! {
+    /// The arguments every acquisition for one owner takes first.
+    struct AcquireArgs<'a> {
+        keys {}
+        args {
+            wake_prefix: &'a str,
+            owner: &'a str,
+            terms: TermArgs,
+        }
+    }
+}
 
-static ACQUIRE: ScriptSpec<7, 11> = ScriptSpec::new(
+script_inputs! {
+    /// What an exclusive (or fair) lock's acquisition takes.
+    struct AcquireInputs<'a> {
+        keys {
+            acquire_keys: AcquireKeys<'a>,
+            epoch_marker: &'a str,
+        }
+        args {
+            acquire_args: AcquireArgs<'a>,
+            lease_within_known: bool,
+        }
+    }
+}
+
+script_inputs! {
+    /// What [`ACQUIRE_EACH`] takes once for all its owners.
+    struct AcquireEachInputs<'a> {
+        keys {
+            token_counter: &'a str,
+            epoch: &'a str,
+            epoch_marker: &'a str,
+        }
+        args {
+            wake_prefix: &'a str,
+            terms: TermArgs,
+            lease_within_known: bool,
+        }
+    }
+}
+
+script_inputs! {
+    /// What [`ACQUIRE_EACH`] takes per owner.
+    struct AcquireItem<'a> {
+        keys { lock_keys: LockKeyNames<'a> }
+        args { owner: &'a str }
+    }
+}
+
+script_inputs! {
+    /// What a read-write lock's acquisition takes.
+    struct RwAcquireInputs<'a> {
+        keys {
+            acquire_keys: AcquireKeys<'a>,
+            readers: &'a str,
+        }
+        args {
+            acquire_args: AcquireArgs<'a>,
+            role: Role,
+        }
+    }
+}
+
+script_inputs! {
+    /// What a semaphore's acquisition takes.
+    struct SemAcquireInputs<'a> {
+        keys {
+            acquire_keys: AcquireKeys<'a>,
+            holders: &'a str,
+        }
+        args {
+            acquire_args: AcquireArgs<'a>,
+            permits: u64,
+            take: u64,
+        }
+    }
+}
+
+const ACQUIRE_STATUSES: &[&[Status]] = &[acquired::ALL, epoch_checked::ALL];
+
+static ACQUIRE: ScriptSpec<AcquireInputs<'static>> = ScriptSpec::new(
     "acquire.lua",
     include_str!("../lua/acquire.lua"),
-    joined(LOCK_KEYS, ["EPOCH", "EPOCH_MARKER"]),
-    joined(ACQUIRE_ARGS, ["LEASE_WITHIN_KNOWN"]),
     ACQUIRE_STATUSES,
 )
 .with_short_reply(acquired::ACQUIRED);
@@ -65,36 +168,24 @@ static ACQUIRE: ScriptSpec<7, 11> = ScriptSpec::new(
 /// [`ACQUIRE`] for many owners of one scope at once, each on a lock of its own: the keys and
 /// argument that differ per lock and owner are given per item, the rest once, and the script's
 /// code runs once per item. It answers a table of what [`ACQUIRE`] answers each.
-static ACQUIRE_EACH: ScriptSpec<3, 10> = ScriptSpec::new(
-    "acquire.lua",
-    include_str!("../lua/acquire.lua"),
-    ["TOKEN_COUNTER", "EPOCH", "EPOCH_MARKER"],
-    joined(
-        joined::<1, 8, 9>(["WAKE_PREFIX"], TERMS_ARGS),
-        ["LEASE_WITHIN_KNOWN"],
-    ),
-    ACQUIRE_STATUSES,
-)
-.with_each(Each {
-    keys: &["LOCK", "LAST_GRANT", "QUEUE", "WAITER_TERMS"],
-    args: &["OWNER"],
-})
-.with_code_per_item(&["clock", "saves", "counter"])
-.with_short_reply(acquired::ACQUIRED);
+static ACQUIRE_EACH: ScriptSpec<AcquireEachInputs<'static>, AcquireItem<'static>> =
+    ScriptSpec::new(
+        "acquire.lua",
+        include_str!("../lua/acquire.lua"),
+        ACQUIRE_STATUSES,
+    )
+    .with_code_per_item(&["clock", "saves", "counter"])
+    .with_short_reply(acquired::ACQUIRED);
 
-static RW_ACQUIRE: ScriptSpec<7, 11> = ScriptSpec::new(
+static RW_ACQUIRE: ScriptSpec<RwAcquireInputs<'static>> = ScriptSpec::new(
     "rw_acquire.lua",
     include_str!("../lua/rw_acquire.lua"),
-    joined(LOCK_KEYS, ["EPOCH", "READERS"]),
-    joined(ACQUIRE_ARGS, ["ROLE"]),
     ACQUIRE_STATUSES,
 );
 
-static SEM_ACQUIRE: ScriptSpec<7, 12> = ScriptSpec::new(
+static SEM_ACQUIRE: ScriptSpec<SemAcquireInputs<'static>> = ScriptSpec::new(
     "sem_acquire.lua",
     include_str!("../lua/sem_acquire.lua"),
-    joined(LOCK_KEYS, ["EPOCH", "HOLDERS"]),
-    joined(ACQUIRE_ARGS, ["PERMITS", "TAKE"]),
     ACQUIRE_STATUSES,
 );
 
@@ -132,16 +223,16 @@ pub(crate) enum AcquireMode {
     ReadWithin,
 }
 
-impl AcquireMode {
-    /// The mode as the scripts name it.
-    fn as_str(self) -> &'static str {
-        match self {
+/// The mode as the scripts name it.
+impl OneArg for AcquireMode {
+    fn arg(&self) -> Arg<'_> {
+        Arg::Text(match self {
             Self::Wait => "wait",
             Self::Join => "join",
             Self::Try => "try",
             Self::Reenter => "reenter",
             Self::ReadWithin => "within",
-        }
+        })
     }
 }
 
@@ -194,25 +285,20 @@ pub(crate) struct KnownEpoch<'a> {
     pub(crate) keeps_writes: bool,
 }
 
-impl KnownEpoch<'_> {
-    /// `RESTART_KEEPS_WRITES` as the scripts take it.
-    pub(crate) fn restart_keeps_writes(&self) -> Arg<'static> {
-        Arg::Text(if self.keeps_writes { "yes" } else { "no" })
+impl TermArgs {
+    /// The terms of an acquisition with `terms`, in `mode`, by a client that knows `epoch`.
+    fn new(terms: &AcquireTerms, mode: AcquireMode, epoch: &KnownEpoch<'_>) -> Self {
+        Self {
+            lease_ms: terms.lease_ms,
+            mode,
+            token_block: terms.block,
+            known_longest_lease_ms: epoch.known_lease_ms,
+            alive_ms: terms.alive_ms,
+            known_epoch: epoch.known,
+            quarantine_ms: epoch.quarantine_ms,
+            restart_keeps_writes: epoch.keeps_writes,
+        }
     }
-}
-
-/// The values of [`TERMS_ARGS`].
-fn terms_args<'a>(terms: &AcquireTerms, mode: AcquireMode, epoch: &KnownEpoch<'_>) -> [Arg<'a>; 8] {
-    [
-        Arg::Number(terms.lease_ms),
-        Arg::Text(mode.as_str()),
-        Arg::Number(terms.block),
-        Arg::Number(epoch.known_lease_ms),
-        Arg::Number(terms.alive_ms),
-        Arg::Number(epoch.known),
-        Arg::Number(epoch.quarantine_ms),
-        epoch.restart_keeps_writes(),
-    ]
 }
 
 pub(crate) async fn acquire(
@@ -224,29 +310,43 @@ pub(crate) async fn acquire(
     mode: AcquireMode,
     epoch: &KnownEpoch<'_>,
 ) -> redis::RedisResult<AcquireReply> {
-    let lock_keys = lock_keys(keys, scope_keys);
-    let args: [Arg<'_>; 10] = joined_values(
-        [Arg::Text(&scope_keys.wake_prefix), Arg::Text(owner)],
-        terms_args(terms, mode, epoch),
-    );
+    let acquire_keys = AcquireKeys {
+        lock_keys: LockKeyNames::of(keys),
+        token_counter: &scope_keys.tokens_key,
+        epoch: epoch.key,
+    };
+    let acquire_args = AcquireArgs {
+        wake_prefix: &scope_keys.wake_prefix,
+        owner,
+        terms: TermArgs::new(terms, mode, epoch),
+    };
     let reply = match terms.kind {
         LockKind::Exclusive | LockKind::Fair => {
-            let keys = joined_values(lock_keys, [epoch.key, &epoch.marker]);
-            let within = epoch.known_lease_ms >= terms.lease_ms;
-            let within = Arg::Text(if within { "yes" } else { "no" });
-            let cmd = ACQUIRE.command(keys, joined_values(args, [within]));
+            let cmd = ACQUIRE.command(&AcquireInputs {
+                acquire_keys,
+                epoch_marker: &epoch.marker,
+                acquire_args,
+                lease_within_known: epoch.known_lease_ms >= terms.lease_ms,
+            });
             run(&ACQUIRE, conn, &cmd).await?
         }
         LockKind::Read | LockKind::Write => {
-            let keys = joined_values(lock_keys, [epoch.key, keys.readers()]);
-            let role = Arg::Text(rw_role(terms.kind));
-            let cmd = RW_ACQUIRE.command(keys, joined_values(args, [role]));
+            let cmd = RW_ACQUIRE.command(&RwAcquireInputs {
+                acquire_keys,
+                readers: keys.readers(),
+                acquire_args,
+                role: Role(terms.kind),
+            });
             run(&RW_ACQUIRE, conn, &cmd).await?
         }
         LockKind::Semaphore { permits, take } => {
-            let keys = joined_values(lock_keys, [epoch.key, keys.readers()]);
-            let counts = [Arg::Number(permits.into()), Arg::Number(take.into())];
-            let cmd = SEM_ACQUIRE.command(keys, joined_values(args, counts));
+            let cmd = SEM_ACQUIRE.command(&SemAcquireInputs {
+                acquire_keys,
+                holders: keys.readers(),
+                acquire_args,
+                permits: permits.into(),
+                take: take.into(),
+            });
             run(&SEM_ACQUIRE, conn, &cmd).await?
         }
     };
@@ -269,28 +369,22 @@ pub(crate) async fn acquire_each(
         matches!(terms.kind, LockKind::Exclusive | LockKind::Fair),
         "only an exclusive or fair lock's acquisitions are sent together"
     );
-    let within = epoch.known_lease_ms >= terms.lease_ms;
-    let args = joined_values(
-        joined_values::<_, 1, 8, 9>(
-            [Arg::Text(&scope_keys.wake_prefix)],
-            terms_args(terms, mode, epoch),
-        ),
-        [Arg::Text(if within { "yes" } else { "no" })],
-    );
-    let items: Vec<([&str; 4], [Arg<'_>; 1])> = owners
+    let inputs = AcquireEachInputs {
+        token_counter: &scope_keys.tokens_key,
+        epoch: epoch.key,
+        epoch_marker: &epoch.marker,
+        wake_prefix: &scope_keys.wake_prefix,
+        terms: TermArgs::new(terms, mode, epoch),
+        lease_within_known: epoch.known_lease_ms >= terms.lease_ms,
+    };
+    let items: Vec<AcquireItem<'_>> = owners
         .iter()
-        .map(|(keys, owner)| {
-            let item_keys = [
-                keys.hash(),
-                keys.last_grant(),
-                keys.queue(),
-                keys.waiter_terms(),
-            ];
-            (item_keys, [Arg::Text(owner)])
+        .map(|(keys, owner)| AcquireItem {
+            lock_keys: LockKeyNames::of(keys),
+            owner,
         })
         .collect();
-    let fixed_keys = [scope_keys.tokens_key.as_str(), epoch.key, &epoch.marker];
-    let cmd = ACQUIRE_EACH.command_each(fixed_keys, args, &items);
+    let cmd = ACQUIRE_EACH.command_each(&inputs, &items);
     let replies: Vec<redis::Value> = ACQUIRE_EACH.lua().run(conn, &cmd).await?;
     if replies.len() != owners.len() {
         return Err(redis::RedisError::from((
@@ -316,28 +410,45 @@ fn acquire_reply(
     block: u64,
 ) -> redis::RedisResult<AcquireReply> {
     Ok(match reply.status() {
-        acquired::ACQUIRED => AcquireReply::Acquired {
-            token: reply.non_negative(0),
-            lease_left_ms: reply.value_or(1, lease_ms),
-            reserved: u64::try_from(reply.value_or(2, block as i64)).unwrap_or(1),
-        },
-        acquired::WAITING => AcquireReply::Waiting {
-            lease_left_ms: reply.value(0),
-            server_ms: reply.non_negative(1),
-            last_token: reply.non_negative(2),
-        },
+        acquired::ACQUIRED => {
+            let acquired: acquired::Acquired = reply.values();
+            AcquireReply::Acquired {
+                token: acquired.first_token,
+                lease_left_ms: acquired.lease_left_ms.unwrap_or(lease_ms),
+                reserved: acquired.reserved.unwrap_or(block).max(1),
+            }
+        }
+        acquired::WAITING => {
+            let acquired::Waiting {
+                lease_left_ms,
+                server_ms,
+                last_token,
+            } = reply.values();
+            AcquireReply::Waiting {
+                lease_left_ms,
+                server_ms,
+                last_token,
+            }
+        }
         acquired::NOT_OWNER => AcquireReply::NotOwner,
-        acquired::PERMITS_MISMATCH => AcquireReply::PermitsMismatch {
-            stored: reply.non_negative(0),
-        },
-        epoch_checked::EPOCH_CHANGED => AcquireReply::EpochChanged {
-            epoch: reply.non_negative(0),
-            longest_lease_ms: reply.non_negative(1),
-        },
-        epoch_checked::QUARANTINED => AcquireReply::Quarantined {
-            left_ms: reply.non_negative(0),
-            server_ms: reply.non_negative(1),
-        },
+        acquired::PERMITS_MISMATCH => {
+            let acquired::PermitsMismatch { stored } = reply.values();
+            AcquireReply::PermitsMismatch { stored }
+        }
+        epoch_checked::EPOCH_CHANGED => {
+            let epoch_checked::EpochChanged {
+                epoch,
+                longest_lease_ms,
+            } = reply.values();
+            AcquireReply::EpochChanged {
+                epoch,
+                longest_lease_ms,
+            }
+        }
+        epoch_checked::QUARANTINED => {
+            let epoch_checked::Quarantined { left_ms, server_ms } = reply.values();
+            AcquireReply::Quarantined { left_ms, server_ms }
+        }
         _ => return Err(reply.unknown()),
     })
 }

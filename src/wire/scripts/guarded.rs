@@ -2,7 +2,8 @@
 
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, Each, ScriptSpec, reply_statuses};
+use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
+use crate::wire::script_inputs::script_inputs;
 use crate::wire::scripts::reply::run;
 
 reply_statuses! {
@@ -15,18 +16,40 @@ reply_statuses! {
     }
 }
 
-static GUARDED_WRITE: ScriptSpec<2, 2> = ScriptSpec::new(
-    "guarded_write.lua",
-    include_str!("../lua/guarded_write.lua"),
-    ["LOCK", "WRITTEN"],
-    ["OWNER", "WRITTEN_MS"],
-    &[guarded::ALL],
-)
-.with_each(Each {
-    keys: &["key"],
-    args: &["command", "arg_count"],
-})
-.with_rest();
+script_inputs! {
+    /// What a guarded write takes once: the lock, and the trace it leaves (`written`,
+    /// kept `written_ms`).
+    struct GuardedWriteInputs<'a> {
+        keys {
+            lock: &'a str,
+            written: &'a str,
+        }
+        args {
+            owner: &'a str,
+            written_ms: u64,
+        }
+    }
+}
+
+script_inputs! {
+    /// What a guarded write takes per command: its key, its name and how many of the
+    /// arguments after the items' ones are its own.
+    struct WriteItem<'a> {
+        keys { key: &'a str }
+        args {
+            command: &'a str,
+            arg_count: u64,
+        }
+    }
+}
+
+static GUARDED_WRITE: ScriptSpec<GuardedWriteInputs<'static>, WriteItem<'static>> =
+    ScriptSpec::new(
+        "guarded_write.lua",
+        include_str!("../lua/guarded_write.lua"),
+        &[guarded::ALL],
+    )
+    .with_rest();
 
 #[cfg(test)]
 pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
@@ -59,26 +82,25 @@ pub(crate) async fn write_if_held(
     writes: &[WriteCommand],
     trace: WriteTrace<'_>,
 ) -> redis::RedisResult<bool> {
-    let items: Vec<_> = writes
+    let items: Vec<WriteItem<'_>> = writes
         .iter()
-        .map(|write| {
-            let arg_count = u64::try_from(write.args.len()).unwrap_or(u64::MAX);
-            (
-                [write.key.as_str()],
-                [Arg::Text(&write.name), Arg::Number(arg_count)],
-            )
+        .map(|write| WriteItem {
+            key: &write.key,
+            command: &write.name,
+            arg_count: u64::try_from(write.args.len()).unwrap_or(u64::MAX),
         })
         .collect();
     let rest: Vec<Arg<'_>> = writes
         .iter()
         .flat_map(|write| write.args.iter().map(|arg| Arg::Bytes(arg)))
         .collect();
-    let cmd = GUARDED_WRITE.command_with_rest(
-        [keys.hash(), trace.key],
-        [Arg::Text(owner), Arg::Number(trace.ms)],
-        &items,
-        &rest,
-    );
+    let inputs = GuardedWriteInputs {
+        lock: keys.hash(),
+        written: trace.key,
+        owner,
+        written_ms: trace.ms,
+    };
+    let cmd = GUARDED_WRITE.command_with_rest(&inputs, &items, &rest);
     let reply = run(&GUARDED_WRITE, conn, &cmd).await?;
     match reply.status() {
         guarded::APPLIED => Ok(true),

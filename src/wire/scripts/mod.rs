@@ -24,40 +24,52 @@ pub(crate) use singleton::{
 };
 pub(crate) use upkeep::{RenewReply, heartbeat, renew, waive_quarantine};
 
+pub(crate) use reply::{ReplyValue, ReplyValues, Values};
+
 use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
-use crate::scopes::ScopeKeys;
+use crate::wire::script::Arg;
+use crate::wire::script_inputs::{OneArg, script_inputs};
 
-/// The five keys of a lock that its scripts take first, in their order: the lock hash, the
-/// last token block granted from its queue, the queue, the waiters' terms, and the token
-/// counter of the lock's scope.
-const LOCK_KEYS: [&str; 5] = [
-    "LOCK",
-    "LAST_GRANT",
-    "QUEUE",
-    "WAITER_TERMS",
-    "TOKEN_COUNTER",
-];
-
-/// The values of [`LOCK_KEYS`] for the lock with `keys` in the scope of `scope_keys`.
-fn lock_keys<'a>(keys: &'a LockKeys, scope_keys: &'a ScopeKeys) -> [&'a str; 5] {
-    [
-        keys.hash(),
-        keys.last_grant(),
-        keys.queue(),
-        keys.waiter_terms(),
-        scope_keys.tokens_key.as_str(),
-    ]
+script_inputs! {
+    /// The four keys of a lock that most of its scripts take: its hash, the last token block
+    /// granted from its queue, the queue, and the waiters' terms.
+    pub(crate) struct LockKeyNames<'a> {
+        keys {
+            lock: &'a str,
+            last_grant: &'a str,
+            queue: &'a str,
+            waiter_terms: &'a str,
+        }
+        args {}
+    }
 }
 
-/// The role a read-write lock's scripts are told.
-fn rw_role(kind: LockKind) -> &'static str {
-    match kind {
-        LockKind::Read => "read",
-        LockKind::Write => "write",
-        LockKind::Exclusive | LockKind::Fair | LockKind::Semaphore { .. } => {
-            unreachable!("only a read-write lock has roles")
+impl<'a> LockKeyNames<'a> {
+    /// The keys of the lock with `keys`.
+    pub(crate) fn of(keys: &'a LockKeys) -> Self {
+        Self {
+            lock: keys.hash(),
+            last_grant: keys.last_grant(),
+            queue: keys.queue(),
+            waiter_terms: keys.waiter_terms(),
         }
+    }
+}
+
+/// A read-write lock's role, as its scripts are told.
+#[derive(Debug, Clone, Copy)]
+struct Role(LockKind);
+
+impl OneArg for Role {
+    fn arg(&self) -> Arg<'_> {
+        Arg::Text(match self.0 {
+            LockKind::Read => "read",
+            LockKind::Write => "write",
+            LockKind::Exclusive | LockKind::Fair | LockKind::Semaphore { .. } => {
+                unreachable!("only a read-write lock has roles")
+            }
+        })
     }
 }
 

@@ -3,27 +3,37 @@
 //! and writes its witness when its caller saw that id on a master for the lease limit.
 
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
-use crate::wire::scripts::reply::ScriptReply;
+use crate::wire::script::{ScriptSpec, reply_statuses};
+use crate::wire::script_inputs::script_inputs;
+use crate::wire::scripts::reply::run;
 
 reply_statuses! {
     /// What a look at a promotion answers, before the replication id.
     promotion {
-        /// No master with a previous replication id.
-        NOT_PROMOTED = 0,
+        /// No master with a previous replication id (an empty id).
+        NOT_PROMOTED = 0 => Served { replication_id: String },
         /// A promoted master, under a replication id its caller did not vouch for.
-        SEEN = 1,
+        SEEN = 1 => Served,
         /// A promoted master under a replication id its caller vouched for, as its witness
         /// now says.
-        VOUCHED = 2,
+        VOUCHED = 2 => Served,
     }
 }
 
-static PROMOTION_WITNESS: ScriptSpec<1, 2> = ScriptSpec::new(
+script_inputs! {
+    /// What a look at a promotion takes.
+    struct WitnessInputs<'a> {
+        keys { witness: &'a str }
+        args {
+            settled: &'a str,
+            vouched_ms: u64,
+        }
+    }
+}
+
+static PROMOTION_WITNESS: ScriptSpec<WitnessInputs<'static>> = ScriptSpec::new(
     "promotion_witness.lua",
     include_str!("../lua/promotion_witness.lua"),
-    ["WITNESS"],
-    ["SETTLED", "VOUCHED_MS"],
     &[promotion::ALL],
 );
 
@@ -51,12 +61,17 @@ pub(crate) async fn witness_promotion(
     settled: &str,
     vouched_ms: u64,
 ) -> redis::RedisResult<Promotion> {
-    let cmd = PROMOTION_WITNESS.command([witness], [Arg::Text(settled), Arg::Number(vouched_ms)]);
-    let (status, id): (i64, String) = PROMOTION_WITNESS.lua().run(conn, &cmd).await?;
-    match status {
+    let cmd = PROMOTION_WITNESS.command(&WitnessInputs {
+        witness,
+        settled,
+        vouched_ms,
+    });
+    let reply = run(&PROMOTION_WITNESS, conn, &cmd).await?;
+    let promotion::Served { replication_id } = reply.values();
+    match reply.status() {
         promotion::NOT_PROMOTED => Ok(Promotion::None),
-        promotion::SEEN => Ok(Promotion::Seen(id)),
-        promotion::VOUCHED => Ok(Promotion::Vouched(id)),
-        _ => Err(ScriptReply::new(PROMOTION_WITNESS.file, vec![status]).unknown()),
+        promotion::SEEN => Ok(Promotion::Seen(replication_id)),
+        promotion::VOUCHED => Ok(Promotion::Vouched(replication_id)),
+        _ => Err(reply.unknown()),
     }
 }

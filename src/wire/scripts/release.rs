@@ -5,16 +5,17 @@ use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
 use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, Each, ScriptSpec, joined, joined_values, reply_statuses};
+use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
+use crate::wire::script_inputs::{OneArg, script_inputs};
 use crate::wire::scripts::acquire::AcquireTerms;
 use crate::wire::scripts::reply::{ScriptReply, run};
-use crate::wire::scripts::{LOCK_KEYS, lock_keys, rw_role};
+use crate::wire::scripts::{LockKeyNames, Role};
 
 reply_statuses! {
     /// What a release answers.
     released {
-        /// `{RELEASED, holds left}`.
-        RELEASED = 1,
+        /// The owner's holds were released as asked.
+        RELEASED = 1 => Released { holds_left: u64 },
         /// The owner held nothing.
         NOT_HELD = -1,
     }
@@ -23,10 +24,10 @@ reply_statuses! {
 reply_statuses! {
     /// What a hand-over answers besides [`released::NOT_HELD`].
     handed_over {
-        /// `{PASSED, server ms, last token}`: another instance got the lock.
-        PASSED = 2,
-        /// `{KEPT, first token, tokens reserved}`: nobody else waits, the owner keeps it.
-        KEPT = 3,
+        /// Another instance got the lock.
+        PASSED = 2 => Passed { server_ms: u64, last_token: u64 },
+        /// Nobody else waits: the owner keeps it, with a fresh token block.
+        KEPT = 3 => Kept { first_token: u64, reserved: u64 },
     }
 }
 
@@ -40,16 +41,151 @@ reply_statuses! {
     }
 }
 
-/// The key of a release's trace and how long it is kept, after the lock's own keys and
-/// arguments (see `lua/lib/release_trace.lua`).
-const TRACE_KEY: &str = "RELEASE_TRACE";
-const TRACE_MS: &str = "RELEASE_TRACE_MS";
+script_inputs! {
+    /// The keys every release of one lock takes first.
+    struct ReleaseKeys<'a> {
+        keys {
+            lock_keys: LockKeyNames<'a>,
+            token_counter: &'a str,
+        }
+        args {}
+    }
+}
 
-static RELEASE: ScriptSpec<6, 4> = ScriptSpec::new(
+script_inputs! {
+    /// The arguments every release for one owner takes: how much it releases, and how long
+    /// its trace is kept (see `lua/lib/release_trace.lua`).
+    struct ReleaseArgs<'a> {
+        keys {}
+        args {
+            wake_prefix: &'a str,
+            owner: &'a str,
+            scope: ReleaseScope,
+            release_trace_ms: u64,
+        }
+    }
+}
+
+script_inputs! {
+    /// What an exclusive (or fair) lock's release takes.
+    struct ReleaseInputs<'a> {
+        keys {
+            release_keys: ReleaseKeys<'a>,
+            release_trace: &'a str,
+        }
+        args { release_args: ReleaseArgs<'a> }
+    }
+}
+
+script_inputs! {
+    /// What [`RELEASE_EACH`] takes once for all its owners.
+    struct ReleaseEachInputs<'a> {
+        keys { token_counter: &'a str }
+        args {
+            wake_prefix: &'a str,
+            scope: ReleaseScope,
+            release_trace_ms: u64,
+        }
+    }
+}
+
+script_inputs! {
+    /// What [`RELEASE_EACH`] takes per owner.
+    struct ReleaseItem<'a> {
+        keys {
+            lock_keys: LockKeyNames<'a>,
+            release_trace: &'a str,
+        }
+        args { owner: &'a str }
+    }
+}
+
+script_inputs! {
+    /// What a hand-over takes: the release of `owner`, and the terms of `next_owner`.
+    struct HandoverInputs<'a> {
+        keys {
+            release_keys: ReleaseKeys<'a>,
+            release_trace: &'a str,
+        }
+        args {
+            wake_prefix: &'a str,
+            owner: &'a str,
+            next_owner: &'a str,
+            alive_ms: u64,
+            lease_ms: u64,
+            token_block: u64,
+            release_trace_ms: u64,
+        }
+    }
+}
+
+script_inputs! {
+    /// What a read-write lock's release takes.
+    struct RwReleaseInputs<'a> {
+        keys {
+            release_keys: ReleaseKeys<'a>,
+            readers: &'a str,
+            release_trace: &'a str,
+        }
+        args {
+            release_args: ReleaseArgs<'a>,
+            role: Role,
+            keep: u64,
+        }
+    }
+}
+
+script_inputs! {
+    /// What a semaphore's release takes.
+    struct SemReleaseInputs<'a> {
+        keys {
+            release_keys: ReleaseKeys<'a>,
+            holders: &'a str,
+            release_trace: &'a str,
+        }
+        args { release_args: ReleaseArgs<'a> }
+    }
+}
+
+script_inputs! {
+    /// What every force-unlock takes: `owner` names the force-unlock, for its trace.
+    struct ForceUnlockArgs<'a> {
+        keys {}
+        args {
+            wake_prefix: &'a str,
+            owner: &'a str,
+            release_trace_ms: u64,
+        }
+    }
+}
+
+script_inputs! {
+    /// What a force-unlock of a lock or a read-write lock takes.
+    struct ForceUnlockInputs<'a> {
+        keys {
+            release_keys: ReleaseKeys<'a>,
+            readers: &'a str,
+            release_trace: &'a str,
+        }
+        args { unlock_args: ForceUnlockArgs<'a> }
+    }
+}
+
+script_inputs! {
+    /// What a force-unlock of a semaphore takes.
+    struct SemForceUnlockInputs<'a> {
+        keys {
+            release_keys: ReleaseKeys<'a>,
+            holders: &'a str,
+            release_trace: &'a str,
+        }
+        args { unlock_args: ForceUnlockArgs<'a> }
+    }
+}
+
+static RELEASE: ScriptSpec<ReleaseInputs<'static>> = ScriptSpec::new(
     "release.lua",
     include_str!("../lua/release.lua"),
-    joined(LOCK_KEYS, [TRACE_KEY]),
-    ["WAKE_PREFIX", "OWNER", "SCOPE", TRACE_MS],
     &[released::ALL],
 )
 .with_short_reply(released::RELEASED);
@@ -58,73 +194,48 @@ static RELEASE: ScriptSpec<6, 4> = ScriptSpec::new(
 /// the keys and argument that differ per lock and owner are given per item, the rest once,
 /// and the script's code runs once per item. It answers a table of what [`RELEASE`] answers
 /// each.
-static RELEASE_EACH: ScriptSpec<1, 3> = ScriptSpec::new(
-    "release.lua",
-    include_str!("../lua/release.lua"),
-    ["TOKEN_COUNTER"],
-    ["WAKE_PREFIX", "SCOPE", TRACE_MS],
-    &[released::ALL],
-)
-.with_each(Each {
-    keys: &["LOCK", "LAST_GRANT", "QUEUE", "WAITER_TERMS", TRACE_KEY],
-    args: &["OWNER"],
-})
-.with_code_per_item(&["clock", "counter"])
-.with_short_reply(released::RELEASED);
+static RELEASE_EACH: ScriptSpec<ReleaseEachInputs<'static>, ReleaseItem<'static>> =
+    ScriptSpec::new(
+        "release.lua",
+        include_str!("../lua/release.lua"),
+        &[released::ALL],
+    )
+    .with_code_per_item(&["clock", "counter"])
+    .with_short_reply(released::RELEASED);
 
-static HANDOVER: ScriptSpec<6, 7> = ScriptSpec::new(
+static HANDOVER: ScriptSpec<HandoverInputs<'static>> = ScriptSpec::new(
     "handover.lua",
     include_str!("../lua/handover.lua"),
-    joined(LOCK_KEYS, [TRACE_KEY]),
-    [
-        "WAKE_PREFIX",
-        "OWNER",
-        "NEXT_OWNER",
-        "ALIVE_MS",
-        "LEASE_MS",
-        "TOKEN_BLOCK",
-        TRACE_MS,
-    ],
     &[released::ALL, handed_over::ALL],
 );
 
-static RW_RELEASE: ScriptSpec<7, 6> = ScriptSpec::new(
+static RW_RELEASE: ScriptSpec<RwReleaseInputs<'static>> = ScriptSpec::new(
     "rw_release.lua",
     include_str!("../lua/rw_release.lua"),
-    joined(LOCK_KEYS, ["READERS", TRACE_KEY]),
-    ["WAKE_PREFIX", "OWNER", "SCOPE", TRACE_MS, "ROLE", "KEEP"],
     &[released::ALL],
 );
 
-static SEM_RELEASE: ScriptSpec<7, 4> = ScriptSpec::new(
+static SEM_RELEASE: ScriptSpec<SemReleaseInputs<'static>> = ScriptSpec::new(
     "sem_release.lua",
     include_str!("../lua/sem_release.lua"),
-    joined(LOCK_KEYS, ["HOLDERS", TRACE_KEY]),
-    ["WAKE_PREFIX", "OWNER", "SCOPE", TRACE_MS],
     &[released::ALL],
 );
 
-static FORCE_UNLOCK: ScriptSpec<7, 3> = ScriptSpec::new(
+static FORCE_UNLOCK: ScriptSpec<ForceUnlockInputs<'static>> = ScriptSpec::new(
     "force_unlock.lua",
     include_str!("../lua/force_unlock.lua"),
-    joined(LOCK_KEYS, ["READERS", TRACE_KEY]),
-    ["WAKE_PREFIX", "OWNER", TRACE_MS],
     &[unlocked::ALL],
 );
 
-static RW_FORCE_UNLOCK: ScriptSpec<7, 3> = ScriptSpec::new(
+static RW_FORCE_UNLOCK: ScriptSpec<ForceUnlockInputs<'static>> = ScriptSpec::new(
     "rw_force_unlock.lua",
     include_str!("../lua/rw_force_unlock.lua"),
-    joined(LOCK_KEYS, ["READERS", TRACE_KEY]),
-    ["WAKE_PREFIX", "OWNER", TRACE_MS],
     &[unlocked::ALL],
 );
 
-static SEM_FORCE_UNLOCK: ScriptSpec<7, 3> = ScriptSpec::new(
+static SEM_FORCE_UNLOCK: ScriptSpec<SemForceUnlockInputs<'static>> = ScriptSpec::new(
     "sem_force_unlock.lua",
     include_str!("../lua/sem_force_unlock.lua"),
-    joined(LOCK_KEYS, ["HOLDERS", TRACE_KEY]),
-    ["WAKE_PREFIX", "OWNER", TRACE_MS],
     &[unlocked::ALL],
 );
 
@@ -167,16 +278,18 @@ pub(crate) enum ReleaseScope {
     All,
 }
 
-impl ReleaseScope {
-    /// As the release scripts name it.
-    fn as_lua(self) -> &'static str {
-        match self {
+/// As the release scripts name it.
+impl OneArg for ReleaseScope {
+    fn arg(&self) -> Arg<'_> {
+        Arg::Text(match self {
             ReleaseScope::Partial => "partial",
             ReleaseScope::OneWithin { .. } => "one",
             ReleaseScope::All => "all",
-        }
+        })
     }
+}
 
+impl ReleaseScope {
     /// The read holds within a write lock that stay (0 for any other release).
     fn keep(self) -> u64 {
         match self {
@@ -199,6 +312,16 @@ pub(crate) enum HandoverReply {
     NotOwner,
 }
 
+impl<'a> ReleaseKeys<'a> {
+    /// The keys of the lock with `keys` in the scope of `scope_keys`.
+    fn of(keys: &'a LockKeys, scope_keys: &'a ScopeKeys) -> Self {
+        Self {
+            lock_keys: LockKeyNames::of(keys),
+            token_counter: &scope_keys.tokens_key,
+        }
+    }
+}
+
 /// Returns the owner's remaining hold count, or `None` when it held nothing.
 pub(crate) async fn release(
     conn: &mut Conn,
@@ -208,29 +331,42 @@ pub(crate) async fn release(
     owner: &str,
     scope: ReleaseScope,
 ) -> redis::RedisResult<Option<u64>> {
-    let lock_keys = lock_keys(keys, scope_keys);
-    let trace = trace_key(keys, scope_keys);
-    let args = [
-        Arg::Text(&scope_keys.wake_prefix),
-        Arg::Text(owner),
-        Arg::Text(scope.as_lua()),
-        Arg::Number(scope_keys.trace_ms),
-    ];
+    let release_keys = ReleaseKeys::of(keys, scope_keys);
+    let release_trace = trace_key(keys, scope_keys);
+    let release_args = ReleaseArgs {
+        wake_prefix: &scope_keys.wake_prefix,
+        owner,
+        scope,
+        release_trace_ms: scope_keys.trace_ms,
+    };
     let reply = match kind {
         LockKind::Exclusive | LockKind::Fair => {
-            let keys = joined_values(lock_keys, [trace]);
-            run(&RELEASE, conn, &RELEASE.command(keys, args)).await?
+            let cmd = RELEASE.command(&ReleaseInputs {
+                release_keys,
+                release_trace,
+                release_args,
+            });
+            run(&RELEASE, conn, &cmd).await?
         }
         LockKind::Read | LockKind::Write => {
-            let keys = joined_values(lock_keys, [keys.readers(), trace]);
-            let role = Arg::Text(rw_role(kind));
-            let keep = Arg::Number(scope.keep());
-            let cmd = RW_RELEASE.command(keys, joined_values(args, [role, keep]));
+            let cmd = RW_RELEASE.command(&RwReleaseInputs {
+                release_keys,
+                readers: keys.readers(),
+                release_trace,
+                release_args,
+                role: Role(kind),
+                keep: scope.keep(),
+            });
             run(&RW_RELEASE, conn, &cmd).await?
         }
         LockKind::Semaphore { .. } => {
-            let keys = joined_values(lock_keys, [keys.readers(), trace]);
-            run(&SEM_RELEASE, conn, &SEM_RELEASE.command(keys, args)).await?
+            let cmd = SEM_RELEASE.command(&SemReleaseInputs {
+                release_keys,
+                holders: keys.readers(),
+                release_trace,
+                release_args,
+            });
+            run(&SEM_RELEASE, conn, &cmd).await?
         }
     };
     released_holds(&reply)
@@ -244,25 +380,21 @@ pub(crate) async fn release_each(
     owners: &[(&LockKeys, &str)],
     scope_keys: &ScopeKeys,
 ) -> redis::RedisResult<Vec<redis::RedisResult<Option<u64>>>> {
-    let args = [
-        Arg::Text(&scope_keys.wake_prefix),
-        Arg::Text(ReleaseScope::All.as_lua()),
-        Arg::Number(scope_keys.trace_ms),
-    ];
-    let items: Vec<([&str; 5], [Arg<'_>; 1])> = owners
+    let inputs = ReleaseEachInputs {
+        token_counter: &scope_keys.tokens_key,
+        wake_prefix: &scope_keys.wake_prefix,
+        scope: ReleaseScope::All,
+        release_trace_ms: scope_keys.trace_ms,
+    };
+    let items: Vec<ReleaseItem<'_>> = owners
         .iter()
-        .map(|(keys, owner)| {
-            let item_keys = [
-                keys.hash(),
-                keys.last_grant(),
-                keys.queue(),
-                keys.waiter_terms(),
-                trace_key(keys, scope_keys),
-            ];
-            (item_keys, [Arg::Text(owner)])
+        .map(|(keys, owner)| ReleaseItem {
+            lock_keys: LockKeyNames::of(keys),
+            release_trace: trace_key(keys, scope_keys),
+            owner,
         })
         .collect();
-    let cmd = RELEASE_EACH.command_each([scope_keys.tokens_key.as_str()], args, &items);
+    let cmd = RELEASE_EACH.command_each(&inputs, &items);
     let replies: Vec<redis::Value> = RELEASE_EACH.lua().run(conn, &cmd).await?;
     if replies.len() != owners.len() {
         return Err(redis::RedisError::from((
@@ -282,7 +414,10 @@ pub(crate) async fn release_each(
 /// What a release's `reply` says: the holds left, or `None` when the owner held nothing.
 fn released_holds(reply: &ScriptReply) -> redis::RedisResult<Option<u64>> {
     match reply.status() {
-        released::RELEASED => Ok(Some(reply.non_negative(0))),
+        released::RELEASED => {
+            let released::Released { holds_left } = reply.values();
+            Ok(Some(holds_left))
+        }
         released::NOT_HELD => Ok(None),
         _ => Err(reply.unknown()),
     }
@@ -297,28 +432,36 @@ pub(crate) async fn handover(
     next_owner: &str,
     terms: &AcquireTerms,
 ) -> redis::RedisResult<HandoverReply> {
-    let cmd = HANDOVER.command(
-        joined_values(lock_keys(keys, scope_keys), [trace_key(keys, scope_keys)]),
-        [
-            Arg::Text(&scope_keys.wake_prefix),
-            Arg::Text(owner),
-            Arg::Text(next_owner),
-            Arg::Number(terms.alive_ms),
-            Arg::Number(terms.lease_ms),
-            Arg::Number(terms.block),
-            Arg::Number(scope_keys.trace_ms),
-        ],
-    );
+    let cmd = HANDOVER.command(&HandoverInputs {
+        release_keys: ReleaseKeys::of(keys, scope_keys),
+        release_trace: trace_key(keys, scope_keys),
+        wake_prefix: &scope_keys.wake_prefix,
+        owner,
+        next_owner,
+        alive_ms: terms.alive_ms,
+        lease_ms: terms.lease_ms,
+        token_block: terms.block,
+        release_trace_ms: scope_keys.trace_ms,
+    });
     let reply = run(&HANDOVER, conn, &cmd).await?;
     Ok(match reply.status() {
-        handed_over::PASSED => HandoverReply::Passed {
-            server_ms: reply.non_negative(0),
-            last_token: reply.non_negative(1),
-        },
-        handed_over::KEPT => HandoverReply::Kept {
-            token: reply.non_negative(0),
-            reserved: reply.non_negative(1).max(1),
-        },
+        handed_over::PASSED => {
+            let handed_over::Passed {
+                server_ms,
+                last_token,
+            } = reply.values();
+            HandoverReply::Passed {
+                server_ms,
+                last_token,
+            }
+        }
+        handed_over::KEPT => {
+            let kept: handed_over::Kept = reply.values();
+            HandoverReply::Kept {
+                token: kept.first_token,
+                reserved: kept.reserved.max(1),
+            }
+        }
         released::NOT_HELD => HandoverReply::NotOwner,
         _ => return Err(reply.unknown()),
     })
@@ -334,22 +477,33 @@ pub(crate) async fn force_unlock(
     scope_keys: &ScopeKeys,
     operation: &str,
 ) -> redis::RedisResult<bool> {
-    let script = match kind {
-        LockKind::Exclusive | LockKind::Fair => &FORCE_UNLOCK,
-        LockKind::Read | LockKind::Write => &RW_FORCE_UNLOCK,
-        LockKind::Semaphore { .. } => &SEM_FORCE_UNLOCK,
+    let inputs = ForceUnlockInputs {
+        release_keys: ReleaseKeys::of(keys, scope_keys),
+        readers: keys.readers(),
+        release_trace: trace_key(keys, scope_keys),
+        unlock_args: ForceUnlockArgs {
+            wake_prefix: &scope_keys.wake_prefix,
+            owner: operation,
+            release_trace_ms: scope_keys.trace_ms,
+        },
     };
-    let keys = joined_values(
-        lock_keys(keys, scope_keys),
-        [keys.readers(), trace_key(keys, scope_keys)],
-    );
-    let args = [
-        Arg::Text(&scope_keys.wake_prefix),
-        Arg::Text(operation),
-        Arg::Number(scope_keys.trace_ms),
-    ];
-    let cmd = script.command(keys, args);
-    let reply: ScriptReply = run(script, conn, &cmd).await?;
+    let reply = match kind {
+        LockKind::Exclusive | LockKind::Fair => {
+            run(&FORCE_UNLOCK, conn, &FORCE_UNLOCK.command(&inputs)).await?
+        }
+        LockKind::Read | LockKind::Write => {
+            run(&RW_FORCE_UNLOCK, conn, &RW_FORCE_UNLOCK.command(&inputs)).await?
+        }
+        LockKind::Semaphore { .. } => {
+            let cmd = SEM_FORCE_UNLOCK.command(&SemForceUnlockInputs {
+                release_keys: inputs.release_keys,
+                holders: inputs.readers,
+                release_trace: inputs.release_trace,
+                unlock_args: inputs.unlock_args,
+            });
+            run(&SEM_FORCE_UNLOCK, conn, &cmd).await?
+        }
+    };
     match reply.status() {
         unlocked::REMOVED => Ok(true),
         unlocked::WAS_FREE => Ok(false),

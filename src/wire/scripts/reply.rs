@@ -1,42 +1,32 @@
 //! What a script answered: a status, then its values.
 
-use redis::{ErrorKind, RedisError, RedisResult};
+use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, Value};
+
+use crate::wire::script_inputs::Inputs;
 
 /// A script's reply: its status (one of its description's), then its values.
 pub(crate) struct ScriptReply {
     script: &'static str,
-    values: Vec<i64>,
+    values: Vec<Value>,
 }
 
+/// The values of a reply after its status, in order, as its struct's fields take them.
+pub(crate) type Values<'r> = std::slice::Iter<'r, Value>;
+
 impl ScriptReply {
-    pub(crate) fn new(script: &'static str, values: Vec<i64>) -> Self {
+    pub(crate) fn new(script: &'static str, values: Vec<Value>) -> Self {
         Self { script, values }
     }
 
     /// The status the reply starts with.
     pub(crate) fn status(&self) -> i64 {
-        self.values.first().copied().unwrap_or(i64::MIN)
+        let status = self.values.first().map(i64::from_redis_value_ref);
+        status.and_then(Result::ok).unwrap_or(i64::MIN)
     }
 
-    /// The `n`-th value after the status (0 when the reply has none there).
-    pub(crate) fn value(&self, n: usize) -> i64 {
-        self.values.get(n + 1).copied().unwrap_or(0)
-    }
-
-    /// The `n`-th value after the status, or `default` when the reply has none there (a
-    /// short reply).
-    pub(crate) fn value_or(&self, n: usize, default: i64) -> i64 {
-        self.values.get(n + 1).copied().unwrap_or(default)
-    }
-
-    /// [`Self::value`], where a negative value means none: 0.
-    pub(crate) fn non_negative(&self, n: usize) -> u64 {
-        u64::try_from(self.value(n)).unwrap_or(0)
-    }
-
-    /// The values after the status.
-    pub(crate) fn after_status(&self) -> &[i64] {
-        self.values.get(1..).unwrap_or(&[])
+    /// The values after the status, as the struct `T` that names them.
+    pub(crate) fn values<T: ReplyValues>(&self) -> T {
+        T::take(&mut self.values.get(1..).unwrap_or(&[]).iter())
     }
 
     /// The error of a status the script's description does not name.
@@ -50,8 +40,8 @@ impl ScriptReply {
 }
 
 /// Runs a script's command and reads its reply.
-pub(crate) async fn run<const KEYS: usize, const ARGS: usize>(
-    script: &crate::wire::script::ScriptSpec<KEYS, ARGS>,
+pub(crate) async fn run<I: Inputs, E: Inputs>(
+    script: &crate::wire::script::ScriptSpec<I, E>,
     conn: &mut crate::wire::conn::Conn,
     cmd: &redis::Cmd,
 ) -> RedisResult<ScriptReply> {
@@ -68,10 +58,97 @@ impl ScriptReply {
         short_reply: Option<i64>,
     ) -> RedisResult<Self> {
         let values = match (value, short_reply) {
-            (redis::Value::Int(figure), Some(status)) => vec![status, figure],
-            (value, _) => redis::from_redis_value(value)?,
+            (Value::Int(figure), Some(status)) => vec![Value::Int(status), Value::Int(figure)],
+            (Value::Array(values), _) => values,
+            (value, _) => {
+                return Err(RedisError::from((
+                    ErrorKind::UnexpectedReturnType,
+                    "a script answered no table",
+                    format!("{script}: {value:?}"),
+                )));
+            }
         };
         Ok(Self::new(script, values))
+    }
+}
+
+/// The values a reply gives after one status, named (made by `reply_statuses!`).
+pub(crate) trait ReplyValues {
+    /// At least how many values it takes.
+    const LEAST: usize;
+    /// At most how many.
+    const MOST: usize;
+    /// Takes its values in order from `values`.
+    fn take(values: &mut Values<'_>) -> Self;
+}
+
+/// No values: a status alone.
+impl ReplyValues for () {
+    const LEAST: usize = 0;
+    const MOST: usize = 0;
+
+    fn take(_: &mut Values<'_>) -> Self {}
+}
+
+/// One field of [`ReplyValues`], taking what it needs of the reply's values.
+pub(crate) trait ReplyValue {
+    /// At least how many values it takes.
+    const LEAST: usize;
+    /// At most how many.
+    const MOST: usize;
+    /// Takes its value (or values) from `values`.
+    fn take(values: &mut Values<'_>) -> Self;
+}
+
+/// A figure that may be below zero; 0 when the reply ends before it, or has no number there.
+impl ReplyValue for i64 {
+    const LEAST: usize = 1;
+    const MOST: usize = 1;
+
+    fn take(values: &mut Values<'_>) -> Self {
+        let value = values.next().map(i64::from_redis_value_ref);
+        value.and_then(Result::ok).unwrap_or(0)
+    }
+}
+
+/// A word, such as a replication id; empty when the reply ends before it, or has none there.
+impl ReplyValue for String {
+    const LEAST: usize = 1;
+    const MOST: usize = 1;
+
+    fn take(values: &mut Values<'_>) -> Self {
+        let value = values.next().map(String::from_redis_value_ref);
+        value.and_then(Result::ok).unwrap_or_default()
+    }
+}
+
+/// A count or a time: 0 when below zero, or when the reply ends before it.
+impl ReplyValue for u64 {
+    const LEAST: usize = 1;
+    const MOST: usize = 1;
+
+    fn take(values: &mut Values<'_>) -> Self {
+        u64::try_from(i64::take(values)).unwrap_or(0)
+    }
+}
+
+/// A value a short reply leaves out: `None` then.
+impl<T: ReplyValue> ReplyValue for Option<T> {
+    const LEAST: usize = 0;
+    const MOST: usize = T::MOST;
+
+    fn take(values: &mut Values<'_>) -> Self {
+        (!values.as_slice().is_empty()).then(|| T::take(values))
+    }
+}
+
+/// Every value left, in order (a value per item of the script's batch).
+impl ReplyValue for Vec<i64> {
+    const LEAST: usize = 0;
+    const MOST: usize = usize::MAX;
+
+    fn take(values: &mut Values<'_>) -> Self {
+        std::iter::from_fn(|| (!values.as_slice().is_empty()).then(|| i64::take(values))).collect()
     }
 }
 
@@ -81,18 +158,59 @@ mod tests {
 
     use super::*;
 
+    crate::wire::script::reply_statuses! {
+        /// Statuses for the test.
+        sample {
+            /// A status with values, the last two of which a short reply leaves out.
+            DONE = 1 => Done { first: u64, second: Option<i64>, third: Option<u64> },
+            /// A status with a value per item.
+            PER_ITEM = 2 => PerItem { count: u64, each: Vec<i64> },
+        }
+    }
+
     #[test]
     fn a_short_reply_stands_for_its_status_and_one_figure_and_a_table_is_read_whole() {
         let short = ScriptReply::read("a.lua", Value::Int(42), Some(1)).expect("read");
-        assert_eq!((short.status(), short.after_status()), (1, &[42][..]));
-        assert_eq!(short.value_or(1, 30_000), 30_000);
-        let table = Value::Array(vec![Value::Int(0), Value::Int(-2), Value::Int(7)]);
-        let whole = ScriptReply::read("a.lua", table, Some(1)).expect("read");
+        let values: sample::Done = short.values();
+        assert_eq!(short.status(), sample::DONE);
         assert_eq!(
-            (whole.status(), whole.value(0), whole.non_negative(0)),
-            (0, -2, 0)
+            (values.first, values.second, values.third),
+            (42, None, None)
         );
-        assert_eq!(whole.value_or(1, 30_000), 7);
+        let table = Value::Array(vec![Value::Int(1), Value::Int(-2), Value::Int(-7)]);
+        let whole = ScriptReply::read("a.lua", table, Some(1)).expect("read");
+        let values: sample::Done = whole.values();
+        assert_eq!(
+            (values.first, values.second, values.third),
+            (0, Some(-7), None),
+            "a count below zero is 0; each field takes the next value"
+        );
+        let table = Value::Array(vec![
+            Value::Int(2),
+            Value::Int(3),
+            Value::Int(1),
+            Value::Int(-1),
+        ]);
+        let per_item = ScriptReply::read("a.lua", table, None).expect("read");
+        assert_eq!(per_item.status(), sample::PER_ITEM);
+        let per_item: sample::PerItem = per_item.values();
+        assert_eq!((per_item.count, per_item.each), (3, vec![1, -1]));
+        let counts: Vec<_> = sample::ALL
+            .iter()
+            .map(|status| {
+                (
+                    status.name,
+                    status.value,
+                    status.least_values,
+                    status.most_values,
+                )
+            })
+            .collect();
+        assert_eq!(
+            counts,
+            [("DONE", 1, 1, 3), ("PER_ITEM", 2, 1, usize::MAX)],
+            "a value a short reply leaves out, or a value per item, may be missing"
+        );
         assert!(ScriptReply::read("a.lua", Value::Int(42), None).is_err());
     }
 }

@@ -4,19 +4,26 @@
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
 use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
+use crate::wire::script_inputs::{OneArg, script_inputs};
 use crate::wire::scripts::reply::run;
 
 reply_statuses! {
     /// What a claim of a tick answers.
     tick_claim {
         /// The tick is the caller's to run.
-        RUN = 1,
+        RUN = 1 => ClaimValues {
+            /// The server's ms over the period.
+            tick: u64,
+            /// The ticks passed over since the last one claimed.
+            passed: u64,
+            server_ms: u64,
+        },
         /// The tick was recorded without running it, as asked.
-        SETTLED = 2,
+        SETTLED = 2 => ClaimValues,
         /// The tick was claimed already.
-        DONE = 3,
+        DONE = 3 => ClaimValues,
         /// The tick may have run before Redis lost its data: recorded, not to be run.
-        UNKNOWN = 4,
+        UNKNOWN = 4 => ClaimValues,
         /// The owner does not hold the lock: nothing was recorded.
         REFUSED = 0,
     }
@@ -32,19 +39,46 @@ reply_statuses! {
     }
 }
 
-static RECORD_LEADER: ScriptSpec<2, 2> = ScriptSpec::new(
+script_inputs! {
+    /// What a record of the leader takes.
+    struct RecordLeaderInputs<'a> {
+        keys {
+            lock: &'a str,
+            leader: &'a str,
+        }
+        args {
+            owner: &'a str,
+            term: u64,
+        }
+    }
+}
+
+script_inputs! {
+    /// What a claim of a tick takes.
+    struct ClaimTickInputs<'a> {
+        keys {
+            lock: &'a str,
+            ticks: &'a str,
+            epoch: &'a str,
+        }
+        args {
+            owner: &'a str,
+            period_ms: u64,
+            claim: &'a str,
+            mode: ClaimMode,
+        }
+    }
+}
+
+static RECORD_LEADER: ScriptSpec<RecordLeaderInputs<'static>> = ScriptSpec::new(
     "record_leader.lua",
     include_str!("../lua/record_leader.lua"),
-    ["LOCK", "LEADER"],
-    ["OWNER", "TERM"],
     &[leader_record::ALL],
 );
 
-static CLAIM_TICK: ScriptSpec<3, 4> = ScriptSpec::new(
+static CLAIM_TICK: ScriptSpec<ClaimTickInputs<'static>> = ScriptSpec::new(
     "claim_tick.lua",
     include_str!("../lua/claim_tick.lua"),
-    ["LOCK", "TICKS", "EPOCH"],
-    ["OWNER", "PERIOD_MS", "CLAIM", "MODE"],
     &[tick_claim::ALL],
 );
 
@@ -58,6 +92,16 @@ pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {
 pub(crate) enum ClaimMode {
     Run,
     Settle,
+}
+
+/// As the claim script names it.
+impl OneArg for ClaimMode {
+    fn arg(&self) -> Arg<'_> {
+        Arg::Text(match self {
+            ClaimMode::Run => "run",
+            ClaimMode::Settle => "settle",
+        })
+    }
 }
 
 /// What a claim found.
@@ -96,19 +140,15 @@ pub(crate) async fn claim_tick(
     conn: &mut Conn,
     claim: TickClaim<'_>,
 ) -> redis::RedisResult<TickReply> {
-    let mode = match claim.mode {
-        ClaimMode::Run => "run",
-        ClaimMode::Settle => "settle",
-    };
-    let cmd = CLAIM_TICK.command(
-        [claim.keys.hash(), claim.keys.ticks(), claim.epoch_key],
-        [
-            Arg::Text(claim.owner),
-            Arg::Number(claim.period_ms),
-            Arg::Text(claim.claim),
-            Arg::Text(mode),
-        ],
-    );
+    let cmd = CLAIM_TICK.command(&ClaimTickInputs {
+        lock: claim.keys.hash(),
+        ticks: claim.keys.ticks(),
+        epoch: claim.epoch_key,
+        owner: claim.owner,
+        period_ms: claim.period_ms,
+        claim: claim.claim,
+        mode: claim.mode,
+    });
     let reply = run(&CLAIM_TICK, conn, &cmd).await?;
     let status = match reply.status() {
         tick_claim::RUN => ClaimStatus::Run,
@@ -118,11 +158,17 @@ pub(crate) async fn claim_tick(
         tick_claim::REFUSED => ClaimStatus::Refused,
         _ => return Err(reply.unknown()),
     };
+    // A refusal gives no values: 0 each.
+    let tick_claim::ClaimValues {
+        tick,
+        passed,
+        server_ms,
+    } = reply.values();
     Ok(TickReply {
         status,
-        tick: reply.non_negative(0),
-        passed: reply.non_negative(1),
-        server_ms: reply.non_negative(2),
+        tick,
+        passed,
+        server_ms,
     })
 }
 
@@ -134,10 +180,12 @@ pub(crate) async fn record_leader(
     owner: &str,
     term: u64,
 ) -> redis::RedisResult<bool> {
-    let cmd = RECORD_LEADER.command(
-        [keys.hash(), keys.leader()],
-        [Arg::Text(owner), Arg::Number(term)],
-    );
+    let cmd = RECORD_LEADER.command(&RecordLeaderInputs {
+        lock: keys.hash(),
+        leader: keys.leader(),
+        owner,
+        term,
+    });
     let reply = run(&RECORD_LEADER, conn, &cmd).await?;
     match reply.status() {
         leader_record::RECORDED => Ok(true),

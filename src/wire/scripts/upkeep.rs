@@ -3,15 +3,19 @@
 
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, Each, ScriptSpec, reply_statuses};
+use crate::wire::script::{ScriptSpec, reply_statuses};
+use crate::wire::script_inputs::script_inputs;
 use crate::wire::scripts::acquire::{KnownEpoch, epoch_checked};
 use crate::wire::scripts::reply::{ScriptReply, run};
 
 reply_statuses! {
     /// What a renewal answers besides [`epoch_checked::EPOCH_CHANGED`].
     renewed {
-        /// `{RENEWED, then per lock HELD or GONE}`.
-        RENEWED = 0,
+        /// The epoch is the one the client knows.
+        RENEWED = 0 => Renewed {
+            /// Per lock, in order: [`HELD`] or [`GONE`].
+            per_lock: Vec<i64>,
+        },
         /// This lock is still held, and was renewed.
         HELD = 1,
         /// This owner no longer holds this lock.
@@ -39,41 +43,73 @@ reply_statuses! {
     }
 }
 
-static RENEW: ScriptSpec<1, 5> = ScriptSpec::new(
+script_inputs! {
+    /// What a renewal takes once: the lease, and the epoch the client knows.
+    struct RenewInputs<'a> {
+        keys { epoch: &'a str }
+        args {
+            lease_ms: u64,
+            known_epoch: u64,
+            quarantine_ms: u64,
+            known_longest_lease_ms: u64,
+            restart_keeps_writes: bool,
+        }
+    }
+}
+
+script_inputs! {
+    /// What a renewal takes per lock.
+    struct RenewItem<'a> {
+        keys {
+            lock: &'a str,
+            readers: &'a str,
+        }
+        args { owner: &'a str }
+    }
+}
+
+script_inputs! {
+    /// What a heartbeat takes once.
+    struct HeartbeatInputs {
+        keys {}
+        args { alive_ms: u64 }
+    }
+}
+
+script_inputs! {
+    /// What a heartbeat takes per place.
+    struct HeartbeatItem<'a> {
+        keys {
+            queue: &'a str,
+            waiter_terms: &'a str,
+        }
+        args { owner: &'a str }
+    }
+}
+
+script_inputs! {
+    /// What a waiver takes.
+    struct WaiveInputs<'a> {
+        keys { epoch: &'a str }
+        args {}
+    }
+}
+
+static RENEW: ScriptSpec<RenewInputs<'static>, RenewItem<'static>> = ScriptSpec::new(
     "renew.lua",
     include_str!("../lua/renew.lua"),
-    ["EPOCH"],
-    [
-        "LEASE_MS",
-        "KNOWN_EPOCH",
-        "QUARANTINE_MS",
-        "KNOWN_LONGEST_LEASE_MS",
-        "RESTART_KEEPS_WRITES",
-    ],
     &[renewed::ALL, epoch_checked::ALL],
-)
-.with_each(Each {
-    keys: &["hash", "readers"],
-    args: &["owner"],
-});
+);
 
-static HEARTBEAT: ScriptSpec<0, 1> = ScriptSpec::new(
+static HEARTBEAT: ScriptSpec<HeartbeatInputs, HeartbeatItem<'static>> = ScriptSpec::new(
     "heartbeat.lua",
     include_str!("../lua/heartbeat.lua"),
-    [],
-    ["ALIVE_MS"],
     &[heartbeat_kept::ALL],
-)
-.with_each(Each {
-    keys: &["queue", "waiters"],
-    args: &["owner"],
-});
+);
 
-static EPOCH_WAIVE: ScriptSpec<1, 0> = ScriptSpec::new(
+static EPOCH_WAIVE: ScriptSpec<WaiveInputs<'static>> = ScriptSpec::new(
     "epoch_waive.lua",
     include_str!("../lua/epoch_waive.lua"),
-    ["EPOCH"],
-    [],
     &[waived::ALL],
 );
 
@@ -100,35 +136,48 @@ pub(crate) async fn renew(
     lease_ms: u64,
     epoch: &KnownEpoch<'_>,
 ) -> redis::RedisResult<RenewReply> {
-    let items: Vec<_> = locks
+    let items: Vec<RenewItem<'_>> = locks
         .iter()
-        .map(|(keys, owner)| ([keys.hash(), keys.readers()], [Arg::Text(owner)]))
+        .map(|(keys, owner)| RenewItem {
+            lock: keys.hash(),
+            readers: keys.readers(),
+            owner,
+        })
         .collect();
-    let args = [
-        Arg::Number(lease_ms),
-        Arg::Number(epoch.known),
-        Arg::Number(epoch.quarantine_ms),
-        Arg::Number(epoch.known_lease_ms),
-        epoch.restart_keeps_writes(),
-    ];
-    let cmd = RENEW.command_each([epoch.key], args, &items);
+    let inputs = RenewInputs {
+        epoch: epoch.key,
+        lease_ms,
+        known_epoch: epoch.known,
+        quarantine_ms: epoch.quarantine_ms,
+        known_longest_lease_ms: epoch.known_lease_ms,
+        restart_keeps_writes: epoch.keeps_writes,
+    };
+    let cmd = RENEW.command_each(&inputs, &items);
     let reply = run(&RENEW, conn, &cmd).await?;
     Ok(match reply.status() {
-        renewed::RENEWED => RenewReply::Renewed(
-            reply
-                .after_status()
-                .iter()
-                .map(|held| match *held {
-                    renewed::HELD => Ok(true),
-                    renewed::GONE => Ok(false),
-                    _ => Err(reply.unknown()),
-                })
-                .collect::<redis::RedisResult<_>>()?,
-        ),
-        epoch_checked::EPOCH_CHANGED => RenewReply::EpochChanged {
-            epoch: reply.non_negative(0),
-            longest_lease_ms: reply.non_negative(1),
-        },
+        renewed::RENEWED => {
+            let renewed::Renewed { per_lock } = reply.values();
+            RenewReply::Renewed(
+                per_lock
+                    .into_iter()
+                    .map(|held| match held {
+                        renewed::HELD => Ok(true),
+                        renewed::GONE => Ok(false),
+                        _ => Err(reply.unknown()),
+                    })
+                    .collect::<redis::RedisResult<_>>()?,
+            )
+        }
+        epoch_checked::EPOCH_CHANGED => {
+            let epoch_checked::EpochChanged {
+                epoch,
+                longest_lease_ms,
+            } = reply.values();
+            RenewReply::EpochChanged {
+                epoch,
+                longest_lease_ms,
+            }
+        }
         _ => return Err(reply.unknown()),
     })
 }
@@ -140,17 +189,21 @@ pub(crate) async fn heartbeat(
     places: &[(&LockKeys, &str)],
     alive_ms: u64,
 ) -> redis::RedisResult<Vec<bool>> {
-    let items: Vec<_> = places
+    let items: Vec<HeartbeatItem<'_>> = places
         .iter()
-        .map(|(keys, owner)| ([keys.queue(), keys.waiter_terms()], [Arg::Text(owner)]))
+        .map(|(keys, owner)| HeartbeatItem {
+            queue: keys.queue(),
+            waiter_terms: keys.waiter_terms(),
+            owner,
+        })
         .collect();
-    let cmd = HEARTBEAT.command_each([], [Arg::Number(alive_ms)], &items);
+    let cmd = HEARTBEAT.command_each(&HeartbeatInputs { alive_ms }, &items);
     let kept: Vec<i64> = HEARTBEAT.lua().run(conn, &cmd).await?;
     kept.into_iter()
         .map(|kept| match kept {
             heartbeat_kept::QUEUED => Ok(true),
             heartbeat_kept::NOT_QUEUED => Ok(false),
-            _ => Err(ScriptReply::new(HEARTBEAT.file, vec![kept]).unknown()),
+            _ => Err(ScriptReply::new(HEARTBEAT.file, vec![redis::Value::Int(kept)]).unknown()),
         })
         .collect()
 }
@@ -158,7 +211,7 @@ pub(crate) async fn heartbeat(
 /// Waives the restart quarantine of the epoch at `epoch_key` (or gives a server without an
 /// epoch its first one, without a quarantine); returns whether one was waived.
 pub(crate) async fn waive_quarantine(conn: &mut Conn, epoch_key: &str) -> redis::RedisResult<bool> {
-    let cmd = EPOCH_WAIVE.command([epoch_key], []);
+    let cmd = EPOCH_WAIVE.command(&WaiveInputs { epoch: epoch_key });
     let reply = run(&EPOCH_WAIVE, conn, &cmd).await?;
     match reply.status() {
         waived::WAIVED => Ok(true),
