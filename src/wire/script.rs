@@ -1,6 +1,6 @@
 //! One description per Lua script, shared by Rust and Lua: its inputs, one typed struct whose
 //! fields name its keys and arguments in order (`script_inputs.rs`), and its reply statuses,
-//! named, each with the struct of the values that follow it. From it the command is sized
+//! named, each with the struct of the values that follow it (`script_reply.rs`). From it the command is sized
 //! and written, and the Lua block that binds the names (`local OWNER = ARGV[2]`) is put
 //! before the script's own code, so no position is written twice and a script reads its
 //! inputs by name. A batch gives each item the same keys and arguments, a struct of their
@@ -21,10 +21,8 @@ use redis::Cmd;
 
 use crate::layout::LUA_BINDINGS;
 use crate::wire::lua::Lua;
-use crate::wire::script_inputs::{Inputs, script_inputs};
-
-/// The longest number a command carries: a `u64` in decimal.
-const MAX_NUMBER_LEN: usize = 20;
+use crate::wire::script_inputs::{Arg, Inputs, MAX_NUMBER_LEN, script_inputs};
+use crate::wire::script_reply::{ScriptReply, Status};
 
 /// The libraries a script may include, by name.
 pub(crate) const LIBRARIES: &[(&str, &str)] = &[
@@ -44,90 +42,6 @@ pub(crate) const LIBRARIES: &[(&str, &str)] = &[
 
 /// How an include of a library is written in a script's file.
 pub(crate) const INCLUDE: &str = "--#include ";
-
-/// Named reply statuses: Rust constants, and the same names bound in a script's Lua. A status
-/// followed by values names them in a struct (`STATUS = 1 => Struct { field: type }`), whose
-/// fields' order is the order of the values in the script's table after the status; a later
-/// status of the same values names the struct alone (`OTHER = 2 => Struct`).
-macro_rules! reply_statuses {
-    (
-        $(#[$doc:meta])* $module:ident {
-            $(
-                $(#[$status_doc:meta])* $name:ident = $value:expr
-                $(=> $values:ident $({
-                    $($(#[$field_doc:meta])* $field:ident: $field_type:ty),* $(,)?
-                })?)?
-            ),* $(,)?
-        }
-    ) => {
-        $(#[$doc])*
-        pub(crate) mod $module {
-            $(
-                $(#[$status_doc])* pub(crate) const $name: i64 = $value;
-                $($($crate::wire::script::reply_values! {
-                    #[doc = concat!("The values after [`", stringify!($name), "`], in order.")]
-                    pub(crate) struct $values {
-                        $($(#[$field_doc])* $field: $field_type,)*
-                    }
-                })?)?
-            )*
-            /// Every status, by name, for the script's Lua.
-            // `()`, no values, where a status has no struct.
-            #[allow(unused_parens)]
-            pub(crate) const ALL: &[$crate::wire::script::Status] = &[$(
-                $crate::wire::script::Status {
-                    name: stringify!($name),
-                    value: $value,
-                    least_values:
-                        <($($values)?) as $crate::wire::scripts::ReplyValues>::LEAST,
-                    most_values: <($($values)?) as $crate::wire::scripts::ReplyValues>::MOST,
-                }
-            ),*];
-        }
-    };
-}
-pub(crate) use reply_statuses;
-
-/// The values a script's reply gives after its status, named: the fields' order is the
-/// order of the values in the script's table.
-macro_rules! reply_values {
-    (
-        $(#[$doc:meta])* $vis:vis struct $values:ident {
-            $($(#[$field_doc:meta])* $field:ident: $field_type:ty),* $(,)?
-        }
-    ) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq)]
-        $vis struct $values {
-            $($(#[$field_doc])* pub(crate) $field: $field_type,)*
-        }
-
-        impl $crate::wire::scripts::ReplyValues for $values {
-            const LEAST: usize =
-                0 $(+ <$field_type as $crate::wire::scripts::ReplyValue>::LEAST)*;
-            const MOST: usize =
-                0_usize $(.saturating_add(<$field_type as $crate::wire::scripts::ReplyValue>::MOST))*;
-
-            fn take(values: &mut $crate::wire::scripts::Values<'_>) -> Self {
-                Self {
-                    $($field: $crate::wire::scripts::ReplyValue::take(values),)*
-                }
-            }
-        }
-    };
-}
-pub(crate) use reply_values;
-
-/// A reply status, named, with how many values may follow it in the script's table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Status {
-    pub(crate) name: &'static str,
-    pub(crate) value: i64,
-    /// At least this many values follow it (a short reply leaves out the last ones).
-    pub(crate) least_values: usize,
-    /// At most this many.
-    pub(crate) most_values: usize,
-}
 
 /// A Lua script, described: it takes the inputs `I`, and per item of a batch the inputs `E`.
 pub(crate) struct ScriptSpec<I: Inputs, E: Inputs = NoItems> {
@@ -160,48 +74,6 @@ script_inputs! {
     pub(crate) struct NoItems {
         keys {}
         args {}
-    }
-}
-
-/// One argument of a script's command.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Arg<'a> {
-    /// A word: an owner id, a mode, a channel prefix.
-    Text(&'a str),
-    /// Bytes as the caller gave them: a value a user writes.
-    Bytes(&'a [u8]),
-    /// A number, written in decimal.
-    Number(u64),
-}
-
-impl<'a> From<&'a str> for Arg<'a> {
-    fn from(text: &'a str) -> Self {
-        Self::Text(text)
-    }
-}
-
-impl From<u64> for Arg<'_> {
-    fn from(number: u64) -> Self {
-        Self::Number(number)
-    }
-}
-
-impl Arg<'_> {
-    /// At most how many bytes it takes.
-    fn room(&self) -> usize {
-        match self {
-            Self::Text(text) => text.len(),
-            Self::Bytes(bytes) => bytes.len(),
-            Self::Number(_) => MAX_NUMBER_LEN,
-        }
-    }
-
-    fn write_to(&self, cmd: &mut Cmd) {
-        match self {
-            Self::Text(text) => cmd.arg(*text),
-            Self::Bytes(bytes) => cmd.arg(*bytes),
-            Self::Number(number) => cmd.arg(*number),
-        };
     }
 }
 
@@ -258,6 +130,16 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
     /// The script as Redis runs it.
     pub(crate) fn lua(&self) -> &Lua {
         self.lua.get_or_init(|| Lua::new(self.source()))
+    }
+
+    /// Runs `cmd`, one of this script's commands, and reads its reply.
+    pub(crate) async fn run(
+        &self,
+        conn: &mut crate::wire::conn::Conn,
+        cmd: &Cmd,
+    ) -> redis::RedisResult<ScriptReply> {
+        let value = self.lua().run(conn, cmd).await?;
+        ScriptReply::read(self.file, value, self.short_reply)
     }
 
     /// The Lua names of its keys, its arguments, and its items' keys and arguments.

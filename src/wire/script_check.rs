@@ -259,7 +259,8 @@ fn every_status_a_script_returns_carries_the_values_its_struct_names() {
 
 #[test]
 fn the_reply_check_finds_a_status_with_other_values_and_one_not_described() {
-    use crate::wire::script::{ScriptSpec, reply_statuses};
+    use crate::wire::script::ScriptSpec;
+    use crate::wire::script_reply::reply_statuses;
     reply_statuses! {
         /// The statuses of the test.
         done {

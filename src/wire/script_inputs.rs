@@ -3,7 +3,40 @@
 //! of the command. A value is then given by name where the command is built, and a script
 //! takes no other struct than its own.
 
-use crate::wire::script::Arg;
+use redis::Cmd;
+
+/// The longest number a command carries: a `u64` in decimal.
+pub(crate) const MAX_NUMBER_LEN: usize = 20;
+
+/// One argument of a script's command.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    /// A word: an owner id, a mode, a channel prefix.
+    Text(&'a str),
+    /// Bytes as the caller gave them: a value a user writes.
+    Bytes(&'a [u8]),
+    /// A number, written in decimal.
+    Number(u64),
+}
+
+impl Arg<'_> {
+    /// At most how many bytes it takes.
+    pub(crate) fn room(&self) -> usize {
+        match self {
+            Self::Text(text) => text.len(),
+            Self::Bytes(bytes) => bytes.len(),
+            Self::Number(_) => MAX_NUMBER_LEN,
+        }
+    }
+
+    pub(crate) fn write_to(&self, cmd: &mut Cmd) {
+        match self {
+            Self::Text(text) => cmd.arg(*text),
+            Self::Bytes(bytes) => cmd.arg(*bytes),
+            Self::Number(number) => cmd.arg(*number),
+        };
+    }
+}
 
 /// Declares a script's inputs: a struct with a `keys` section and an `args` section, each
 /// field one key or argument (named in Lua as the field in capitals), or a group of them
@@ -67,7 +100,7 @@ macro_rules! script_inputs {
                 let _ = visit;
             }
 
-            fn args<'s>(&'s self, visit: &mut impl FnMut($crate::wire::script::Arg<'s>)) {
+            fn args<'s>(&'s self, visit: &mut impl FnMut($crate::wire::script_inputs::Arg<'s>)) {
                 $($crate::wire::script_inputs::ArgField::visit(&self.$arg, visit);)*
                 let _ = visit;
             }
@@ -92,7 +125,7 @@ macro_rules! script_inputs {
                 <Self as $crate::wire::script_inputs::Inputs>::arg_names(names);
             }
 
-            fn visit<'s>(&'s self, visit: &mut impl FnMut($crate::wire::script::Arg<'s>)) {
+            fn visit<'s>(&'s self, visit: &mut impl FnMut($crate::wire::script_inputs::Arg<'s>)) {
                 $crate::wire::script_inputs::Inputs::args(self, visit);
             }
         }

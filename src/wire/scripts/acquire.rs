@@ -7,9 +7,11 @@ use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
 use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, ScriptSpec, Status, reply_statuses};
+use crate::wire::script::ScriptSpec;
+use crate::wire::script_inputs::Arg;
 use crate::wire::script_inputs::{OneArg, script_inputs};
-use crate::wire::scripts::reply::{ScriptReply, run};
+use crate::wire::script_reply::ScriptReply;
+use crate::wire::script_reply::{Status, reply_statuses};
 use crate::wire::scripts::{LockKeyNames, Role};
 
 reply_statuses! {
@@ -328,7 +330,7 @@ pub(crate) async fn acquire(
                 acquire_args,
                 lease_within_known: epoch.known_lease_ms >= terms.lease_ms,
             });
-            run(&ACQUIRE, conn, &cmd).await?
+            ACQUIRE.run(conn, &cmd).await?
         }
         LockKind::Read | LockKind::Write => {
             let cmd = RW_ACQUIRE.command(&RwAcquireInputs {
@@ -337,7 +339,7 @@ pub(crate) async fn acquire(
                 acquire_args,
                 role: Role(terms.kind),
             });
-            run(&RW_ACQUIRE, conn, &cmd).await?
+            RW_ACQUIRE.run(conn, &cmd).await?
         }
         LockKind::Semaphore { permits, take } => {
             let cmd = SEM_ACQUIRE.command(&SemAcquireInputs {
@@ -347,7 +349,7 @@ pub(crate) async fn acquire(
                 permits: permits.into(),
                 take: take.into(),
             });
-            run(&SEM_ACQUIRE, conn, &cmd).await?
+            SEM_ACQUIRE.run(conn, &cmd).await?
         }
     };
     let lease_ms = i64::try_from(terms.lease_ms).unwrap_or(i64::MAX);

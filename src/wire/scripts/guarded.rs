@@ -2,9 +2,10 @@
 
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
+use crate::wire::script::ScriptSpec;
+use crate::wire::script_inputs::Arg;
 use crate::wire::script_inputs::script_inputs;
-use crate::wire::scripts::reply::run;
+use crate::wire::script_reply::reply_statuses;
 
 reply_statuses! {
     /// What a guarded write answers.
@@ -101,7 +102,7 @@ pub(crate) async fn write_if_held(
         written_ms: trace.ms,
     };
     let cmd = GUARDED_WRITE.command_with_rest(&inputs, &items, &rest);
-    let reply = run(&GUARDED_WRITE, conn, &cmd).await?;
+    let reply = GUARDED_WRITE.run(conn, &cmd).await?;
     match reply.status() {
         guarded::APPLIED => Ok(true),
         guarded::REFUSED => Ok(false),

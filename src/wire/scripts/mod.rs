@@ -7,7 +7,6 @@ mod acquire;
 mod guarded;
 mod promotion;
 mod release;
-mod reply;
 mod singleton;
 mod upkeep;
 
@@ -24,12 +23,9 @@ pub(crate) use singleton::{
 };
 pub(crate) use upkeep::{RenewReply, heartbeat, renew, waive_quarantine};
 
-pub(crate) use reply::{ReplyValue, ReplyValues, Values};
-
 use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
-use crate::wire::script::Arg;
-use crate::wire::script_inputs::{OneArg, script_inputs};
+use crate::wire::script_inputs::{Arg, OneArg, script_inputs};
 
 script_inputs! {
     /// The four keys of a lock that most of its scripts take: its hash, the last token block

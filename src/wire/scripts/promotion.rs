@@ -3,9 +3,9 @@
 //! and writes its witness when its caller saw that id on a master for the lease limit.
 
 use crate::wire::conn::Conn;
-use crate::wire::script::{ScriptSpec, reply_statuses};
+use crate::wire::script::ScriptSpec;
 use crate::wire::script_inputs::script_inputs;
-use crate::wire::scripts::reply::run;
+use crate::wire::script_reply::reply_statuses;
 
 reply_statuses! {
     /// What a look at a promotion answers, before the replication id.
@@ -66,7 +66,7 @@ pub(crate) async fn witness_promotion(
         settled,
         vouched_ms,
     });
-    let reply = run(&PROMOTION_WITNESS, conn, &cmd).await?;
+    let reply = PROMOTION_WITNESS.run(conn, &cmd).await?;
     let promotion::Served { replication_id } = reply.values();
     match reply.status() {
         promotion::NOT_PROMOTED => Ok(Promotion::None),

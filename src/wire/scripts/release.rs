@@ -5,10 +5,12 @@ use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
 use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
+use crate::wire::script::ScriptSpec;
+use crate::wire::script_inputs::Arg;
 use crate::wire::script_inputs::{OneArg, script_inputs};
+use crate::wire::script_reply::ScriptReply;
+use crate::wire::script_reply::reply_statuses;
 use crate::wire::scripts::acquire::AcquireTerms;
-use crate::wire::scripts::reply::{ScriptReply, run};
 use crate::wire::scripts::{LockKeyNames, Role};
 
 reply_statuses! {
@@ -346,7 +348,7 @@ pub(crate) async fn release(
                 release_trace,
                 release_args,
             });
-            run(&RELEASE, conn, &cmd).await?
+            RELEASE.run(conn, &cmd).await?
         }
         LockKind::Read | LockKind::Write => {
             let cmd = RW_RELEASE.command(&RwReleaseInputs {
@@ -357,7 +359,7 @@ pub(crate) async fn release(
                 role: Role(kind),
                 keep: scope.keep(),
             });
-            run(&RW_RELEASE, conn, &cmd).await?
+            RW_RELEASE.run(conn, &cmd).await?
         }
         LockKind::Semaphore { .. } => {
             let cmd = SEM_RELEASE.command(&SemReleaseInputs {
@@ -366,7 +368,7 @@ pub(crate) async fn release(
                 release_trace,
                 release_args,
             });
-            run(&SEM_RELEASE, conn, &cmd).await?
+            SEM_RELEASE.run(conn, &cmd).await?
         }
     };
     released_holds(&reply)
@@ -443,7 +445,7 @@ pub(crate) async fn handover(
         token_block: terms.block,
         release_trace_ms: scope_keys.trace_ms,
     });
-    let reply = run(&HANDOVER, conn, &cmd).await?;
+    let reply = HANDOVER.run(conn, &cmd).await?;
     Ok(match reply.status() {
         handed_over::PASSED => {
             let handed_over::Passed {
@@ -489,10 +491,14 @@ pub(crate) async fn force_unlock(
     };
     let reply = match kind {
         LockKind::Exclusive | LockKind::Fair => {
-            run(&FORCE_UNLOCK, conn, &FORCE_UNLOCK.command(&inputs)).await?
+            FORCE_UNLOCK
+                .run(conn, &FORCE_UNLOCK.command(&inputs))
+                .await?
         }
         LockKind::Read | LockKind::Write => {
-            run(&RW_FORCE_UNLOCK, conn, &RW_FORCE_UNLOCK.command(&inputs)).await?
+            RW_FORCE_UNLOCK
+                .run(conn, &RW_FORCE_UNLOCK.command(&inputs))
+                .await?
         }
         LockKind::Semaphore { .. } => {
             let cmd = SEM_FORCE_UNLOCK.command(&SemForceUnlockInputs {
@@ -501,7 +507,7 @@ pub(crate) async fn force_unlock(
                 release_trace: inputs.release_trace,
                 unlock_args: inputs.unlock_args,
             });
-            run(&SEM_FORCE_UNLOCK, conn, &cmd).await?
+            SEM_FORCE_UNLOCK.run(conn, &cmd).await?
         }
     };
     match reply.status() {

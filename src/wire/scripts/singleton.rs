@@ -3,9 +3,10 @@
 
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{Arg, ScriptSpec, reply_statuses};
+use crate::wire::script::ScriptSpec;
+use crate::wire::script_inputs::Arg;
 use crate::wire::script_inputs::{OneArg, script_inputs};
-use crate::wire::scripts::reply::run;
+use crate::wire::script_reply::reply_statuses;
 
 reply_statuses! {
     /// What a claim of a tick answers.
@@ -149,7 +150,7 @@ pub(crate) async fn claim_tick(
         claim: claim.claim,
         mode: claim.mode,
     });
-    let reply = run(&CLAIM_TICK, conn, &cmd).await?;
+    let reply = CLAIM_TICK.run(conn, &cmd).await?;
     let status = match reply.status() {
         tick_claim::RUN => ClaimStatus::Run,
         tick_claim::SETTLED => ClaimStatus::Settled,
@@ -186,7 +187,7 @@ pub(crate) async fn record_leader(
         owner,
         term,
     });
-    let reply = run(&RECORD_LEADER, conn, &cmd).await?;
+    let reply = RECORD_LEADER.run(conn, &cmd).await?;
     match reply.status() {
         leader_record::RECORDED => Ok(true),
         leader_record::REFUSED => Ok(false),

@@ -3,10 +3,11 @@
 
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::{ScriptSpec, reply_statuses};
+use crate::wire::script::ScriptSpec;
 use crate::wire::script_inputs::script_inputs;
+use crate::wire::script_reply::ScriptReply;
+use crate::wire::script_reply::reply_statuses;
 use crate::wire::scripts::acquire::{KnownEpoch, epoch_checked};
-use crate::wire::scripts::reply::{ScriptReply, run};
 
 reply_statuses! {
     /// What a renewal answers besides [`epoch_checked::EPOCH_CHANGED`].
@@ -153,7 +154,7 @@ pub(crate) async fn renew(
         restart_keeps_writes: epoch.keeps_writes,
     };
     let cmd = RENEW.command_each(&inputs, &items);
-    let reply = run(&RENEW, conn, &cmd).await?;
+    let reply = RENEW.run(conn, &cmd).await?;
     Ok(match reply.status() {
         renewed::RENEWED => {
             let renewed::Renewed { per_lock } = reply.values();
@@ -212,7 +213,7 @@ pub(crate) async fn heartbeat(
 /// epoch its first one, without a quarantine); returns whether one was waived.
 pub(crate) async fn waive_quarantine(conn: &mut Conn, epoch_key: &str) -> redis::RedisResult<bool> {
     let cmd = EPOCH_WAIVE.command(&WaiveInputs { epoch: epoch_key });
-    let reply = run(&EPOCH_WAIVE, conn, &cmd).await?;
+    let reply = EPOCH_WAIVE.run(conn, &cmd).await?;
     match reply.status() {
         waived::WAIVED => Ok(true),
         waived::NONE_RAN => Ok(false),

@@ -1,8 +1,91 @@
-//! What a script answered: a status, then its values.
+//! What a script answers: a status, named (`reply_statuses!`), then the values of that
+//! status, named by a struct whose fields' order is their order in the script's table.
 
 use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, Value};
 
-use crate::wire::script_inputs::Inputs;
+/// Named reply statuses: Rust constants, and the same names bound in a script's Lua. A status
+/// followed by values names them in a struct (`STATUS = 1 => Struct { field: type }`), whose
+/// fields' order is the order of the values in the script's table after the status; a later
+/// status of the same values names the struct alone (`OTHER = 2 => Struct`).
+macro_rules! reply_statuses {
+    (
+        $(#[$doc:meta])* $module:ident {
+            $(
+                $(#[$status_doc:meta])* $name:ident = $value:expr
+                $(=> $values:ident $({
+                    $($(#[$field_doc:meta])* $field:ident: $field_type:ty),* $(,)?
+                })?)?
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$doc])*
+        pub(crate) mod $module {
+            $(
+                $(#[$status_doc])* pub(crate) const $name: i64 = $value;
+                $($($crate::wire::script_reply::reply_values! {
+                    #[doc = concat!("The values after [`", stringify!($name), "`], in order.")]
+                    pub(crate) struct $values {
+                        $($(#[$field_doc])* $field: $field_type,)*
+                    }
+                })?)?
+            )*
+            /// Every status, by name, for the script's Lua.
+            // `()`, no values, where a status has no struct.
+            #[allow(unused_parens)]
+            pub(crate) const ALL: &[$crate::wire::script_reply::Status] = &[$(
+                $crate::wire::script_reply::Status {
+                    name: stringify!($name),
+                    value: $value,
+                    least_values:
+                        <($($values)?) as $crate::wire::script_reply::ReplyValues>::LEAST,
+                    most_values: <($($values)?) as $crate::wire::script_reply::ReplyValues>::MOST,
+                }
+            ),*];
+        }
+    };
+}
+pub(crate) use reply_statuses;
+
+/// The values a script's reply gives after its status, named: the fields' order is the
+/// order of the values in the script's table.
+macro_rules! reply_values {
+    (
+        $(#[$doc:meta])* $vis:vis struct $values:ident {
+            $($(#[$field_doc:meta])* $field:ident: $field_type:ty),* $(,)?
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        $vis struct $values {
+            $($(#[$field_doc])* pub(crate) $field: $field_type,)*
+        }
+
+        impl $crate::wire::script_reply::ReplyValues for $values {
+            const LEAST: usize =
+                0 $(+ <$field_type as $crate::wire::script_reply::ReplyValue>::LEAST)*;
+            const MOST: usize =
+                0_usize $(.saturating_add(<$field_type as $crate::wire::script_reply::ReplyValue>::MOST))*;
+
+            fn take(values: &mut $crate::wire::script_reply::Values<'_>) -> Self {
+                Self {
+                    $($field: $crate::wire::script_reply::ReplyValue::take(values),)*
+                }
+            }
+        }
+    };
+}
+pub(crate) use reply_values;
+
+/// A reply status, named, with how many values may follow it in the script's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Status {
+    pub(crate) name: &'static str,
+    pub(crate) value: i64,
+    /// At least this many values follow it (a short reply leaves out the last ones).
+    pub(crate) least_values: usize,
+    /// At most this many.
+    pub(crate) most_values: usize,
+}
 
 /// A script's reply: its status (one of its description's), then its values.
 pub(crate) struct ScriptReply {
@@ -37,16 +120,6 @@ impl ScriptReply {
             format!("{}: {:?}", self.script, self.values),
         ))
     }
-}
-
-/// Runs a script's command and reads its reply.
-pub(crate) async fn run<I: Inputs, E: Inputs>(
-    script: &crate::wire::script::ScriptSpec<I, E>,
-    conn: &mut crate::wire::conn::Conn,
-    cmd: &redis::Cmd,
-) -> RedisResult<ScriptReply> {
-    let value = script.lua().run(conn, cmd).await?;
-    ScriptReply::read(script.file, value, script.short_reply)
 }
 
 impl ScriptReply {
@@ -158,7 +231,7 @@ mod tests {
 
     use super::*;
 
-    crate::wire::script::reply_statuses! {
+    crate::wire::script_reply::reply_statuses! {
         /// Statuses for the test.
         sample {
             /// A status with values, the last two of which a short reply leaves out.
