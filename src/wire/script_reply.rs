@@ -66,10 +66,12 @@ macro_rules! reply_values {
             const MOST: usize =
                 0_usize $(.saturating_add(<$field_type as $crate::wire::script_reply::ReplyValue>::MOST))*;
 
-            fn take(values: &mut $crate::wire::script_reply::Values<'_>) -> Self {
-                Self {
-                    $($field: $crate::wire::script_reply::ReplyValue::take(values),)*
-                }
+            fn take(
+                values: &mut $crate::wire::script_reply::Values<'_>,
+            ) -> redis::RedisResult<Self> {
+                Ok(Self {
+                    $($field: $crate::wire::script_reply::ReplyValue::take(values)?,)*
+                })
             }
         }
     };
@@ -107,9 +109,16 @@ impl ScriptReply {
         status.and_then(Result::ok).unwrap_or(i64::MIN)
     }
 
-    /// The values after the status, as the struct `T` that names them.
-    pub(crate) fn values<T: ReplyValues>(&self) -> T {
-        T::take(&mut self.values.get(1..).unwrap_or(&[]).iter())
+    /// The values after the status, as the struct `T` that names them; an error when one is
+    /// not of its field's type.
+    pub(crate) fn values<T: ReplyValues>(&self) -> RedisResult<T> {
+        T::take(&mut self.values.get(1..).unwrap_or(&[]).iter()).map_err(|err| {
+            RedisError::from((
+                ErrorKind::UnexpectedReturnType,
+                "a script answered a value of another type than its struct names",
+                format!("{}: {:?}: {err}", self.script, self.values),
+            ))
+        })
     }
 
     /// The error of a status the script's description does not name.
@@ -146,13 +155,13 @@ impl ScriptReply {
 }
 
 /// The values a reply gives after one status, named (made by `reply_statuses!`).
-pub(crate) trait ReplyValues {
+pub(crate) trait ReplyValues: Sized {
     /// At least how many values it takes.
     const LEAST: usize;
     /// At most how many.
     const MOST: usize;
     /// Takes its values in order from `values`.
-    fn take(values: &mut Values<'_>) -> Self;
+    fn take(values: &mut Values<'_>) -> RedisResult<Self>;
 }
 
 /// No values: a status alone.
@@ -160,38 +169,44 @@ impl ReplyValues for () {
     const LEAST: usize = 0;
     const MOST: usize = 0;
 
-    fn take(_: &mut Values<'_>) -> Self {}
+    fn take(_: &mut Values<'_>) -> RedisResult<Self> {
+        Ok(())
+    }
 }
 
 /// One field of [`ReplyValues`], taking what it needs of the reply's values.
-pub(crate) trait ReplyValue {
+pub(crate) trait ReplyValue: Sized {
     /// At least how many values it takes.
     const LEAST: usize;
     /// At most how many.
     const MOST: usize;
     /// Takes its value (or values) from `values`.
-    fn take(values: &mut Values<'_>) -> Self;
+    fn take(values: &mut Values<'_>) -> RedisResult<Self>;
 }
 
-/// A figure that may be below zero; 0 when the reply ends before it, or has no number there.
+/// A figure that may be below zero; 0 when the reply ends before it.
 impl ReplyValue for i64 {
     const LEAST: usize = 1;
     const MOST: usize = 1;
 
-    fn take(values: &mut Values<'_>) -> Self {
-        let value = values.next().map(i64::from_redis_value_ref);
-        value.and_then(Result::ok).unwrap_or(0)
+    fn take(values: &mut Values<'_>) -> RedisResult<Self> {
+        match values.next() {
+            Some(value) => Ok(i64::from_redis_value_ref(value)?),
+            None => Ok(0),
+        }
     }
 }
 
-/// A word, such as a replication id; empty when the reply ends before it, or has none there.
+/// A word, such as a replication id; empty when the reply ends before it.
 impl ReplyValue for String {
     const LEAST: usize = 1;
     const MOST: usize = 1;
 
-    fn take(values: &mut Values<'_>) -> Self {
-        let value = values.next().map(String::from_redis_value_ref);
-        value.and_then(Result::ok).unwrap_or_default()
+    fn take(values: &mut Values<'_>) -> RedisResult<Self> {
+        match values.next() {
+            Some(value) => Ok(String::from_redis_value_ref(value)?),
+            None => Ok(String::new()),
+        }
     }
 }
 
@@ -200,8 +215,8 @@ impl ReplyValue for u64 {
     const LEAST: usize = 1;
     const MOST: usize = 1;
 
-    fn take(values: &mut Values<'_>) -> Self {
-        u64::try_from(i64::take(values)).unwrap_or(0)
+    fn take(values: &mut Values<'_>) -> RedisResult<Self> {
+        Ok(u64::try_from(i64::take(values)?).unwrap_or(0))
     }
 }
 
@@ -210,8 +225,11 @@ impl<T: ReplyValue> ReplyValue for Option<T> {
     const LEAST: usize = 0;
     const MOST: usize = T::MOST;
 
-    fn take(values: &mut Values<'_>) -> Self {
-        (!values.as_slice().is_empty()).then(|| T::take(values))
+    fn take(values: &mut Values<'_>) -> RedisResult<Self> {
+        if values.as_slice().is_empty() {
+            return Ok(None);
+        }
+        T::take(values).map(Some)
     }
 }
 
@@ -220,8 +238,12 @@ impl ReplyValue for Vec<i64> {
     const LEAST: usize = 0;
     const MOST: usize = usize::MAX;
 
-    fn take(values: &mut Values<'_>) -> Self {
-        std::iter::from_fn(|| (!values.as_slice().is_empty()).then(|| i64::take(values))).collect()
+    fn take(values: &mut Values<'_>) -> RedisResult<Self> {
+        let mut each = Vec::with_capacity(values.len());
+        while values.len() > 0 {
+            each.push(i64::take(values)?);
+        }
+        Ok(each)
     }
 }
 
@@ -244,7 +266,7 @@ mod tests {
     #[test]
     fn a_short_reply_stands_for_its_status_and_one_figure_and_a_table_is_read_whole() {
         let short = ScriptReply::read("a.lua", Value::Int(42), Some(1)).expect("read");
-        let values: sample::Done = short.values();
+        let values: sample::Done = short.values().expect("numbers");
         assert_eq!(short.status(), sample::DONE);
         assert_eq!(
             (values.first, values.second, values.third),
@@ -252,7 +274,7 @@ mod tests {
         );
         let table = Value::Array(vec![Value::Int(1), Value::Int(-2), Value::Int(-7)]);
         let whole = ScriptReply::read("a.lua", table, Some(1)).expect("read");
-        let values: sample::Done = whole.values();
+        let values: sample::Done = whole.values().expect("numbers");
         assert_eq!(
             (values.first, values.second, values.third),
             (0, Some(-7), None),
@@ -266,7 +288,7 @@ mod tests {
         ]);
         let per_item = ScriptReply::read("a.lua", table, None).expect("read");
         assert_eq!(per_item.status(), sample::PER_ITEM);
-        let per_item: sample::PerItem = per_item.values();
+        let per_item: sample::PerItem = per_item.values().expect("numbers");
         assert_eq!((per_item.count, per_item.each), (3, vec![1, -1]));
         let counts: Vec<_> = sample::ALL
             .iter()
@@ -285,5 +307,12 @@ mod tests {
             "a value a short reply leaves out, or a value per item, may be missing"
         );
         assert!(ScriptReply::read("a.lua", Value::Int(42), None).is_err());
+        let word = Value::BulkString(b"x".to_vec());
+        let table = Value::Array(vec![Value::Int(1), Value::Int(3), word]);
+        let wrong = ScriptReply::read("a.lua", table, None).expect("read");
+        assert!(
+            wrong.values::<sample::Done>().is_err(),
+            "a word where a number belongs is an error, not 0"
+        );
     }
 }

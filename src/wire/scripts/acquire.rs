@@ -413,7 +413,7 @@ fn acquire_reply(
 ) -> redis::RedisResult<AcquireReply> {
     Ok(match reply.status() {
         acquired::ACQUIRED => {
-            let acquired: acquired::Acquired = reply.values();
+            let acquired: acquired::Acquired = reply.values()?;
             AcquireReply::Acquired {
                 token: acquired.first_token,
                 lease_left_ms: acquired.lease_left_ms.unwrap_or(lease_ms),
@@ -425,7 +425,7 @@ fn acquire_reply(
                 lease_left_ms,
                 server_ms,
                 last_token,
-            } = reply.values();
+            } = reply.values()?;
             AcquireReply::Waiting {
                 lease_left_ms,
                 server_ms,
@@ -434,21 +434,21 @@ fn acquire_reply(
         }
         acquired::NOT_OWNER => AcquireReply::NotOwner,
         acquired::PERMITS_MISMATCH => {
-            let acquired::PermitsMismatch { stored } = reply.values();
+            let acquired::PermitsMismatch { stored } = reply.values()?;
             AcquireReply::PermitsMismatch { stored }
         }
         epoch_checked::EPOCH_CHANGED => {
             let epoch_checked::EpochChanged {
                 epoch,
                 longest_lease_ms,
-            } = reply.values();
+            } = reply.values()?;
             AcquireReply::EpochChanged {
                 epoch,
                 longest_lease_ms,
             }
         }
         epoch_checked::QUARANTINED => {
-            let epoch_checked::Quarantined { left_ms, server_ms } = reply.values();
+            let epoch_checked::Quarantined { left_ms, server_ms } = reply.values()?;
             AcquireReply::Quarantined { left_ms, server_ms }
         }
         _ => return Err(reply.unknown()),

@@ -67,7 +67,7 @@ pub(crate) async fn witness_promotion(
         vouched_ms,
     });
     let reply = PROMOTION_WITNESS.run(conn, &cmd).await?;
-    let promotion::Served { replication_id } = reply.values();
+    let promotion::Served { replication_id } = reply.values()?;
     match reply.status() {
         promotion::NOT_PROMOTED => Ok(Promotion::None),
         promotion::SEEN => Ok(Promotion::Seen(replication_id)),

@@ -417,7 +417,7 @@ pub(crate) async fn release_each(
 fn released_holds(reply: &ScriptReply) -> redis::RedisResult<Option<u64>> {
     match reply.status() {
         released::RELEASED => {
-            let released::Released { holds_left } = reply.values();
+            let released::Released { holds_left } = reply.values()?;
             Ok(Some(holds_left))
         }
         released::NOT_HELD => Ok(None),
@@ -451,14 +451,14 @@ pub(crate) async fn handover(
             let handed_over::Passed {
                 server_ms,
                 last_token,
-            } = reply.values();
+            } = reply.values()?;
             HandoverReply::Passed {
                 server_ms,
                 last_token,
             }
         }
         handed_over::KEPT => {
-            let kept: handed_over::Kept = reply.values();
+            let kept: handed_over::Kept = reply.values()?;
             HandoverReply::Kept {
                 token: kept.first_token,
                 reserved: kept.reserved.max(1),

@@ -164,7 +164,7 @@ pub(crate) async fn claim_tick(
         tick,
         passed,
         server_ms,
-    } = reply.values();
+    } = reply.values()?;
     Ok(TickReply {
         status,
         tick,

@@ -157,7 +157,7 @@ pub(crate) async fn renew(
     let reply = RENEW.run(conn, &cmd).await?;
     Ok(match reply.status() {
         renewed::RENEWED => {
-            let renewed::Renewed { per_lock } = reply.values();
+            let renewed::Renewed { per_lock } = reply.values()?;
             RenewReply::Renewed(
                 per_lock
                     .into_iter()
@@ -173,7 +173,7 @@ pub(crate) async fn renew(
             let epoch_checked::EpochChanged {
                 epoch,
                 longest_lease_ms,
-            } = reply.values();
+            } = reply.values()?;
             RenewReply::EpochChanged {
                 epoch,
                 longest_lease_ms,
