@@ -1,11 +1,11 @@
 //! One description per Lua script, shared by Rust and Lua: its inputs, one typed struct whose
 //! fields name its keys and arguments in order (`script_inputs.rs`), and its reply statuses,
-//! named, each with the struct of the values that follow it (`script_reply.rs`). From it the command is sized
-//! and written, and the Lua block that binds the names (`local OWNER = ARGV[2]`) is put
-//! before the script's own code, so no position is written twice and a script reads its
-//! inputs by name. A batch gives each item the same keys and arguments, a struct of their
-//! own (`each_item()`); what varies per item in length follows all the items, in the order
-//! the items' own arguments count it (`take_rest(n)`).
+//! named, each with the struct of the values that follow it (`script_reply.rs`). From it the
+//! command is sized and written, and the Lua block that binds the names
+//! (`local OWNER = ARGV[2]`) is put before the script's own code, so no position is written
+//! twice and a script reads its inputs by name. A batch gives each item the same keys and
+//! arguments, a struct of their own (`each_item()`); what varies per item in length follows
+//! all the items, in the order the items' own arguments count it (`take_rest(n)`).
 //!
 //! A script's source is the binding block, then its own file, in which a line
 //! `--#include <library>` stands for a library of shared functions from `lua/lib/`. A

@@ -63,8 +63,8 @@ macro_rules! reply_values {
         impl $crate::wire::script_reply::ReplyValues for $values {
             const LEAST: usize =
                 0 $(+ <$field_type as $crate::wire::script_reply::ReplyValue>::LEAST)*;
-            const MOST: usize =
-                0_usize $(.saturating_add(<$field_type as $crate::wire::script_reply::ReplyValue>::MOST))*;
+            const MOST: usize = 0_usize
+                $(.saturating_add(<$field_type as $crate::wire::script_reply::ReplyValue>::MOST))*;
 
             fn take(
                 values: &mut $crate::wire::script_reply::Values<'_>,

@@ -8,10 +8,8 @@ use crate::lock_kind::LockKind;
 use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
 use crate::wire::script::ScriptSpec;
-use crate::wire::script_inputs::Arg;
-use crate::wire::script_inputs::{OneArg, script_inputs};
-use crate::wire::script_reply::ScriptReply;
-use crate::wire::script_reply::{Status, reply_statuses};
+use crate::wire::script_inputs::{Arg, OneArg, script_inputs};
+use crate::wire::script_reply::{ScriptReply, Status, reply_statuses};
 use crate::wire::scripts::{LockKeyNames, Role};
 
 reply_statuses! {
@@ -52,7 +50,7 @@ reply_statuses! {
 script_inputs! {
     /// The terms every acquisition takes: the same for every owner that asks alike (see
     /// [`TermArgs::new`]).
-    pub(crate) struct TermArgs {
+    struct TermArgs {
         keys {}
         args {
             lease_ms: u64,

@@ -3,8 +3,7 @@
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
 use crate::wire::script::ScriptSpec;
-use crate::wire::script_inputs::Arg;
-use crate::wire::script_inputs::script_inputs;
+use crate::wire::script_inputs::{Arg, script_inputs};
 use crate::wire::script_reply::reply_statuses;
 
 reply_statuses! {

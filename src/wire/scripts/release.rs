@@ -6,10 +6,8 @@ use crate::lock_kind::LockKind;
 use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
 use crate::wire::script::ScriptSpec;
-use crate::wire::script_inputs::Arg;
-use crate::wire::script_inputs::{OneArg, script_inputs};
-use crate::wire::script_reply::ScriptReply;
-use crate::wire::script_reply::reply_statuses;
+use crate::wire::script_inputs::{Arg, OneArg, script_inputs};
+use crate::wire::script_reply::{ScriptReply, reply_statuses};
 use crate::wire::scripts::acquire::AcquireTerms;
 use crate::wire::scripts::{LockKeyNames, Role};
 

@@ -4,8 +4,7 @@
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
 use crate::wire::script::ScriptSpec;
-use crate::wire::script_inputs::Arg;
-use crate::wire::script_inputs::{OneArg, script_inputs};
+use crate::wire::script_inputs::{Arg, OneArg, script_inputs};
 use crate::wire::script_reply::reply_statuses;
 
 reply_statuses! {

@@ -5,8 +5,7 @@ use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
 use crate::wire::script::ScriptSpec;
 use crate::wire::script_inputs::script_inputs;
-use crate::wire::script_reply::ScriptReply;
-use crate::wire::script_reply::reply_statuses;
+use crate::wire::script_reply::{ScriptReply, reply_statuses};
 use crate::wire::scripts::acquire::{KnownEpoch, epoch_checked};
 
 reply_statuses! {
