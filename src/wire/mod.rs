@@ -15,6 +15,7 @@ mod script;
 #[cfg(test)]
 mod script_check;
 mod script_inputs;
+mod script_library;
 mod script_reply;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;

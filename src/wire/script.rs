@@ -10,8 +10,9 @@
 //! A script's source is the binding block, then its own file, in which a line
 //! `--#include <library>` stands for a library of shared functions from `lua/lib/`. A
 //! cluster client runs it after `lua/cluster.lua`, which stops it in a migrating slot.
-//! Where the include stands is where Lua creates those functions, each time the script runs
-//! past it: a script includes what its fast path needs first, and the rest after it.
+//! Where the include stands is where Lua creates those of its functions that the script calls
+//! (`script_library.rs`), each time the script runs past it: a script includes what its fast
+//! path needs first, and the rest after it or inside the function that alone needs it.
 
 use std::fmt::Write;
 use std::marker::PhantomData;
@@ -22,26 +23,8 @@ use redis::Cmd;
 use crate::layout::LUA_BINDINGS;
 use crate::wire::lua::Lua;
 use crate::wire::script_inputs::{Arg, Inputs, MAX_NUMBER_LEN, script_inputs};
+use crate::wire::script_library::{INCLUDE, cut, functions_used, library};
 use crate::wire::script_reply::{ScriptReply, Status};
-
-/// The libraries a script may include, by name.
-pub(crate) const LIBRARIES: &[(&str, &str)] = &[
-    ("clock", include_str!("lua/lib/clock.lua")),
-    ("saves", include_str!("lua/lib/saves.lua")),
-    ("counter", include_str!("lua/lib/counter.lua")),
-    ("tokens", include_str!("lua/lib/tokens.lua")),
-    ("life", include_str!("lua/lib/life.lua")),
-    ("promotion", include_str!("lua/lib/promotion.lua")),
-    ("epoch", include_str!("lua/lib/epoch.lua")),
-    ("queue_expiry", include_str!("lua/lib/queue_expiry.lua")),
-    ("queue", include_str!("lua/lib/queue.lua")),
-    ("rw", include_str!("lua/lib/rw.lua")),
-    ("semaphore", include_str!("lua/lib/semaphore.lua")),
-    ("release_trace", include_str!("lua/lib/release_trace.lua")),
-];
-
-/// How an include of a library is written in a script's file.
-pub(crate) const INCLUDE: &str = "--#include ";
 
 /// A Lua script, described: it takes the inputs `I`, and per item of a batch the inputs `E`.
 pub(crate) struct ScriptSpec<I: Inputs, E: Inputs = NoItems> {
@@ -163,16 +146,17 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
     pub(crate) fn source(&self) -> String {
         let mut source = self.bindings();
         let item_names = Self::item_names().join(", ");
+        let used = functions_used(self.code);
         if self.per_item {
             for name in self.hoisted {
-                source.push_str(library(name));
+                source.push_str(&cut(library(name), &used));
             }
             writeln!(source, "local function run_item({item_names})").expect("a String");
         }
         for line in self.code.split_inclusive('\n') {
             match line.trim_end().strip_prefix(INCLUDE) {
                 Some(name) if self.per_item && self.hoisted.contains(&name) => {}
-                Some(name) => source.push_str(library(name)),
+                Some(name) => source.push_str(&cut(library(name), &used)),
                 None => source.push_str(line),
             }
         }
@@ -326,14 +310,6 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
         rest.iter().copied().for_each(write_arg);
         cmd
     }
-}
-
-/// The code of the library `name`.
-pub(crate) fn library(name: &str) -> &'static str {
-    LIBRARIES
-        .iter()
-        .find_map(|(library, code)| (*library == name).then_some(*code))
-        .unwrap_or_else(|| panic!("no Lua library named '{name}'"))
 }
 
 /// What every description shows of itself, whatever its counts: for the check of each

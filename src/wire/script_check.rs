@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 
 use crate::wire::lua::CLUSTER_PRELUDE;
-use crate::wire::script::{Described, INCLUDE, LIBRARIES, library};
+use crate::wire::script::Described;
+use crate::wire::script_library::{INCLUDE, LIBRARIES, library, words};
 use crate::wire::scripts;
 
 /// Lua's keywords, and the globals a Redis script may read.
@@ -13,53 +14,6 @@ const LUA_NAMES: &[&str] = &[
     "nil", "not", "or", "repeat", "return", "then", "true", "until", "while", "redis", "string",
     "math", "table", "tonumber", "tostring", "unpack", "type", "ipairs", "pairs",
 ];
-
-/// One identifier of Lua code, with whether a call follows it and whether it is defined as
-/// a `local function` there.
-#[derive(Debug)]
-struct Word<'a> {
-    name: &'a str,
-    defines_function: bool,
-}
-
-/// The identifiers of `code` in order, leaving out comments, strings and fields (`a.b`,
-/// `a:b`: only `a` counts).
-fn words(code: &str) -> Vec<Word<'_>> {
-    let bytes = code.as_bytes();
-    let mut words = Vec::new();
-    let mut at = 0;
-    let mut after_local_function = false;
-    while at < bytes.len() {
-        let byte = bytes[at];
-        if code[at..].starts_with("--") {
-            at += code[at..].find('\n').unwrap_or(code.len() - at);
-        } else if byte == b'\'' || byte == b'"' {
-            at += 1;
-            while at < bytes.len() && bytes[at] != byte {
-                at += if bytes[at] == b'\\' { 2 } else { 1 };
-            }
-            at += 1;
-        } else if byte.is_ascii_alphabetic() || byte == b'_' {
-            let start = at;
-            while at < bytes.len() && (bytes[at].is_ascii_alphanumeric() || bytes[at] == b'_') {
-                at += 1;
-            }
-            let name = &code[start..at];
-            let field = start > 0 && matches!(bytes[start - 1], b'.' | b':');
-            if !field {
-                words.push(Word {
-                    name,
-                    defines_function: after_local_function,
-                });
-            }
-            after_local_function =
-                words.len() >= 2 && name == "function" && words[words.len() - 2].name == "local";
-        } else {
-            at += 1;
-        }
-    }
-    words
-}
 
 /// The names `code` binds itself: locals, parameters and loop variables.
 fn bound_names(code: &str) -> BTreeSet<&str> {
@@ -357,5 +311,29 @@ fn a_script_binds_its_keys_arguments_and_statuses_by_name_in_order() {
             !source.contains(INCLUDE),
             "every include is replaced by its library"
         );
+    }
+}
+
+#[test]
+fn every_library_function_a_scripts_source_names_is_made_in_it() {
+    let library_functions: BTreeSet<&str> = LIBRARIES
+        .iter()
+        .flat_map(|(_, code)| words(code))
+        .filter(|word| word.defines_function)
+        .map(|word| word.name)
+        .collect();
+    for script in scripts::all() {
+        let source = script.source();
+        let made: BTreeSet<&str> = words(&source)
+            .into_iter()
+            .filter(|word| word.defines_function)
+            .map(|word| word.name)
+            .collect();
+        let missing: BTreeSet<&str> = words(&source)
+            .into_iter()
+            .map(|word| word.name)
+            .filter(|name| library_functions.contains(name) && !made.contains(name))
+            .collect();
+        assert!(missing.is_empty(), "{}: {missing:?}", script.file());
     }
 }

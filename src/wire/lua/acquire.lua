@@ -45,9 +45,6 @@ if lock_and_queue == 0 and MODE ~= 'reenter' and epoch_current then
 end
 
 -- The functions of the slower paths are created only when a script runs this far.
---#include life
---#include promotion
---#include epoch
 --#include queue_expiry
 --#include queue
 
@@ -57,10 +54,15 @@ local block = tonumber(TOKEN_BLOCK)
 -- 2. The epoch is checked before a lock is taken or granted, and only then: a look that finds
 -- the lock held (or adds to a hold, which adds to a hold of this epoch if it is still there)
 -- grants nothing, whatever happened to Redis's data.
+-- The epoch's functions are created only when it is not current (a look at a held lock, a
+-- hand-over, never needs them).
 local function may_grant()
   if epoch_current then
     return nil
   end
+--#include life
+--#include promotion
+--#include epoch
   return check_epoch(EPOCH, KNOWN_EPOCH, KNOWN_LONGEST_LEASE_MS, QUARANTINE_MS, LEASE_MS,
     EPOCH_MARKER, RESTART_KEEPS_WRITES)
 end
