@@ -110,7 +110,9 @@ pub(crate) struct LastLook {
     /// The server's clock when it ran.
     pub(crate) server_ms: u64,
     /// The last fencing token reserved in the lock's scope when it ran: every grant after
-    /// it reserves tokens above this one, whatever the server's clock did.
+    /// it reserves tokens above this one, whatever the server's clock did. 0 after the first
+    /// look of an owner Redis has never seen (`join`), which queues it: no grant to it can
+    /// come before that look.
     pub(crate) last_token: u64,
 }
 

@@ -8,7 +8,7 @@
 -- lock (token 0 on a re-entry; the tokens reserved, the first and those for local
 -- hand-overs, are TOKEN_BLOCK unless given: fewer when the scope's counter ran ahead, see
 -- tokens.lua); {WAITING, holder's lease left ms, server ms, last token reserved in the scope
--- (0 when this owner did not queue)} when it does not; {NOT_OWNER} when a re-entry finds the
+-- (0 when this owner did not queue, or joined: see step 6)} when it does not; {NOT_OWNER} when a re-entry finds the
 -- lock no longer held by this owner; {EPOCH_CHANGED, epoch, longest lease ms} when the client
 -- must learn them first; {QUARANTINED, left ms, server ms} during a restart quarantine.
 -- A lock taken at once with its whole block answers with its first token alone, which stands
@@ -122,7 +122,10 @@ if free then
 end
 
 -- 6. Not this owner's: a waiting owner joins the queue, or keeps its place in it, and is told
--- the last token reserved (see `last_token`); an owner that does not wait is told 0.
+-- the last token reserved (see `last_token`); an owner that does not wait is told 0, and so
+-- is one Redis has never seen ('join'): it is queued here for the first time, and only a
+-- queued owner is granted the lock, so every grant to it comes after this look, whatever
+-- token it bears.
 if MODE == 'wait' or MODE == 'join' then
   -- A held lock that was the only key of the two found has nobody queued yet: its holder's
   -- release must now look at the queue. (A lock held while others wait says so already.)
@@ -131,6 +134,9 @@ if MODE == 'wait' or MODE == 'join' then
     mark_queued()
   end
   enqueue(OWNER, now, tonumber(ALIVE_MS), lease, block, nil, fresh)
+  if MODE == 'join' then
+    return {WAITING, left, now, 0}
+  end
   return {WAITING, left, now, last_token()}
 end
 return {WAITING, left, now, 0}
