@@ -107,7 +107,7 @@ if state == nil or state == 'read' then
   end
 end
 -- An owner that queues is told the last token reserved (see `last_token`); one that does not,
--- 0.
+-- or that Redis has never seen ('join', see acquire.lua's step 6), 0.
 local last = 0
 if mode == 'wait' then
   local queued_role = ROLE_WRITE
@@ -119,7 +119,9 @@ if mode == 'wait' then
     mark_queued()
   end
   enqueue(owner, now, tonumber(ALIVE_MS), lease, block, queued_role)
-  last = last_token()
+  if MODE ~= 'join' then
+    last = last_token()
+  end
 end
 local left = redis.call('pttl', LOCK)
 if first_left and first_left < left then

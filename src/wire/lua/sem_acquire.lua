@@ -52,11 +52,13 @@ if not waiting and used + take <= permits then
   return {ACQUIRED, sem_add(owner, now, lease, block, take, permits), lease}
 end
 -- An owner that queues is told the last token reserved (see `last_token`); one that does not,
--- 0.
+-- or that Redis has never seen ('join', see acquire.lua's step 6), 0.
 local last = 0
 if mode ~= 'try' then
   enqueue(owner, now, tonumber(ALIVE_MS), lease, block, tostring(take))
-  last = last_token()
+  if mode ~= 'join' then
+    last = last_token()
+  end
 end
 -- The first holder whose lease runs out may free permits.
 local first = redis.call('zrange', HOLDERS, 0, 0, 'WITHSCORES')[2]
