@@ -78,8 +78,12 @@ impl RideOut {
 /// What Redis may keep of a waiting owner, for its waiter to give back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kept {
-    /// Nothing: no script has seen the owner yet, the last reply left nothing of it, or it
-    /// holds the lock now (its holder answers for it). A wait joins the queue as a newcomer.
+    /// Nothing, and no script has seen the owner yet: a wait joins the queue as a newcomer
+    /// (`join`), whose look need not ask what only an owner seen before can have (a grant),
+    /// and no grant to it can come before that look.
+    Unseen,
+    /// Nothing: the last reply left nothing of it (a look again asks), or it holds the lock
+    /// now (its holder answers for it).
     Nothing,
     /// Maybe a place in the queue, or a grant nobody saw: the undo gives them back.
     PlaceOrGrant,
@@ -163,7 +167,7 @@ impl Waiter {
             slot,
             last_look: None,
             conn: None,
-            kept: Kept::Nothing,
+            kept: Kept::Unseen,
             undo_within: Duration::ZERO,
             place: None,
             listening: None,
@@ -275,14 +279,14 @@ impl Waiter {
         // dropped connection), and its second run must find the lock its first took.
         let newcomer = !shared.placement.may_send_again();
         let mut send_mode = match (mode, self.kept) {
-            (AcquireMode::Wait, Kept::Nothing) if newcomer => AcquireMode::Join,
+            (AcquireMode::Wait, Kept::Unseen) if newcomer => AcquireMode::Join,
             (mode, _) => mode,
         };
         // With group commit, a first look at an exclusive or fair lock on one server may go
         // out with others.
         let mut first_look = shared.config.group_commit
             && newcomer
-            && self.kept == Kept::Nothing
+            && self.kept == Kept::Unseen
             && matches!(self.kind, LockKind::Exclusive | LockKind::Fair)
             && matches!(send_mode, AcquireMode::Join | AcquireMode::Try);
         let mut epochs_learned = 0;
