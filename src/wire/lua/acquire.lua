@@ -8,9 +8,10 @@
 -- lock (token 0 on a re-entry; the tokens reserved, the first and those for local
 -- hand-overs, are TOKEN_BLOCK unless given: fewer when the scope's counter ran ahead, see
 -- tokens.lua); {WAITING, holder's lease left ms, server ms, last token reserved in the scope
--- (0 when this owner did not queue, or joined: see step 6)} when it does not; {NOT_OWNER} when a re-entry finds the
--- lock no longer held by this owner; {EPOCH_CHANGED, epoch, longest lease ms} when the client
--- must learn them first; {QUARANTINED, left ms, server ms} during a restart quarantine.
+-- (0 when this owner did not queue, or joined: see step 6)} when it does not; {NOT_OWNER}
+-- when a re-entry finds the lock no longer held by this owner; {EPOCH_CHANGED, epoch,
+-- longest lease ms} when the client must learn them first; {QUARANTINED, left ms, server ms}
+-- during a restart quarantine.
 -- A lock taken at once with its whole block answers with its first token alone, which stands
 -- for {ACQUIRED, token, the lease asked for, TOKEN_BLOCK}: Redis builds and sends a table at
 -- about a tenth of an uncontended acquire and release.
