@@ -3,7 +3,8 @@
 //! instructions each, so a library brings into a script only the functions that the script's
 //! own code calls, directly or through another of them. The two scripts of a hand-over
 //! between instances create 29 functions instead of 55 (the acquire's epoch check makes its
-//! own only when it runs), about 8 % of that hand-over's Redis work (docs/benchmarks.md).
+//! own only when it runs), about 8 % of that hand-over's Redis work (docs/benchmarks.md, "A
+//! hand-over's work").
 
 use std::collections::BTreeSet;
 
