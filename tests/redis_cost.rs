@@ -183,3 +183,69 @@ async fn a_hand_over_between_instances_costs_redis_at_most_twenty_one_commands()
         total as f64 / ROUNDS as f64
     );
 }
+
+/// The acquire scripts' modes (`join`, `wait`) in the order MONITOR saw them between the
+/// `ECHO`s of `start` and `end`.
+async fn modes_sent_between(
+    monitor: &mut (impl futures_util::Stream<Item = String> + Unpin),
+    start: &str,
+    end: &str,
+) -> Vec<&'static str> {
+    use futures_util::StreamExt;
+    let (mut started, mut modes) = (false, Vec::new());
+    loop {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(10), monitor.next())
+            .await
+            .expect("MONITOR shows the end marker within 10 s")
+            .expect("the MONITOR connection stays open");
+        if line.contains(end) {
+            return modes;
+        }
+        started |= line.contains(start);
+        if started && line.to_ascii_lowercase().contains("\"evalsha\"") {
+            modes.extend(
+                ["join", "wait"]
+                    .into_iter()
+                    .filter(|mode| line.contains(&format!("\"{mode}\""))),
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn only_the_first_look_of_an_owner_no_script_has_seen_goes_as_a_newcomers() {
+    let server = RedisServer::start();
+    up_past_its_first_second(&server);
+    server.provision_epoch("lock:");
+    let watcher = redis::Client::open(server.url()).unwrap();
+    let mut monitor = watcher
+        .get_async_monitor()
+        .await
+        .unwrap()
+        .into_on_message::<String>();
+    // Another client loads the scripts, so that no look below is a NOSCRIPT sent again.
+    let other = support::client(&server).await;
+    let guard = other.lock("warm-up").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    // The epoch starts a quarantine of a second and a half, as after a restart.
+    let (seconds, micros): (u64, u64) = server.cmd(&["TIME"]);
+    let quarantine_until_ms = seconds * 1000 + micros / 1000 + 1500;
+    let epoch = format!("{} {quarantine_until_ms} 0", seconds * 1_000_000 + micros);
+    let _: () = server.cmd(&["SET", "lock:epoch", &epoch]);
+    // A client that knows no epoch yet: its first look is told the epoch, its second (in
+    // the same attempt) the quarantine, which leaves nothing of the owner in Redis; it looks
+    // again while the quarantine lasts, and the look after it takes the lock.
+    let locks = support::client(&server).await;
+    let _: String = server.cmd(&["ECHO", "start-of-acquisition"]);
+    let guard = locks.lock("tenant-1").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+    let _: String = server.cmd(&["ECHO", "end-of-acquisition"]);
+    let modes =
+        modes_sent_between(&mut monitor, "start-of-acquisition", "end-of-acquisition").await;
+    // Only a look of an owner no script has seen skips the token counter (`join`): after any
+    // reply, a look asks as a waiting owner's does.
+    assert!(modes.len() >= 3, "a look after the quarantine: {modes:?}");
+    assert_eq!(modes[0], "join", "{modes:?}");
+    assert!(modes[1..].iter().all(|mode| *mode == "wait"), "{modes:?}");
+}
