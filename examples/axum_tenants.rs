@@ -49,7 +49,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -198,8 +198,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if urls.is_empty() {
         urls.push("redis://127.0.0.1:6379".to_owned());
     }
-    // The application picks the exporter; the library only records.
-    let prometheus = PrometheusBuilder::new().install_recorder()?;
+    // The application picks the exporter; the library only records. Buckets, not the
+    // exporter's default summaries, so contrib/'s rules can add instances' waits up.
+    let prometheus = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Prefix("redis_lock_".into()),
+            tower_redis_lock::HISTOGRAM_BUCKETS,
+        )?
+        .install_recorder()?;
     tower_redis_lock::describe_metrics();
     let name = format!("orders-{instance}");
     let (locks, data) = if cluster {

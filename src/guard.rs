@@ -102,6 +102,12 @@ impl LockGuard {
         Self { hold }
     }
 
+    /// Marks this hold as a singleton's leadership, held for its term by design: it is left
+    /// out of `redis_lock_oldest_hold_start_time_seconds`.
+    pub(crate) fn held_for_a_term(&self) {
+        self.hold.holder().meter.held_for_a_term();
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.hold.holder().acquisition.name

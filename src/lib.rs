@@ -192,6 +192,8 @@ pub use lease::{Lease, LostReason, MAX_LEASE};
 pub use lock::{Lock, LockState};
 pub use lock_kind::LockKind;
 pub use meter::describe_metrics;
+#[cfg(feature = "metrics")]
+pub use meter::{HISTOGRAM_BUCKETS, MetricLabel, MetricSeries, MetricShape, metric_series};
 #[allow(deprecated)]
 pub use renamed::{
     DEFAULT_LOCAL_HANDOFF_LIMIT, DEFAULT_LOCAL_HANDOFF_WINDOW, MAX_LOCAL_HANDOFF_LIMIT,

@@ -9,128 +9,67 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Instant;
 
+#[cfg(feature = "metrics")]
+mod catalog;
 mod labels;
 mod leadership;
+#[cfg(feature = "metrics")]
+mod oldest_hold;
 
 use crate::error::ErrorKind;
 use crate::lease::LostReason;
 use crate::lock_kind::LockKind;
 use crate::rejection_kind::RejectionKind;
+#[cfg(feature = "metrics")]
+pub use catalog::{HISTOGRAM_BUCKETS, MetricLabel, MetricSeries, MetricShape, metric_series};
 pub(crate) use labels::{HandoverPath, IdempotentOutcome, Renewal, kind_label, lost_label};
 #[cfg(feature = "metrics")]
 use labels::{KINDS, LOST_REASONS, OUTCOMES, REDIS_ERROR_KINDS};
 use labels::{outcome_of, redis_error_label};
 pub(crate) use leadership::{
-    LEADER, LEADERSHIP_CHANGES, LeadershipChange, TICKS, TickOutcome, leadership_changed,
-    start_leadership_at_zero, start_ticks_at_zero, ticks,
+    LeadershipChange, TickOutcome, leadership_changed, start_leadership_at_zero,
+    start_ticks_at_zero, ticks,
 };
 
-/// Every metric's name, kind and meaning, as [`describe_metrics`] registers them.
-const METRICS: [(&str, Shape, &str); 14] = [
-    (
-        ACQUISITIONS,
-        Shape::Counter,
-        "Acquisitions asked for, by kind and outcome (acquired, busy, timeout, unavailable, \
-         denied, cancelled, shut_down, error).",
-    ),
-    (
-        WAIT_SECONDS,
-        Shape::Histogram,
-        "Seconds from asking for a lock to holding it, by kind.",
-    ),
-    (
-        HOLD_SECONDS,
-        Shape::Histogram,
-        "Seconds a lock was held by one holder of this client, by kind.",
-    ),
-    (
-        HANDOVERS,
-        Shape::Counter,
-        "Locks handed to a waiter, by path: local (between tasks of this client) or redis \
-         (granted from the Redis queue).",
-    ),
-    (
-        LOST,
-        Shape::Counter,
-        "Leases lost while held, by reason (taken, unreachable, expired, data_lost, shut_down).",
-    ),
-    (HELD, Shape::Gauge, "Locks held by this client now."),
-    (
-        WAITING,
-        Shape::Gauge,
-        "Acquisitions of this client waiting for a lock now.",
-    ),
-    (
-        RENEWALS,
-        Shape::Counter,
-        "Lease renewals by the watchdog, by outcome (renewed, taken, failed).",
-    ),
-    (
-        REDIS_ERRORS,
-        Shape::Counter,
-        "Redis commands that failed, by kind (unavailable, denied, redis, ...).",
-    ),
-    (
-        LAYER_REJECTIONS,
-        Shape::Counter,
-        "Requests the layer answered itself instead of running the service, by reason.",
-    ),
-    (
-        IDEMPOTENT,
-        Shape::Counter,
-        "Requests the idempotency layer handled, by outcome (first, replayed, mismatch, \
-         in_progress, not_stored, over_bound, refused, lease_lost, store_failed, unguarded, \
-         no_key, rejected).",
-    ),
-    (
-        LEADER,
-        Shape::Gauge,
-        "1 while this instance leads the singleton task `name`, else 0.",
-    ),
-    (
-        LEADERSHIP_CHANGES,
-        Shape::Counter,
-        "Leaderships of singleton tasks by this instance, by name and change (gained, lost, \
-         resigned).",
-    ),
-    (
-        TICKS,
-        Shape::Counter,
-        "Ticks of schedules, by name and outcome (run, skipped, missed), each counted by the \
-         one instance that ran, skipped or found it.",
-    ),
-];
-
 /// `redis_lock_acquisitions_total{kind, outcome}`.
+#[cfg(feature = "metrics")]
 pub(crate) const ACQUISITIONS: &str = "redis_lock_acquisitions_total";
 /// `redis_lock_wait_seconds{kind}`.
+#[cfg(feature = "metrics")]
 pub(crate) const WAIT_SECONDS: &str = "redis_lock_wait_seconds";
 /// `redis_lock_hold_seconds{kind}`.
+#[cfg(feature = "metrics")]
 pub(crate) const HOLD_SECONDS: &str = "redis_lock_hold_seconds";
 /// `redis_lock_handovers_total{path}`.
+#[cfg(feature = "metrics")]
 pub(crate) const HANDOVERS: &str = "redis_lock_handovers_total";
 /// `redis_lock_lost_total{reason}`.
+#[cfg(feature = "metrics")]
 pub(crate) const LOST: &str = "redis_lock_lost_total";
 /// `redis_lock_held`.
+#[cfg(feature = "metrics")]
 pub(crate) const HELD: &str = "redis_lock_held";
 /// `redis_lock_waiting`.
+#[cfg(feature = "metrics")]
 pub(crate) const WAITING: &str = "redis_lock_waiting";
 /// `redis_lock_renewals_total{outcome}`.
+#[cfg(feature = "metrics")]
 pub(crate) const RENEWALS: &str = "redis_lock_renewals_total";
 /// `redis_lock_redis_errors_total{kind}`.
+#[cfg(feature = "metrics")]
 pub(crate) const REDIS_ERRORS: &str = "redis_lock_redis_errors_total";
 /// `redis_lock_layer_rejections_total{reason}`.
+#[cfg(feature = "metrics")]
 pub(crate) const LAYER_REJECTIONS: &str = "redis_lock_layer_rejections_total";
 /// `redis_lock_idempotent_total{outcome}`.
+#[cfg(feature = "metrics")]
 pub(crate) const IDEMPOTENT: &str = "redis_lock_idempotent_total";
-
-/// What kind of metric a name is.
-#[derive(Clone, Copy)]
-enum Shape {
-    Counter,
-    Gauge,
-    Histogram,
-}
+/// `redis_lock_oldest_hold_start_time_seconds`.
+#[cfg(feature = "metrics")]
+pub(crate) const OLDEST_HOLD_START: &str = "redis_lock_oldest_hold_start_time_seconds";
+/// `redis_lock_quarantined`.
+#[cfg(feature = "metrics")]
+pub(crate) const QUARANTINED: &str = "redis_lock_quarantined";
 
 /// Registers every metric's description (and, for the wait and hold times, the unit) with
 /// the recorder installed now, so an exporter can print them (Prometheus's `# HELP`). Call it
@@ -141,17 +80,16 @@ enum Shape {
 /// `increase(redis_lock_lost_total[5m]) > 0` sees the first lost lease of a process.
 pub fn describe_metrics() {
     #[cfg(feature = "metrics")]
-    for (name, shape, help) in METRICS {
-        match shape {
-            Shape::Counter => metrics::describe_counter!(name, help),
-            Shape::Gauge => metrics::describe_gauge!(name, help),
-            Shape::Histogram => {
+    for series in metric_series() {
+        let (name, help) = (series.name, series.help);
+        match series.shape {
+            MetricShape::Counter => metrics::describe_counter!(name, help),
+            MetricShape::Gauge => metrics::describe_gauge!(name, help),
+            MetricShape::Histogram => {
                 metrics::describe_histogram!(name, metrics::Unit::Seconds, help);
             }
         }
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = METRICS;
 }
 
 /// Records every counter series whose labels are known at 0, and the gauges at 0, with the
@@ -188,7 +126,9 @@ pub(crate) fn start_at_zero() {
             metrics::counter!(IDEMPOTENT, "outcome" => outcome.as_str()).increment(0);
         }
         metrics::gauge!(HELD).increment(0.0);
+        metrics::gauge!(OLDEST_HOLD_START).increment(0.0);
         metrics::gauge!(WAITING).increment(0.0);
+        metrics::gauge!(QUARANTINED).increment(0.0);
     }
 }
 
@@ -305,6 +245,9 @@ impl Drop for AcquireMeter {
 pub(crate) struct HoldMeter {
     kind: &'static str,
     since: Instant,
+    /// Its place among the holds running, until it ends or is held for a term by design.
+    #[cfg(feature = "metrics")]
+    running: std::sync::Mutex<Option<oldest_hold::RunningHold>>,
 }
 
 impl HoldMeter {
@@ -312,10 +255,20 @@ impl HoldMeter {
     pub(crate) fn start(kind: LockKind) -> Self {
         #[cfg(feature = "metrics")]
         metrics::gauge!(HELD).increment(1.0);
+        let since = Instant::now();
         Self {
             kind: kind_label(kind),
-            since: Instant::now(),
+            since,
+            #[cfg(feature = "metrics")]
+            running: std::sync::Mutex::new(Some(oldest_hold::RunningHold::begin(since))),
         }
+    }
+
+    /// Leaves this hold out of the oldest hold: a singleton's leadership is held for its
+    /// whole term by design, so it is no stuck hold an alert should page for.
+    pub(crate) fn held_for_a_term(&self) {
+        #[cfg(feature = "metrics")]
+        drop(self.running.lock().expect("running hold").take());
     }
 }
 
@@ -357,6 +310,15 @@ pub(crate) fn renewals(outcome: Renewal, count: usize) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (outcome.as_str(), count);
+}
+
+/// Moves the count of this process's clients in a restart quarantine: up when one hears of
+/// it, down when it ends.
+pub(crate) fn quarantine(in_force: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(QUARANTINED).increment(if in_force { 1.0 } else { -1.0 });
+    #[cfg(not(feature = "metrics"))]
+    let _ = in_force;
 }
 
 /// Counts a failed Redis command by the kind of its error.

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 
 use crate::keys::LockKeys;
+use crate::meter;
 use crate::scopes::Placement;
 use crate::wire::scripts::KnownEpoch;
 
@@ -136,6 +137,10 @@ impl Epoch {
         let started = {
             let mut until = self.quarantine_until.lock().expect("quarantine");
             let running = until.is_some_and(|end| end > Instant::now());
+            if until.is_none() {
+                // Counted while an end is kept: each end is cleared once, below or waived.
+                meter::quarantine(true);
+            }
             if until.is_none_or(|end| end < ends) {
                 *until = Some(ends);
             }
@@ -167,6 +172,7 @@ impl Epoch {
                 let mut current = until.lock().expect("quarantine");
                 if *current == Some(end) {
                     *current = None;
+                    meter::quarantine(false);
                     drop(current);
                     tracing::warn!("restart quarantine over: locks are granted again");
                 }
@@ -177,7 +183,14 @@ impl Epoch {
 
     /// Forgets the quarantine this client heard of: an operator waived it.
     pub(crate) fn waived(&self) {
-        let ended = self.quarantine_until.lock().expect("quarantine").take();
+        let ended = {
+            let mut until = self.quarantine_until.lock().expect("quarantine");
+            let ended = until.take();
+            if ended.is_some() {
+                meter::quarantine(false);
+            }
+            ended
+        };
         if ended.is_some() {
             tracing::warn!("restart quarantine waived: locks are granted again");
         }

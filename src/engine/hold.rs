@@ -298,7 +298,7 @@ pub(crate) struct Holder {
     /// How this holder got the lock from the holder before it, if it was handed over.
     pub(crate) handed_over: Option<HandoverPath>,
     /// Counts this hold as held until it ends.
-    _meter: HoldMeter,
+    pub(crate) meter: HoldMeter,
 }
 
 impl Holder {
@@ -320,7 +320,7 @@ impl Holder {
             budget,
             number,
             handed_over,
-            _meter: HoldMeter::start(acquisition.terms.kind),
+            meter: HoldMeter::start(acquisition.terms.kind),
             acquisition,
         }
     }

@@ -4,11 +4,14 @@
 //! a consumer), a fixed few per service, never a tenant or an order.
 
 /// `redis_lock_leader{name}`.
+#[cfg(feature = "metrics")]
 pub(crate) const LEADER: &str = "redis_lock_leader";
 /// `redis_lock_leadership_changes_total{name, change}`.
+#[cfg(feature = "metrics")]
 pub(crate) const LEADERSHIP_CHANGES: &str = "redis_lock_leadership_changes_total";
 
 /// `redis_lock_ticks_total{name, outcome}`.
+#[cfg(feature = "metrics")]
 pub(crate) const TICKS: &str = "redis_lock_ticks_total";
 
 /// What became of a schedule's tick, as the instance that saw it counts it (each tick is

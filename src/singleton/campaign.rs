@@ -54,6 +54,7 @@ where
             }
         };
         retry = RETRY_FIRST;
+        guard.held_for_a_term();
         match lead(&singleton, guard, &mut task, shutdown.as_mut()).await {
             TermEnd::ShutDown => return Ok(()),
             TermEnd::TaskEnded if singleton.after_task_ends == AfterTaskEnd::Resign => {
