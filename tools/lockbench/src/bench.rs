@@ -6,11 +6,11 @@ use std::time::Instant;
 use redis::aio::MultiplexedConnection;
 use serde_json::json;
 
-use crate::helpers::Res;
 use crate::child::ChildProcess;
 use crate::cpu::client_cpu_us_per_acq;
 use crate::deployment::Control;
 use crate::figures::{Figures, analyse, count_commands};
+use crate::helpers::Res;
 use crate::helpers::{now_us, percentile};
 use crate::load::{StartLoad, default_max_load, load_average, online_cores, shown, wait_quiet};
 use crate::output::{

@@ -10,9 +10,9 @@ use redis::cluster_async::ClusterConnection;
 use serde::{Deserialize, Serialize};
 use tower_redis_lock::LockClient;
 
-use crate::helpers::connect;
 use crate::commandstats;
 use crate::helpers::Res;
+use crate::helpers::connect;
 
 /// The Redis a run talks to: one server's URL, or the seed URLs of a cluster.
 #[derive(Clone, Debug, Serialize, Deserialize)]

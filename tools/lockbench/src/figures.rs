@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::helpers::{percentile, sorted};
+use crate::helpers::{per_mille, percentile, sorted};
 use crate::workload::{Implementation, ProcessResult, Record, Schedule};
 
 /// Everything measured in one run (or, in the summary, the median over repetitions).
@@ -15,8 +15,16 @@ pub(crate) struct Figures {
     /// Every acquisition of the run, warm-up and drain included.
     pub(crate) acquisitions_total: f64,
     pub(crate) acq_per_s: f64,
+    /// The wait's distribution, not only its middle and tail: a chart draws every lock's
+    /// from p10 to p99.9 (`lockbench charts`), where two locks with the same p50 and p99
+    /// can still part.
+    pub(crate) wait_p10_us: Option<f64>,
+    pub(crate) wait_p25_us: Option<f64>,
     pub(crate) wait_p50_us: Option<f64>,
+    pub(crate) wait_p75_us: Option<f64>,
+    pub(crate) wait_p90_us: Option<f64>,
     pub(crate) wait_p99_us: Option<f64>,
+    pub(crate) wait_p999_us: Option<f64>,
     /// The longest wait that overlapped the window, including waits that only ended after
     /// the stop: percentiles over granted acquisitions hide a starved waiter, this does not.
     pub(crate) wait_max_us: Option<f64>,
@@ -65,8 +73,13 @@ pub(crate) fn analyse(schedule: &Schedule, results: &[ProcessResult], counters: 
         acquisitions: measured.len() as f64,
         acquisitions_total: per_key.iter().map(Vec::len).sum::<usize>() as f64,
         acq_per_s: measured.len() as f64 / schedule.window_seconds(),
+        wait_p10_us: percentile(&waits, 10),
+        wait_p25_us: percentile(&waits, 25),
         wait_p50_us: percentile(&waits, 50),
+        wait_p75_us: percentile(&waits, 75),
+        wait_p90_us: percentile(&waits, 90),
         wait_p99_us: percentile(&waits, 99),
+        wait_p999_us: per_mille(&waits, 999),
         wait_max_us: longest_wait(&per_key, schedule),
         gap_p50_us: percentile(&handovers.all, 50),
         gap_p99_us: percentile(&handovers.all, 99),

@@ -45,10 +45,16 @@ pub(crate) fn sorted(values: impl Iterator<Item = i64>) -> Vec<i64> {
 
 /// Nearest-rank percentile of sorted values.
 pub(crate) fn percentile(sorted: &[i64], p: usize) -> Option<f64> {
+    per_mille(sorted, p * 10)
+}
+
+/// Nearest-rank quantile of sorted values in thousandths, for the tail a percentile cannot
+/// name (999: the 99.9th percentile).
+pub(crate) fn per_mille(sorted: &[i64], p: usize) -> Option<f64> {
     if sorted.is_empty() {
         return None;
     }
-    Some(sorted[((sorted.len() - 1) * p) / 100] as f64)
+    Some(sorted[((sorted.len() - 1) * p) / 1000] as f64)
 }
 
 pub(crate) fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
@@ -73,4 +79,20 @@ pub(crate) fn fixed(value: Option<f64>, decimals: usize) -> String {
 
 pub(crate) fn us(value: Option<f64>) -> String {
     fixed(value, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank_in_hundredths_and_thousandths() {
+        let values: Vec<i64> = (1..=1001).collect();
+        assert_eq!(percentile(&values, 10), Some(101.0));
+        assert_eq!(percentile(&values, 50), Some(501.0));
+        assert_eq!(percentile(&values, 99), Some(991.0));
+        assert_eq!(per_mille(&values, 999), Some(1000.0));
+        assert_eq!(per_mille(&values, 1000), Some(1001.0));
+        assert_eq!(per_mille(&[], 999), None);
+    }
 }

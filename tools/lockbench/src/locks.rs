@@ -9,8 +9,8 @@ use redis::aio::MultiplexedConnection;
 use tower_redis_lock::layout;
 use tower_redis_lock::{Lock, LockClient, LockGuard};
 
-use crate::helpers::Res;
 use crate::deployment::Deployment;
+use crate::helpers::Res;
 use crate::helpers::connect;
 use crate::workload::Implementation;
 

@@ -21,6 +21,7 @@
 //! lockbench --redis URL [--seconds 2] [--reps 3] [--only ours,ours-pw,rslock,naive,bare]
 //!           [--workload contended-w32-2proc,uncontended-w1,...]
 //! lockbench --cluster --redis SEED [--redis SEED ...] [...]
+//! lockbench charts --from results.jsonl --out DIR
 //! ```
 //!
 //! With `--cluster`, the `--redis` URLs are seeds of a Redis Cluster and only this library
@@ -38,10 +39,20 @@
 //! marked next to every ratio, as its ratios converge toward 1 (`--wait-quiet SECS` waits
 //! for the load to fall first).
 //!
+//! `lockbench charts` runs nothing: it draws SVG charts (rates, Redis CPU and wait
+//! distributions per workload, this library against rslock) from the JSON lines of an
+//! earlier run, so the charts docs/benchmarks.md shows can be redrawn from kept data.
+//!
 //! Exit codes: 0 done, 1 a mutual-exclusion violation in some run, 2 usage, 3 the benchmark
-//! could not run (Redis or the child process failed).
+//! could not run (Redis or the child process failed) or the charts could not be drawn (an
+//! unreadable or malformed input, an unwritable directory).
 
 mod bench;
+mod chart_bars;
+mod chart_data;
+mod chart_parts;
+mod chart_waits;
+mod charts;
 mod child;
 #[path = "../../programs/commandstats.rs"]
 mod commandstats;
@@ -56,14 +67,16 @@ mod ratios;
 mod report;
 mod settings;
 mod summary;
+mod svg;
 mod worker;
 mod workload;
 
 use std::process::ExitCode;
 
 use crate::bench::bench;
+use crate::charts::write_charts;
 use crate::child::child_main;
-use crate::settings::{USAGE, parse};
+use crate::settings::{ChartPaths, Command, USAGE, parse_command};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -77,8 +90,9 @@ async fn main() -> ExitCode {
             }
         };
     }
-    let settings = match parse(args) {
-        Ok(settings) => settings,
+    let settings = match parse_command(args) {
+        Ok(Command::Bench(settings)) => settings,
+        Ok(Command::Charts(paths)) => return charts_main(&paths),
         Err(problem) => {
             eprintln!("lockbench: {problem}\n{USAGE}");
             return ExitCode::from(2);
@@ -92,6 +106,22 @@ async fn main() -> ExitCode {
         }
         Err(err) => {
             eprintln!("lockbench: {err}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+/// `lockbench charts`: the files written go to stderr, as the benchmark's tables do.
+fn charts_main(paths: &ChartPaths) -> ExitCode {
+    match write_charts(&paths.from, &paths.out) {
+        Ok(written) => {
+            for path in written {
+                eprintln!("wrote {}", path.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(problem) => {
+            eprintln!("lockbench charts: {problem}");
             ExitCode::from(3)
         }
     }

@@ -3,11 +3,11 @@
 
 use serde_json::json;
 
-use crate::report::{Ping, RunReport};
 use crate::figures::Figures;
 use crate::helpers::{fixed, round, us};
 use crate::load::{StartLoad, load_average, shown};
 use crate::ratios::Ratio;
+use crate::report::{Ping, RunReport};
 use crate::summary::{Comparison, SummaryRow, Target};
 use crate::workload::{Implementation, Workload};
 
@@ -187,6 +187,11 @@ fn figures_json(f: &Figures) -> serde_json::Value {
         "wait_p50_us": f.wait_p50_us,
         "wait_p99_us": f.wait_p99_us,
         "wait_max_us": f.wait_max_us,
+        "wait_p10_us": f.wait_p10_us,
+        "wait_p25_us": f.wait_p25_us,
+        "wait_p75_us": f.wait_p75_us,
+        "wait_p90_us": f.wait_p90_us,
+        "wait_p999_us": f.wait_p999_us,
         "gap_p50_us": f.gap_p50_us,
         "gap_p99_us": f.gap_p99_us,
         "gap_change_p50_us": f.gap_change_p50_us,

@@ -1,9 +1,9 @@
 //! The summary over the repetitions (medians, violations summed) and the targets this
 //! library is held to, read on it.
 
-use crate::report::{Ping, RunReport};
 use crate::figures::Figures;
 use crate::helpers::{fixed, median, us};
+use crate::report::{Ping, RunReport};
 use crate::workload::{Implementation, Workload};
 
 /// One (lock, workload) pair over every repetition.
@@ -49,8 +49,13 @@ fn median_figures(reps: &[&Figures]) -> Figures {
         acquisitions: m(|f| Some(f.acquisitions)).unwrap_or_default(),
         acquisitions_total: m(|f| Some(f.acquisitions_total)).unwrap_or_default(),
         acq_per_s: m(|f| Some(f.acq_per_s)).unwrap_or_default(),
+        wait_p10_us: m(|f| f.wait_p10_us),
+        wait_p25_us: m(|f| f.wait_p25_us),
         wait_p50_us: m(|f| f.wait_p50_us),
+        wait_p75_us: m(|f| f.wait_p75_us),
+        wait_p90_us: m(|f| f.wait_p90_us),
         wait_p99_us: m(|f| f.wait_p99_us),
+        wait_p999_us: m(|f| f.wait_p999_us),
         wait_max_us: m(|f| f.wait_max_us),
         gap_p50_us: m(|f| f.gap_p50_us),
         gap_p99_us: m(|f| f.gap_p99_us),

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::helpers::Res;
 use crate::cpu::measure_window;
 use crate::deployment::{Deployment, Store};
+use crate::helpers::Res;
 use crate::helpers::{now_us, sleep_until};
 use crate::locks::{Backend, KeyLock};
 use crate::workload::{ProcessResult, Record, RunSpec, Schedule};
