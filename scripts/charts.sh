@@ -7,8 +7,8 @@
 #   ./scripts/charts.sh                 # run the benchmark, keep its data, draw the charts
 #   ./scripts/charts.sh --from FILE     # redraw from kept data, without running anything
 #
-# The data's first line says where it came from (date, commit and whether the work tree had
-# uncommitted changes, Redis's version), so each chart's caption can; every line lockbench
+# The data's first line says where it came from (date, commit and whether the code it was
+# built from had uncommitted changes, Redis's version), so each chart's caption can; every line lockbench
 # prints carries the load average at its start, which the caption gives too. lockbench waits
 # up to 120 s for the load to fall first (the build just before raises it). The kept data is
 # replaced only when the benchmark ran to its end; the script exits with lockbench's status
@@ -46,7 +46,8 @@ if [ -z "$from" ]; then
     data=$(mktemp)
     trap 'cleanup; rm -f "$data"' EXIT
     dirty=false
-    if [ -n "$(git status --porcelain 2>/dev/null)" ]; then
+    # What the benchmark is built from; the docs and the charts themselves do not count.
+    if [ -n "$(git status --porcelain -- src tools Cargo.toml Cargo.lock 2>/dev/null)" ]; then
         dirty=true
     fi
     printf '{"kind":"source","date":"%s","commit":"%s","uncommitted_changes":%s,"redis":"%s"}\n' \
