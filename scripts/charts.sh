@@ -7,12 +7,12 @@
 #   ./scripts/charts.sh                 # run the benchmark, keep its data, draw the charts
 #   ./scripts/charts.sh --from FILE     # redraw from kept data, without running anything
 #
-# The data's first line says where it came from (date, commit and whether the code it was
-# built from had uncommitted changes, Redis's version), so each chart's caption can; every line lockbench
-# prints carries the load average at its start, which the caption gives too. lockbench waits
-# up to 120 s for the load to fall first (the build just before raises it). The kept data is
-# replaced only when the benchmark ran to its end; the script exits with lockbench's status
-# (1: a mutual-exclusion violation, whose data and charts are kept to be looked at).
+# The data's first line says where it came from (date, commit, whether the code it was built
+# from had uncommitted changes, Redis's version), so each chart's caption can; every line
+# lockbench prints carries the load average at its start, which the caption gives too.
+# lockbench waits up to 120 s for the load to fall first (the build just before raises it).
+# The kept data is replaced only when the benchmark ran to its end; the script exits with
+# lockbench's status (1: a mutual-exclusion violation, whose data and charts are kept).
 set -euo pipefail
 
 from=

