@@ -221,24 +221,20 @@ fn draw_key(svg: &mut Svg, y: f64) {
         svg.text((*x + mark_width + 5.0, y + 4.0), text, style);
         *x += mark_width + 5.0 + text_width(text, 11.0) + 16.0;
     };
+    // A vertical mark at `x`, `half` above and below the key's line.
+    let tick = |svg: &mut Svg, x: f64, half: f64, stroke: Stroke| {
+        svg.line((x, y - half), (x, y + half), stroke);
+    };
     let dark = Stroke::solid(DARK, 1.2);
     svg.outlined_rect((x, y - 6.0, 18.0, 12.0), GREY, 0.35, dark, "");
     label(svg, &mut x, 18.0, "box: p25 to p75");
-    svg.line(
-        (x + 4.0, y - 8.0),
-        (x + 4.0, y + 8.0),
-        Stroke::solid(DARK, 2.5),
-    );
+    tick(svg, x + 4.0, 8.0, Stroke::solid(DARK, 2.5));
     label(svg, &mut x, 8.0, "p50");
     svg.line((x, y), (x + 24.0, y), dark);
-    svg.line((x, y - 5.0), (x, y + 5.0), dark);
-    svg.line((x + 24.0, y - 5.0), (x + 24.0, y + 5.0), dark);
+    tick(svg, x, 5.0, dark);
+    tick(svg, x + 24.0, 5.0, dark);
     label(svg, &mut x, 24.0, "whiskers: p10 to p99.9");
-    svg.line(
-        (x + 3.0, y - 6.0),
-        (x + 3.0, y + 6.0),
-        Stroke::solid(DARK, 1.0),
-    );
+    tick(svg, x + 3.0, 6.0, Stroke::solid(DARK, 1.0));
     label(svg, &mut x, 6.0, "p90");
     svg.circle((x + 4.0, y), 3.5, Some(GREY), Stroke::solid(DARK, 1.0));
     label(svg, &mut x, 8.0, "p99");
