@@ -9,6 +9,8 @@
 //! PyPI package `grafana-foundation-sdk`; `./scripts/setup.sh` installs both. Without them
 //! these tests fail, naming what is missing.
 
+#![cfg(feature = "metrics")]
+
 #[path = "support/promql.rs"]
 mod promql;
 
