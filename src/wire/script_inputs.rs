@@ -3,6 +3,8 @@
 //! of the command. A value is then given by name where the command is built, and a script
 //! takes no other struct than its own.
 
+use std::fmt::Write as _;
+
 use redis::Cmd;
 
 /// The longest number a command carries: a `u64` in decimal.
@@ -17,6 +19,9 @@ pub(crate) enum Arg<'a> {
     Bytes(&'a [u8]),
     /// A number, written in decimal.
     Number(u64),
+    /// Numbers in decimal and a word, each after a space but the first: terms that travel
+    /// as one argument (Redis spends about 1,100 instructions on each argument of a call).
+    Joined(&'a [u64], &'a str),
 }
 
 impl Arg<'_> {
@@ -26,6 +31,7 @@ impl Arg<'_> {
             Self::Text(text) => text.len(),
             Self::Bytes(bytes) => bytes.len(),
             Self::Number(_) => MAX_NUMBER_LEN,
+            Self::Joined(numbers, word) => numbers.len() * (MAX_NUMBER_LEN + 1) + word.len(),
         }
     }
 
@@ -34,6 +40,14 @@ impl Arg<'_> {
             Self::Text(text) => cmd.arg(*text),
             Self::Bytes(bytes) => cmd.arg(*bytes),
             Self::Number(number) => cmd.arg(*number),
+            Self::Joined(numbers, word) => {
+                let mut joined = String::with_capacity(self.room());
+                for number in *numbers {
+                    write!(joined, "{number} ").expect("a String");
+                }
+                joined.push_str(word);
+                cmd.arg(joined)
+            }
         };
     }
 }
@@ -244,8 +258,13 @@ impl OneArg for u64 {
 /// A yes-or-no argument, as the scripts read it: `yes` or `no`.
 impl OneArg for bool {
     fn arg(&self) -> Arg<'_> {
-        Arg::Text(if *self { "yes" } else { "no" })
+        Arg::Text(yes_or_no(*self))
     }
+}
+
+/// A yes or a no as the scripts read it.
+pub(crate) const fn yes_or_no(yes: bool) -> &'static str {
+    if yes { "yes" } else { "no" }
 }
 
 #[cfg(test)]
@@ -266,6 +285,23 @@ mod tests {
             keys { pair: Pair<'a>, last_key: &'a str }
             args { owner: &'a str, lease_ms: u64, keeps_writes: bool }
         }
+    }
+
+    #[test]
+    fn joined_terms_travel_as_one_argument_within_their_room() {
+        let mut cmd = redis::cmd("EVALSHA");
+        let joined = Arg::Joined(&[u64::MAX, 0, 30_000], "no");
+        joined.write_to(&mut cmd);
+        let written: Vec<&[u8]> = cmd
+            .args_iter()
+            .filter_map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(bytes),
+                _ => None,
+            })
+            .collect();
+        let expected = format!("{} 0 30000 no", u64::MAX);
+        assert_eq!(written, [b"EVALSHA".as_slice(), expected.as_bytes()]);
+        assert!(joined.room() >= expected.len());
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub(crate) const LIBRARIES: &[(&str, &str)] = &[
     ("rw", include_str!("lua/lib/rw.lua")),
     ("semaphore", include_str!("lua/lib/semaphore.lua")),
     ("release_trace", include_str!("lua/lib/release_trace.lua")),
+    ("slow_terms", include_str!("lua/lib/slow_terms.lua")),
 ];
 
 /// How an include of a library is written in a script's file.

@@ -12,6 +12,7 @@
 --#include life
 --#include promotion
 --#include epoch
+--#include slow_terms
 --#include queue_expiry
 --#include queue
 --#include rw
@@ -26,8 +27,8 @@ local taking = mode == 'wait' or mode == 'try'
 -- A re-entry (or a read inside the write lock) adds to a hold of this epoch if it is still
 -- there; a lost one is simply gone.
 if taking then
-  local blocked = check_epoch(EPOCH, KNOWN_EPOCH, KNOWN_LONGEST_LEASE_MS, QUARANTINE_MS,
-    LEASE_MS, nil, RESTART_KEEPS_WRITES)
+  local blocked = check_epoch(EPOCH, known_epoch, known_lease_ms, quarantine_ms, LEASE_MS, nil,
+    keeps_writes)
   if blocked then
     return blocked
   end
@@ -118,7 +119,7 @@ if mode == 'wait' then
   if state == 'plain' then
     mark_queued()
   end
-  enqueue(owner, now, tonumber(ALIVE_MS), lease, block, queued_role)
+  enqueue(owner, now, tonumber(alive_ms), lease, block, queued_role)
   if MODE ~= 'join' then
     last = last_token()
   end

@@ -15,6 +15,7 @@
 --#include queue_expiry
 --#include queue
 --#include semaphore
+--#include slow_terms
 
 local owner, mode = OWNER, MODE
 if mode ~= 'wait' and mode ~= 'join' and mode ~= 'try' then
@@ -22,8 +23,8 @@ if mode ~= 'wait' and mode ~= 'join' and mode ~= 'try' then
 end
 local lease, block = tonumber(LEASE_MS), tonumber(TOKEN_BLOCK)
 local permits, take = tonumber(PERMITS), tonumber(TAKE)
-local blocked = check_epoch(EPOCH, KNOWN_EPOCH, KNOWN_LONGEST_LEASE_MS, QUARANTINE_MS,
-  LEASE_MS, nil, RESTART_KEEPS_WRITES)
+local blocked = check_epoch(EPOCH, known_epoch, known_lease_ms, quarantine_ms, LEASE_MS, nil,
+  keeps_writes)
 if blocked then
   return blocked
 end
@@ -55,7 +56,7 @@ end
 -- or that Redis has never seen ('join', see acquire.lua's step 6), 0.
 local last = 0
 if mode ~= 'try' then
-  enqueue(owner, now, tonumber(ALIVE_MS), lease, block, tostring(take))
+  enqueue(owner, now, tonumber(alive_ms), lease, block, tostring(take))
   if mode ~= 'join' then
     last = last_token()
   end

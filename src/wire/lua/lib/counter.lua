@@ -34,7 +34,7 @@ local function next_tokens(block)
     return first, block
   end
   local counter = redis.call('set', TOKEN_COUNTER, string.format('%d', first + block - 1), 'get')
-  counter = tonumber(counter or '0')
+  counter = (counter or 0) + 0
   if counter >= first then
     first = counter + 1
     block = math.max(1, math.min(block, now + tokens_ahead_us - counter))
@@ -49,5 +49,5 @@ end
 -- is above this one. The server's clock cannot tell: a clock that stepped back between a grant
 -- and a later look dates the grant after the look.
 local function last_token()
-  return tonumber(redis.call('get', TOKEN_COUNTER) or '0')
+  return (redis.call('get', TOKEN_COUNTER) or 0) + 0
 end
