@@ -21,7 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::checker::env_number;
 use support::cluster::RedisCluster;
-use support::topology_chaos::{HOT_KEYS, Workers, inject_faults, report_and_assert};
+use support::topology_chaos::{HOT_KEYS, Workers, inject_faults, keys_left, report_and_assert};
 use tokio::time::sleep;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -162,13 +162,24 @@ async fn chaos_on_a_cluster_keeps_exclusion_and_fencing_and_leaks_nothing() {
 
     let injected = inject_faults(seconds, &mut rng, &FAULTS, &mut cluster, inject).await;
     let verdict = workers.finish().await;
-    let keys_left = cluster.lock_keys_left(&cluster.masters());
+    let masters = cluster.masters();
+    let keys = keys_left(|| {
+        let mut left = std::collections::BTreeMap::new();
+        for &port in &masters {
+            for key in cluster.lock_keys_left(&[port]) {
+                let time_left: i64 = cluster.cmd(port, &["PTTL", &key]);
+                left.insert(key, time_left);
+            }
+        }
+        left
+    })
+    .await;
 
     report_and_assert(
         "cluster, 3 masters + 3 replicas",
         (seconds, seed),
         &verdict,
-        &keys_left,
+        &keys,
         &injected,
     );
     assert!(

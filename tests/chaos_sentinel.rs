@@ -4,7 +4,7 @@
 //! node started again as the new master's replica), failovers are asked of the sentinels
 //! (`SENTINEL FAILOVER`), and client connections are killed. Then the checker reads every
 //! process's log: no overlap among holders that were not told, tokens increasing per key,
-//! no stuck waiter, no key left.
+//! no stuck waiter, no key left past its lease.
 //!
 //! Every other process (one of the three) gathers its calls (group commit); the others send
 //! each alone.
@@ -25,7 +25,7 @@ use rand::{Rng, SeedableRng};
 use support::RedisServer;
 use support::checker::env_number;
 use support::sentinel::Sentinels;
-use support::topology_chaos::{Workers, inject_faults, report_and_assert};
+use support::topology_chaos::{Workers, inject_faults, keys_left, report_and_assert};
 use tokio::time::{Instant, sleep};
 
 /// The sentinels declare a master down after this.
@@ -181,17 +181,24 @@ async fn chaos_behind_sentinel_keeps_exclusion_and_fencing_and_leaks_nothing() {
     let master = topology
         .master()
         .expect("the sentinels agree on the master");
-    let keys_left: Vec<String> = topology.nodes[master]
-        .cmd::<Vec<String>>(&["KEYS", "lock:{*"])
-        .into_iter()
-        .filter(|key| !key.ends_with(":fence"))
-        .collect();
+    let node = &topology.nodes[master];
+    let keys = keys_left(|| {
+        node.cmd::<Vec<String>>(&["KEYS", "lock:{*"])
+            .into_iter()
+            .filter(|key| !key.ends_with(":fence"))
+            .map(|key| {
+                let left: i64 = node.cmd(&["PTTL", &key]);
+                (key, left)
+            })
+            .collect()
+    })
+    .await;
 
     report_and_assert(
         "sentinel, 1 master + 1 replica + 3 sentinels",
         (seconds, seed),
         &verdict,
-        &keys_left,
+        &keys,
         &injected,
     );
     assert!(
