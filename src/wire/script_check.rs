@@ -55,8 +55,6 @@ fn bound_names(code: &str) -> BTreeSet<&str> {
     bound
 }
 
-/// A script's parts in the order of its source: the prelude, its own code between includes,
-/// and each library where it is included.
 /// The names `code` binds with a `local` of its own at its top level (not a function's): what
 /// a library gives the code of a script after its include, such as the terms it splits.
 fn top_level_locals(code: &str) -> BTreeSet<&str> {
@@ -69,6 +67,8 @@ fn top_level_locals(code: &str) -> BTreeSet<&str> {
         .collect()
 }
 
+/// A script's parts in the order of its source: the prelude, its own code between includes,
+/// and each library where it is included.
 fn parts(script: &dyn Described) -> Vec<(String, &'static str)> {
     let mut parts = vec![("cluster.lua".to_owned(), CLUSTER_PRELUDE)];
     let code = script.code();

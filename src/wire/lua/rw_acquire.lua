@@ -119,7 +119,7 @@ if mode == 'wait' then
   if state == 'plain' then
     mark_queued()
   end
-  enqueue(owner, now, tonumber(alive_ms), lease, block, queued_role)
+  enqueue(owner, now, alive_ms + 0, lease, block, queued_role)
   if MODE ~= 'join' then
     last = last_token()
   end

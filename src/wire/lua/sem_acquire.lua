@@ -56,7 +56,7 @@ end
 -- or that Redis has never seen ('join', see acquire.lua's step 6), 0.
 local last = 0
 if mode ~= 'try' then
-  enqueue(owner, now, tonumber(alive_ms), lease, block, tostring(take))
+  enqueue(owner, now, alive_ms + 0, lease, block, tostring(take))
   if mode ~= 'join' then
     last = last_token()
   end
