@@ -26,10 +26,7 @@ use tower_redis_lock::idempotency::IdempotencyRecords;
 /// The id of the server's process, as it tells it.
 fn server_pid(server: &RedisServer) -> u32 {
     let info: String = server.cmd(&["INFO", "server"]);
-    info.lines()
-        .find_map(|line| line.strip_prefix("process_id:"))
-        .and_then(|pid| pid.trim().parse().ok())
-        .expect("INFO server tells the process id")
+    support::process_id(&info).expect("INFO server tells the process id")
 }
 
 #[test]

@@ -334,7 +334,7 @@ impl RedisCluster {
                 }
                 let info = self.try_cmd::<String>(port, &["INFO", "server"]);
                 if let Ok(info) = info {
-                    if info.contains(&format!("process_id:{}\r", child.id())) {
+                    if super::process_id(&info) == Some(child.id()) {
                         return Node {
                             port,
                             child,

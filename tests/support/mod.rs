@@ -79,14 +79,19 @@ impl RedisServer {
     }
 
     fn start_retrying(tls: Option<&ServerTls>, extra: &[&str]) -> Self {
+        let server = Self::spawn_on_a_free_port(|port| Self::spawn_on(port, tls, extra));
+        server.provision_epoch("lock:");
+        server
+    }
+
+    /// Runs `spawn` on a free port, and again on another when the server exits at once: the
+    /// port `free_port` found can be taken (by another test's server, or as the local port of
+    /// a connection) before the server binds it.
+    fn spawn_on_a_free_port(spawn: impl Fn(u16) -> Result<Self, String>) -> Self {
         let mut last_error = String::new();
         for _ in 0..5 {
-            let port = free_port();
-            match Self::spawn_on(port, tls, extra) {
-                Ok(server) => {
-                    server.provision_epoch("lock:");
-                    return server;
-                }
+            match spawn(free_port()) {
+                Ok(server) => return server,
                 Err(err) => last_error = err,
             }
         }
@@ -126,9 +131,11 @@ impl RedisServer {
     /// with an epoch: a new master needs [`Self::provision_epoch`], a replica takes its
     /// master's, and a server restarted from its files has its own.
     pub fn start_with_clock(clock: &clock::FakeClock, port: u16, extra: &[&str]) -> Self {
-        let port = if port == 0 { free_port() } else { port };
-        Self::spawn_with_env(port, None, extra, &clock.env())
-            .unwrap_or_else(|err| panic!("redis-server could not start: {err}"))
+        let spawn = |port| Self::spawn_with_env(port, None, extra, &clock.env());
+        match port {
+            0 => Self::spawn_on_a_free_port(spawn),
+            port => spawn(port).unwrap_or_else(|err| panic!("redis-server could not start: {err}")),
+        }
     }
 
     fn spawn_on(port: u16, tls: Option<&ServerTls>, extra: &[&str]) -> Result<Self, String> {
@@ -184,8 +191,10 @@ impl RedisServer {
                     "{binary} on port {port} exited with {status}{hint}"
                 ));
             }
-            if server.ping() {
-                return Ok(server);
+            match server.answering_process() {
+                Some(pid) if pid == server.child.id() => return Ok(server),
+                Some(_) => return Err(format!("another server answers on port {port}")),
+                None => {}
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -194,11 +203,15 @@ impl RedisServer {
         ))
     }
 
-    fn ping(&self) -> bool {
-        self.admin
+    /// The id of the process that answers on the server's port, if one does: another test's
+    /// server can have taken the port before this one bound it.
+    fn answering_process(&self) -> Option<u32> {
+        let mut conn = self
+            .admin
             .get_connection_with_timeout(Duration::from_millis(200))
-            .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn))
-            .is_ok()
+            .ok()?;
+        let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+        process_id(&info)
     }
 
     pub fn port(&self) -> u16 {
@@ -239,8 +252,9 @@ impl RedisServer {
     pub fn start_replica(&self, via_port: u16) -> Self {
         // Not provisioned: a replica takes the master's data, epoch key included.
         let master = via_port.to_string();
-        let replica = Self::spawn_on(free_port(), None, &["--replicaof", "127.0.0.1", &master])
-            .unwrap_or_else(|err| panic!("redis-server could not start: {err}"));
+        let replica = Self::spawn_on_a_free_port(|port| {
+            Self::spawn_on(port, None, &["--replicaof", "127.0.0.1", &master])
+        });
         let acked: i64 = self.cmd(&["WAIT", "1", &STARTUP_BOUND.as_millis().to_string()]);
         assert_eq!(
             acked, 1,
@@ -338,6 +352,13 @@ pub fn uptime_in_seconds(info: &str) -> Option<u64> {
     info.lines()
         .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
         .and_then(|seconds| seconds.trim().parse().ok())
+}
+
+/// The process id an `INFO server` reply tells.
+pub fn process_id(info: &str) -> Option<u32> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
 }
 
 /// The value of `--requirepass` among server arguments.

@@ -12,6 +12,14 @@ use super::{free_port, server_binary};
 /// exchange hellos every 2 s, on shared, busy machines).
 const MEET_BOUND: Duration = Duration::from_secs(60);
 
+/// What every sentinel of a set is told.
+struct Settings {
+    master_port: u16,
+    quorum: usize,
+    down_after: Duration,
+    failover_timeout: Duration,
+}
+
 /// Sentinels watching one master, named [`Sentinels::MASTER`].
 #[derive(Debug)]
 pub struct Sentinels {
@@ -45,33 +53,15 @@ impl Sentinels {
             nodes: Vec::new(),
             dir,
         };
-        let quorum = count / 2 + 1;
+        let settings = Settings {
+            master_port,
+            quorum: count / 2 + 1,
+            down_after,
+            failover_timeout,
+        };
         for _ in 0..count {
-            let port = free_port();
-            let config = sentinels.dir.join(format!("sentinel-{port}.conf"));
-            let text = format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
-                 sentinel monitor {master} 127.0.0.1 {master_port} {quorum}\n\
-                 sentinel down-after-milliseconds {master} {down}\n\
-                 sentinel failover-timeout {master} {failover}\n\
-                 sentinel parallel-syncs {master} 1\n",
-                dir = sentinels.dir.display(),
-                master = Self::MASTER,
-                down = down_after.as_millis(),
-                failover = failover_timeout.as_millis(),
-            );
-            std::fs::write(&config, text).expect("sentinel config");
-            let binary = server_binary();
-            let child = Command::new(&binary)
-                .arg(&config)
-                .arg("--sentinel")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|err| {
-                    panic!("{binary} could not start ({err}); run ./scripts/setup.sh to install it")
-                });
-            sentinels.nodes.push((port, child));
+            let sentinel = sentinels.own_sentinel(&settings);
+            sentinels.nodes.push(sentinel);
         }
         let started = Instant::now();
         for port in sentinels.ports() {
@@ -84,12 +74,102 @@ impl Sentinels {
                 assert!(
                     started.elapsed() < MEET_BOUND,
                     "sentinel {port} knows {known} sentinels and {replicas_known} replicas \
-                     after {MEET_BOUND:?}"
+                     after {MEET_BOUND:?}; {}",
+                    sentinels.describe()
                 );
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
         sentinels
+    }
+
+    /// A sentinel on a free port, answering as its own process: a port another test's server
+    /// took meanwhile (a race of free ports) makes the new one exit, and the harness takes
+    /// another port, so every sentinel of the set runs.
+    fn own_sentinel(&self, settings: &Settings) -> (u16, Child) {
+        let binary = server_binary();
+        let mut last_error = String::new();
+        for _ in 0..10 {
+            let port = free_port();
+            let mut child = Command::new(&binary)
+                .arg(self.write_config(port, settings))
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|err| {
+                    panic!("{binary} could not start ({err}); run ./scripts/setup.sh to install it")
+                });
+            let started = Instant::now();
+            while started.elapsed() < MEET_BOUND {
+                if let Ok(Some(status)) = child.try_wait() {
+                    last_error = format!("{binary} on port {port} exited with {status}");
+                    break;
+                }
+                if let Ok(info) = self.try_info(port) {
+                    if super::process_id(&info) == Some(child.id()) {
+                        return (port, child);
+                    }
+                    last_error = format!("another server answers on port {port}");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("a sentinel could not start: {last_error}");
+    }
+
+    /// Writes the config of the sentinel on `port` (its own file: sentinels rewrite it), with
+    /// a log file next to it for [`Self::describe`].
+    fn write_config(&self, port: u16, settings: &Settings) -> PathBuf {
+        let config = self.dir.join(format!("sentinel-{port}.conf"));
+        let text = format!(
+            "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {log}\n\
+             sentinel monitor {master} 127.0.0.1 {master_port} {quorum}\n\
+             sentinel down-after-milliseconds {master} {down}\n\
+             sentinel failover-timeout {master} {failover}\n\
+             sentinel parallel-syncs {master} 1\n",
+            dir = self.dir.display(),
+            log = log_path(&self.dir, port).display(),
+            master = Self::MASTER,
+            master_port = settings.master_port,
+            quorum = settings.quorum,
+            down = settings.down_after.as_millis(),
+            failover = settings.failover_timeout.as_millis(),
+        );
+        std::fs::write(&config, text).expect("sentinel config");
+        config
+    }
+
+    /// Whether each sentinel still runs, and the end of its log: what a failure to meet
+    /// reports.
+    fn describe(&mut self) -> String {
+        let dir = self.dir.clone();
+        self.nodes
+            .iter_mut()
+            .map(|(port, child)| {
+                let state = match child.try_wait() {
+                    Ok(Some(status)) => format!("exited with {status}"),
+                    _ => "running".to_owned(),
+                };
+                let log = std::fs::read_to_string(log_path(&dir, *port)).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(12).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!(
+                    "sentinel {port} {state}, its log ends:\n{}",
+                    tail.join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn try_info(&self, port: u16) -> redis::RedisResult<String> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_millis(200))?;
+        redis::cmd("INFO").arg("server").query(&mut conn)
     }
 
     fn try_count(&self, port: u16, what: &str) -> redis::RedisResult<usize> {
@@ -135,6 +215,11 @@ impl Sentinels {
             .ok()?;
         master.parse().ok()
     }
+}
+
+/// Where the sentinel on `port` logs.
+fn log_path(dir: &std::path::Path, port: u16) -> PathBuf {
+    dir.join(format!("sentinel-{port}.log"))
 }
 
 impl Drop for Sentinels {
