@@ -416,7 +416,7 @@ async fn the_layer_is_always_ready_and_readies_the_inner_service_once_the_lock_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_response_does_not_wait_for_the_release_and_a_later_request_waits_for_it() {
-    const PAUSE: Duration = Duration::from_millis(1500);
+    const PAUSE: Duration = Duration::from_secs(4);
     let server = RedisServer::start();
     let locks = client(&server).await;
     let url = server.url();
@@ -458,13 +458,20 @@ async fn the_response_does_not_wait_for_the_release_and_a_later_request_waits_fo
         "the release had not run when the response came"
     );
 
-    // The next request for the key in this process queues behind that release.
+    // The next request for the key in this process queues behind that release, which runs
+    // once the pause ends: at the soonest a pause after the first request was sent.
+    let pause_left = PAUSE.saturating_sub(started.elapsed());
     let second = send(&service, tenant_request("acme")).await;
     assert_eq!(second.status(), StatusCode::OK);
     let waited_ms: u64 = second.into_body().parse().unwrap();
     assert!(
-        waited_ms >= (PAUSE / 2).as_millis() as u64,
-        "the second request waited {waited_ms} ms for the release"
+        waited_ms >= pause_left.as_millis() as u64,
+        "the second request waited {waited_ms} ms for the release, {pause_left:?} of the pause \
+         were left when it was sent"
+    );
+    assert!(
+        pause_left >= PAUSE / 4,
+        "the second request was sent {pause_left:?} before the pause ended: too late to tell"
     );
 }
 

@@ -141,7 +141,9 @@ async fn a_fixed_lease_runs_out_fires_lost_and_frees_the_lock() {
 #[tokio::test]
 async fn the_watchdog_keeps_a_lock_past_several_leases() {
     let server = RedisServer::start();
-    let lease = Duration::from_millis(400);
+    // Renewed every 0.5 s and told lost 1.35 s after the last: a stall of a busy machine's
+    // runtime or Redis under 0.8 s costs no renewal.
+    let lease = Duration::from_millis(1500);
     let holder = LockClient::builder(&server.url())
         .watchdog_lease(lease)
         .build()
@@ -361,7 +363,7 @@ async fn a_client_started_before_redis_recovers_once_redis_is_up() {
 #[tokio::test]
 async fn scripts_flushed_from_redis_are_loaded_again() {
     let server = RedisServer::start();
-    let interval = Duration::from_millis(200);
+    let interval = Duration::from_millis(500);
     let locks = LockClient::builder(&server.url())
         .watchdog_lease(interval * 3)
         .renew_interval(interval)

@@ -528,7 +528,7 @@ async fn the_lock_lives_as_long_as_the_longest_reader_and_renewals_never_shorten
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_readers_past_several_leases() {
     let server = RedisServer::start();
-    let lease = Duration::from_millis(600);
+    let lease = Duration::from_millis(1200);
     let (one, two) = (
         support::client_with_lease(&server.url(), lease).await,
         support::client_with_lease(&server.url(), lease).await,

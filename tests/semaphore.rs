@@ -303,7 +303,7 @@ async fn a_holder_that_stops_renewing_frees_its_permits_when_its_own_lease_ends(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_permits_past_their_lease() {
     let server = RedisServer::start();
-    let lease = Duration::from_millis(900);
+    let lease = Duration::from_millis(1500);
     let locks = support::client_with_lease(&server.url(), lease).await;
     let semaphore = locks.semaphore("renewed", 1).unwrap();
     let held = semaphore.acquire().await.unwrap();

@@ -394,12 +394,22 @@ pub fn lockctl_outcome(child: Child) -> (i32, serde_json::Value) {
     (output.status.code().expect("exit code"), event)
 }
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, and never given before in this process: a test that
+/// restarts its server on its port (after a kill, the port is free for a moment) never has it
+/// taken by another test's new server.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("a free port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|addr| addr.port())
+            .expect("a free port");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// An example binary, built by `cargo test` next to the test's own executable.
