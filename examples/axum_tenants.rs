@@ -81,6 +81,48 @@ enum Data {
     Cluster(ClusterConnection),
 }
 
+impl Data {
+    /// The connection one request uses: checked out of the pool once (every checkout costs
+    /// Redis the pool's check of the connection, `UNWATCH` and `PING`), or the cluster's.
+    async fn for_request(&self) -> redis::RedisResult<RequestConn> {
+        Ok(match self {
+            Self::Server(pool) => RequestConn::Pooled(pooled(pool).await?),
+            Self::Cluster(conn) => RequestConn::Cluster(conn.clone()),
+        })
+    }
+}
+
+/// What one request sends its commands on (see [`Data::for_request`]).
+enum RequestConn {
+    Pooled(deadpool_redis::Connection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RequestConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, RedisValue> {
+        match self {
+            Self::Pooled(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<RedisValue>> {
+        match self {
+            Self::Pooled(conn) => conn.req_packed_commands(cmd, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
 /// A pooled connection, or why none could be had, as Redis's error.
 async fn pooled(pool: &deadpool_redis::Pool) -> redis::RedisResult<deadpool_redis::Connection> {
     pool.get().await.map_err(|err| match err {
@@ -129,9 +171,9 @@ async fn create_order(
     lock: LockContext,
 ) -> Result<Json<Value>, (StatusCode, String)> {
     let started_us = now_us();
-    let mut data = app.data.clone();
     let key = format!("orders:{tenant}");
     let failed = |err: redis::RedisError| (StatusCode::INTERNAL_SERVER_ERROR, err.to_string());
+    let mut data = app.data.for_request().await.map_err(failed)?;
     let count = if app.limited {
         tokio::time::sleep(LIMITED_WORK).await;
         data.incr(&key, 1_u64).await.map_err(failed)?
