@@ -131,14 +131,10 @@ async fn pooled(pool: &deadpool_redis::Pool) -> redis::RedisResult<deadpool_redi
     })
 }
 
+/// Each command on a connection of its own (see [`Data::for_request`]).
 impl ConnectionLike for Data {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, RedisValue> {
-        match self {
-            Self::Server(pool) => {
-                Box::pin(async move { pooled(pool).await?.req_packed_command(cmd).await })
-            }
-            Self::Cluster(conn) => conn.req_packed_command(cmd),
-        }
+        Box::pin(async move { self.for_request().await?.req_packed_command(cmd).await })
     }
 
     fn req_packed_commands<'a>(
@@ -147,15 +143,10 @@ impl ConnectionLike for Data {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<RedisValue>> {
-        match self {
-            Self::Server(pool) => Box::pin(async move {
-                pooled(pool)
-                    .await?
-                    .req_packed_commands(cmd, offset, count)
-                    .await
-            }),
-            Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
-        }
+        Box::pin(async move {
+            let mut conn = self.for_request().await?;
+            conn.req_packed_commands(cmd, offset, count).await
+        })
     }
 
     fn get_db(&self) -> i64 {
