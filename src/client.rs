@@ -320,14 +320,16 @@ impl LockClientBuilder {
     }
 
     /// Group commit (default off): on one server, the first look of an acquisition of an
-    /// exclusive or fair lock, and its last release, go out at once when none of their kind
-    /// is in flight on their connection; those that come while one is wait, and go out
-    /// together as one call when it ends. Each lock gets what it would get alone. For a
-    /// deployment whose Redis CPU is the limit: when many tasks of an instance lock at once,
-    /// Redis does about a third less work per lock, and each request that waited for a call
-    /// in flight takes up to one round trip longer. On a machine where clients and Redis share
-    /// the cores, the longer wait costs more rate than the work saved (see
-    /// `docs/benchmarks.md`). A cluster client sends each call alone whatever this says.
+    /// exclusive or fair lock, and the last release of one granted from its queue (one taken
+    /// with nobody queued goes out as two plain commands, which cost Redis less still), go
+    /// out at once when none of their kind is in flight on their connection; those that come
+    /// while one is wait, and go out together as one call when it ends. Each lock gets what
+    /// it would get alone. For a deployment whose Redis CPU is the limit: when many tasks of
+    /// an instance lock at once, Redis does about a third less work per lock, and each
+    /// request that waited for a call in flight takes up to one round trip longer. On a
+    /// machine where clients and Redis share the cores, the longer wait costs more rate than
+    /// the work saved (see `docs/benchmarks.md`). A cluster client sends each call alone
+    /// whatever this says.
     pub fn group_commit(mut self, on: bool) -> Self {
         self.config.group_commit = on;
         self

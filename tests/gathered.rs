@@ -1,8 +1,9 @@
-//! Calls gathered on one server (group commit, off by default): the acquisitions (and the
-//! releases) of exclusive locks that come while one of their connection is in flight go out
-//! together as one call when it ends, and each gets what it would alone. A waiter that gives
-//! up while its look is gathered leaves no lock behind, whether its look was sent or not; a
-//! release given up while gathered still frees its lock.
+//! Calls gathered on one server (group commit, off by default): the acquisitions of
+//! exclusive locks, and the releases of those granted from a queue, that come while one of
+//! their connection is in flight go out together as one call when it ends, and each gets what
+//! it would alone (a lock taken with nobody queued is released by plain commands). A waiter
+//! that gives up while its look is gathered leaves no lock behind, whether its look was sent
+//! or not; a release given up while gathered still frees its lock.
 
 mod support;
 
@@ -142,6 +143,66 @@ async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_eac
     assert!(released.iter().all(Result::is_ok), "{released:?}");
     assert_eq!(
         calls(&server, "evalsha"),
+        0,
+        "locks taken with nobody queued are released by plain commands, not gathered"
+    );
+    assert_eq!(calls(&server, "hdel"), AT_ONCE as u64);
+    for name in &names {
+        let held: i64 = server.cmd(&["EXISTS", &format!("lock:{{{name}}}")]);
+        assert_eq!(held, 0, "{name} was released");
+    }
+}
+
+/// `locks` holds each of `names` after `other` held it and `locks` queued for it: each
+/// granted from the queue, so each last release is the release script's.
+async fn granted_from_the_queue(
+    locks: &LockClient,
+    other: &LockClient,
+    names: &[String],
+) -> Vec<tower_redis_lock::LockGuard> {
+    let held = join_all(names.iter().map(|name| {
+        let lock = other.lock(name).unwrap();
+        async move { lock.acquire().await }
+    }))
+    .await;
+    let waiting: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let lock = locks.lock(name).unwrap();
+            tokio::spawn(async move { lock.acquire().await })
+        })
+        .collect();
+    let queued = support::eventually(GIVEN_BACK_WITHIN, || locks.queued_waiters() == names.len());
+    assert!(queued.await, "every look queued");
+    join_all(held.into_iter().map(|guard| guard.unwrap().release())).await;
+    let granted = join_all(waiting).await;
+    granted
+        .into_iter()
+        .map(|guard| guard.unwrap().expect("granted from the queue"))
+        .collect()
+}
+
+#[tokio::test]
+async fn last_releases_that_come_while_one_is_in_flight_go_out_in_one_call() {
+    let (server, proxy, locks) = through_proxy_on_one_connection().await;
+    let other = support::client(&server).await;
+    // Two at once first: the second release goes out gathered, which loads that script.
+    let warm_up = [
+        "warm-up-granted-1".to_owned(),
+        "warm-up-granted-2".to_owned(),
+    ];
+    let warm_up = granted_from_the_queue(&locks, &other, &warm_up).await;
+    join_all(warm_up.into_iter().map(|guard| guard.release())).await;
+    let names: Vec<String> = (0..AT_ONCE).map(|n| format!("granted-{n}")).collect();
+    let guards = granted_from_the_queue(&locks, &other, &names).await;
+    // The first release is in flight for a while: every other one comes meanwhile.
+    proxy.set_latency(Duration::from_millis(30));
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+
+    let released = join_all(guards.into_iter().map(|guard| guard.release())).await;
+    assert!(released.iter().all(Result::is_ok), "{released:?}");
+    assert_eq!(
+        calls(&server, "evalsha"),
         2,
         "one call for the first release, and one for those gathered behind it"
     );
@@ -152,7 +213,7 @@ async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_eac
 }
 
 #[tokio::test]
-async fn without_group_commit_each_acquisition_and_release_is_a_call_of_its_own() {
+async fn without_group_commit_each_acquisition_and_release_goes_out_alone() {
     let server = RedisServer::start();
     server.wait_until_up_for(2);
     let locks = LockClient::builder(&server.url())
@@ -180,9 +241,10 @@ async fn without_group_commit_each_acquisition_and_release_is_a_call_of_its_own(
 
     assert_eq!(
         calls(&server, "evalsha"),
-        2 * AT_ONCE as u64,
-        "a call per acquisition and per release"
+        AT_ONCE as u64,
+        "a call per acquisition, and plain commands per release"
     );
+    assert_eq!(calls(&server, "hdel"), AT_ONCE as u64);
 }
 
 #[tokio::test]
@@ -226,6 +288,7 @@ async fn a_gathered_look_given_up_while_its_call_is_in_flight_has_its_lock_given
         gathered_and_taken_before_its_reply(&server, &proxy, &locks, "given-up").await;
     given_up.abort();
     assert!(given_up.await.unwrap_err().is_cancelled());
+    proxy.set_latency(Duration::ZERO);
 
     let taken = support::acquire_within(
         &other,
@@ -242,8 +305,11 @@ async fn a_gathered_look_given_up_while_its_call_is_in_flight_has_its_lock_given
 async fn a_gathered_release_given_up_still_frees_its_lock() {
     let (server, proxy, locks) = through_proxy_on_one_connection().await;
     let other = support::client(&server).await;
-    let first = locks.lock("first").unwrap().acquire().await.unwrap();
-    let given_up = locks.lock("given-up").unwrap().acquire().await.unwrap();
+    let names = ["first".to_owned(), "given-up".to_owned()];
+    let [first, given_up]: [_; 2] = granted_from_the_queue(&locks, &other, &names)
+        .await
+        .try_into()
+        .expect("two guards");
     // The first release stalls in the proxy: the second is gathered behind it, and given up.
     proxy.black_hole();
     let sent_before = locks.round_trips();

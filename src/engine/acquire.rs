@@ -204,6 +204,7 @@ impl LockRequest {
             lease_mode: self.lease_mode,
             holds,
             reads_within: OnceLock::new(),
+            taken_unqueued: handed_over.is_none(),
         };
         Holder::new(Arc::new(acquisition), token, budget, handed_over, 0)
     }

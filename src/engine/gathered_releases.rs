@@ -1,8 +1,9 @@
 //! Group commit of last releases on one server: the last releases of exclusive and fair locks
-//! that come while one of their connection is in flight wait in `call_queue.rs`, and when it
-//! ends go out as one call of the release script run once per release, as first looks do (see
-//! `gathered.rs`). A queued release goes out even when nobody waits for its answer any more:
-//! the lock it frees is nobody's.
+//! granted from their queue (those taken with nobody queued go out as plain commands, see
+//! `plain_release.rs`) that come while one of their connection is in flight wait in
+//! `call_queue.rs`, and when it ends go out as one call of the release script run once per
+//! release, as first looks do (see `gathered.rs`). A queued release goes out even when nobody
+//! waits for its answer any more: the lock it frees is nobody's.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,24 +12,26 @@ use std::sync::Arc;
 use crate::engine::call_queue::{CallQueues, QueuedRelease, Turn};
 use crate::engine::gathered::{AloneCall, MOST_PER_CALL};
 use crate::engine::hold::Acquisition;
+use crate::engine::plain_release;
 use crate::engine::shared::ClientState;
 use crate::error::{LockError, Result};
 use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
 use crate::wire::scripts::{self, ReleaseScope};
 
-/// Runs the release script for `acquisition` in `scope`: the holds left (`None`: it held
-/// nothing). With group commit, the last release of an exclusive or fair lock on one server
-/// goes out alone when none of its connection is in flight, or else with those that come
-/// meanwhile.
+/// Releases `acquisition`'s holds in `scope` (see `plain_release.rs`): the holds left
+/// (`None`: it held nothing). With group commit, the last release of an exclusive or fair
+/// lock on one server granted from its queue goes out alone when none of its connection is
+/// in flight, or else with those that come meanwhile.
 pub(crate) async fn release(acquisition: &Acquisition, scope: ReleaseScope) -> Result<Option<u64>> {
     let shared = &acquisition.shared;
     let gathered = shared.config.group_commit
         && scope == ReleaseScope::All
         && !shared.placement.may_send_again()
+        && !acquisition.taken_unqueued
         && matches!(acquisition.terms.kind, LockKind::Exclusive | LockKind::Fair);
     if !gathered {
-        return acquisition.run_release_script(scope).await;
+        return plain_release::release(acquisition, scope).await;
     }
     let shard = shared.connections.shard_of(acquisition.keys.hash());
     let queue = |answer| QueuedRelease {

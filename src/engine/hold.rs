@@ -127,6 +127,11 @@ pub(crate) struct Acquisition {
     pub(crate) holds: OwnerHolds,
     /// Of a write lock: the reads its owner takes within it. Made by the first.
     pub(crate) reads_within: OnceLock<Arc<ReadsWithin>>,
+    /// Taken by a look that found nobody queued, not granted from the queue: others seldom
+    /// queue for it later, so its last release goes out as plain commands first (see
+    /// `plain_release.rs`); a lock granted from a queue is released by the script, which
+    /// grants it on in the same call.
+    pub(crate) taken_unqueued: bool,
 }
 
 /// Which of its owner's holds in Redis an acquisition answers for.

@@ -21,6 +21,7 @@ pub(crate) mod giveback_tracker;
 pub(crate) mod hold;
 pub(crate) mod lease_state;
 pub(crate) mod local;
+pub(crate) mod plain_release;
 pub(crate) mod promotion_witness;
 pub(crate) mod pubsub;
 pub(crate) mod reenter;

@@ -14,10 +14,10 @@
 //! On a Redis Cluster, pass `--cluster` and one `--redis` per master: the command counts are
 //! summed over them.
 
-#[path = "commandstats.rs"]
-mod commandstats;
 #[path = "orders_traffic.rs"]
 mod orders_traffic;
+#[path = "sent_commands.rs"]
+mod sent_commands;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,10 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut node = redis::Client::open(url.as_str())?
             .get_multiplexed_async_connection()
             .await?;
-        let () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(&mut node)
-            .await?;
+        sent_commands::start(&mut node).await?;
         nodes.push(node);
     }
 
@@ -73,19 +70,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut sent: BTreeMap<String, u64> = BTreeMap::new();
     for node in &mut nodes {
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(node)
-            .await?;
-        for (name, calls) in commands_sent(&stats) {
+        for (name, calls) in sent_commands::sent(node).await? {
             *sent.entry(name).or_default() += calls;
         }
     }
-    // Each handler run sends one GET and one SET (its read-modify-write); the scripts run
-    // those two commands too, so the handler's are counted by its runs, not by name. On one
-    // server it checks a pooled connection out once, and the pool checks it with an UNWATCH
-    // and a PING: the handler's too (the lock client's own PINGs keep its pub/sub alive).
-    let mut handler_cmds = 2 * served.len() as u64;
+    // Each handler run sends one GET and one SET (its read-modify-write). On one server it
+    // checks a pooled connection out once, and the pool checks it with an UNWATCH and a
+    // PING: the handler's too (the lock client's own PINGs keep its pub/sub alive).
+    let mut handler_cmds = ["get", "set"]
+        .iter()
+        .filter_map(|command| sent.remove(*command))
+        .sum::<u64>();
     if !settings.cluster {
         for check in ["unwatch", "ping"] {
             if let Some(calls) = sent.get_mut(check) {
@@ -186,27 +181,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(1);
     }
     Ok(())
-}
-
-/// Commands the scripts run inside Redis: counted by `INFO commandstats`, but not sent.
-/// (`get` and `set` are the handler's too, which sends one of each per run: see `main`.)
-const INSIDE_SCRIPTS: &[&str] = &[
-    "lastsave", "exists", "incr", "incrby", "time", "hset", "pexpire", "hexists", "hincrby",
-    "pttl", "hget", "hdel", "publish", "spublish", "del", "zadd", "zrange", "zrem", "zscore",
-    "zpopmin", "get", "set",
-];
-
-/// Commands clients sent (a script counts once), by name, from `INFO commandstats`; the
-/// load generator's own CONFIG and INFO left out.
-fn commands_sent(stats: &str) -> BTreeMap<String, u64> {
-    commandstats::calls_by_command(stats)
-        .into_iter()
-        .filter(|(name, _)| {
-            !INSIDE_SCRIPTS.contains(&name.as_str())
-                && !name.starts_with("config")
-                && name != "info"
-        })
-        .collect()
 }
 
 struct Report {

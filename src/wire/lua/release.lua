@@ -13,7 +13,10 @@
 -- queue.lua) removes the lock (Redis drops an empty hash), and nothing else needs writing
 -- when nobody waits (on one server; a cluster leaves a trace, see release_trace.lua). The
 -- count says whether this owner held it (odd) and whether anyone may wait (2 or more).
-local released, may_wait
+-- A lock left marked with no holder is one whose holder released it by plain commands and
+-- found it marked (see wire/scripts/plain_release.rs): its grant is this call's, or was lost
+-- with that holder's connection or given up, and any release grants it now.
+local released, may_wait, marked_unheld
 local tracing = RELEASE_TRACE_MS ~= '0'
 if SCOPE == 'all' then
   local removed = redis.call('hdel', LOCK, OWNER, QUEUED_FIELD, QUEUED_SECOND_FIELD)
@@ -25,9 +28,13 @@ if SCOPE == 'all' then
     if redis.call('exists', QUEUE) == 0 then
       return {NOT_HELD}
     end
-  elseif may_wait and not released and redis.call('exists', LOCK) == 1 then
-    -- Another owner's lock: it keeps saying so.
-    redis.call('hset', LOCK, QUEUED_FIELD, '1', QUEUED_SECOND_FIELD, '1')
+  elseif may_wait and not released then
+    if redis.call('exists', LOCK) == 1 then
+      -- Another owner's lock: it keeps saying so.
+      redis.call('hset', LOCK, QUEUED_FIELD, '1', QUEUED_SECOND_FIELD, '1')
+    else
+      marked_unheld = true
+    end
   end
 end
 
@@ -44,6 +51,9 @@ if SCOPE == 'all' then
   if not released then
     -- An acquisition nobody saw may have left this owner queued.
     dequeue(OWNER)
+    if marked_unheld then
+      grant_live_head(nil)
+    end
     if released_before(OWNER) then
       return {RELEASED, 0}
     end

@@ -5,6 +5,7 @@
 
 mod acquire;
 mod guarded;
+mod plain_release;
 mod promotion;
 mod release;
 mod singleton;
@@ -14,6 +15,7 @@ pub(crate) use acquire::{
     AcquireMode, AcquireReply, AcquireTerms, KnownEpoch, acquire, acquire_each,
 };
 pub(crate) use guarded::{WriteCommand, WriteTrace, write_if_held};
+pub(crate) use plain_release::{PlainRelease, plain_release_fits, release_plainly};
 pub(crate) use promotion::{Promotion, witness_promotion};
 pub(crate) use release::{
     HandoverReply, ReleaseScope, force_unlock, handover, release, release_each,
