@@ -1,8 +1,8 @@
 //! The last release of a lock taken with nobody queued goes out as two plain commands (`HDEL`
 //! of the owner's field, `EXISTS` of the lock) before any script: what must still hold when
-//! someone queued meanwhile, when the script that grants the lock on fails after them or the
-//! caller gives up between the two, and when the releasing guard's lease was lost to another
-//! holder with waiters of its own.
+//! someone queued meanwhile, when the script that grants the lock on fails after them, when
+//! the connection is cut or the caller gives up between the two, and when the releasing
+//! guard's lease was lost to another holder with waiters of its own.
 
 mod support;
 
@@ -196,5 +196,35 @@ async fn a_release_given_up_while_its_plain_commands_are_in_flight_still_grants_
     assert!(given_up.is_err(), "the release was still in flight");
 
     let granted = granted(waiting, "after the release was given up").await;
+    assert!(granted.fencing_token() > token, "the tokens went back");
+}
+
+#[tokio::test]
+async fn a_release_whose_connection_is_cut_after_its_plain_commands_ran_still_grants_the_waiter() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let holder = waiting_client(&proxy.url()).await;
+    let waiter = waiting_client(&server.url()).await;
+    let (held, waiting) = queue_behind(&holder, &waiter, "tenant-1").await;
+    let token = held.fencing_token();
+
+    // The plain commands reach Redis, and their answer is still on its way when the
+    // connection is cut: the release cannot know what they found.
+    proxy.set_latency(Duration::from_secs(1));
+    let release = tokio::spawn(held.release());
+    let ran = support::eventually(PROMPT, || {
+        let fields = lock_fields(&server, "tenant-1");
+        !fields.is_empty() && support::holders_among(fields).is_empty()
+    });
+    assert!(
+        ran.await,
+        "the plain commands left the lock marked with no holder"
+    );
+    proxy.set_latency(Duration::ZERO);
+    assert!(proxy.cut_all() > 0, "a connection was cut");
+    let answer = release.await.unwrap();
+    println!("the release answered {answer:?}");
+
+    let granted = granted(waiting, "after the release's connection was cut").await;
     assert!(granted.fencing_token() > token, "the tokens went back");
 }
