@@ -66,6 +66,15 @@ async fn waiting_client(url: &str) -> LockClient {
         .expect("client")
 }
 
+/// A proxy in front of `server`, the holder's client through it and the waiter's direct.
+/// Commands time out after 5 s, well past any latency the tests give the proxy.
+async fn holder_through_proxy(server: &RedisServer) -> (FaultProxy, LockClient, LockClient) {
+    let proxy = FaultProxy::start(server.port()).await;
+    let holder = waiting_client(&proxy.url()).await;
+    let waiter = waiting_client(&server.url()).await;
+    (proxy, holder, waiter)
+}
+
 /// The fields of the lock `name`'s hash (default prefix).
 fn lock_fields(server: &RedisServer, name: &str) -> Vec<String> {
     server.cmd(&["HKEYS", &format!("lock:{{{name}}}")])
@@ -177,10 +186,7 @@ async fn a_release_after_a_lost_lease_leaves_the_new_holders_waiters_marked() {
 #[tokio::test]
 async fn a_release_given_up_while_its_plain_commands_are_in_flight_still_grants_the_waiter() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port()).await;
-    // Commands time out after 5 s, well past the proxy's latency below.
-    let holder = waiting_client(&proxy.url()).await;
-    let waiter = waiting_client(&server.url()).await;
+    let (proxy, holder, waiter) = holder_through_proxy(&server).await;
     // A hand-over first, so that Redis has the release script: the slow proxy below would
     // make loading it take round trips of its own.
     let (held, waiting) = queue_behind(&holder, &waiter, "warm-up").await;
@@ -202,9 +208,7 @@ async fn a_release_given_up_while_its_plain_commands_are_in_flight_still_grants_
 #[tokio::test]
 async fn a_release_whose_connection_is_cut_after_its_plain_commands_ran_still_grants_the_waiter() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port()).await;
-    let holder = waiting_client(&proxy.url()).await;
-    let waiter = waiting_client(&server.url()).await;
+    let (proxy, holder, waiter) = holder_through_proxy(&server).await;
     let (held, waiting) = queue_behind(&holder, &waiter, "tenant-1").await;
     let token = held.fencing_token();
 

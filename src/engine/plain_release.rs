@@ -7,6 +7,8 @@
 use crate::engine::hold::Acquisition;
 use crate::error::Result;
 use crate::keys::display_name;
+use crate::lock_kind::LockKind;
+use crate::scopes::ScopeKeys;
 use crate::wire::scripts::{self, PlainRelease, ReleaseScope};
 
 /// Releases `acquisition`'s holds in `scope`: by plain commands first when it is the last
@@ -18,20 +20,20 @@ pub(crate) async fn release(acquisition: &Acquisition, scope: ReleaseScope) -> R
         acquisition.shared.scope_keys(&acquisition.keys),
     );
     if acquisition.taken_unqueued && scripts::plain_release_fits(kind, scope, scope_keys) {
-        return release_last(acquisition).await;
+        return release_last(acquisition, kind, scope_keys).await;
     }
     acquisition.run_release_script(scope).await
 }
 
-/// Releases every hold of `acquisition` (an exclusive or fair lock on one server): the holds
-/// left (0), or `None` when its owner held nothing.
-async fn release_last(acquisition: &Acquisition) -> Result<Option<u64>> {
-    let (keys, kind, owner) = (
-        &acquisition.keys,
-        acquisition.terms.kind,
-        &acquisition.owner,
-    );
-    let scope_keys = acquisition.shared.scope_keys(keys);
+/// Releases every hold of `acquisition` (an exclusive or fair lock of `kind` on one server,
+/// whose scope's keys are `scope_keys`): the holds left (0), or `None` when its owner held
+/// nothing.
+async fn release_last(
+    acquisition: &Acquisition,
+    kind: LockKind,
+    scope_keys: &ScopeKeys,
+) -> Result<Option<u64>> {
+    let (keys, owner) = (&acquisition.keys, &acquisition.owner);
     let connections = &acquisition.shared.connections;
     let mut unfinished = Unfinished {
         acquisition,
