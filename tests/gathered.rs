@@ -131,8 +131,16 @@ async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_eac
     for once_per_call in ["lastsave", "time"] {
         assert_eq!(calls(&server, once_per_call), 2, "{once_per_call}");
     }
+    // The token counter is written by the first reservation of each call (`SET ... GET`),
+    // and once more after the gathered items, whose tokens only the reply carries.
+    assert_eq!(calls(&server, "set"), 3, "the token counter's writes");
     let tokens: BTreeSet<u64> = guards.iter().map(|guard| guard.fencing_token()).collect();
     assert_eq!(tokens.len(), AT_ONCE, "every holder has a token of its own");
+    let counter: u64 = server.cmd(&["GET", "lock:tokens"]);
+    assert!(
+        tokens.iter().all(|token| *token <= counter),
+        "the counter {counter} is past every token given out: {tokens:?}"
+    );
     for name in &names {
         let held: i64 = server.cmd(&["EXISTS", &format!("lock:{{{name}}}")]);
         assert_eq!(held, 1, "{name} is held in Redis");

@@ -26,6 +26,11 @@ use crate::wire::script_inputs::{Arg, Inputs, MAX_NUMBER_LEN, script_inputs};
 use crate::wire::script_library::{INCLUDE, cut, functions_used, library};
 use crate::wire::script_reply::{ScriptReply, Status};
 
+/// What a script run per item that takes locks free (`take_free`) runs after its last item:
+/// the tokens its items took that way are written to the counter once, there
+/// (`lua/lib/counter.lua`).
+const COUNTER_AFTER_ITEMS: &str = "catch_up_counter()\n";
+
 /// A Lua script, described: it takes the inputs `I`, and per item of a batch the inputs `E`.
 pub(crate) struct ScriptSpec<I: Inputs, E: Inputs = NoItems> {
     /// The file of its own code under `lua/`.
@@ -146,7 +151,18 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
     pub(crate) fn source(&self) -> String {
         let mut source = self.bindings();
         let item_names = Self::item_names().join(", ");
-        let used = functions_used(self.code);
+        let mut used = functions_used(self.code);
+        let after_items = if self.per_item && used.contains("take_free") {
+            assert!(
+                self.hoisted.contains(&"counter"),
+                "{}: the counter is written after the items it is hoisted before",
+                self.file
+            );
+            used.insert("catch_up_counter");
+            COUNTER_AFTER_ITEMS
+        } else {
+            ""
+        };
         if self.per_item {
             for name in self.hoisted {
                 source.push_str(&cut(library(name), &used));
@@ -164,7 +180,7 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
             write!(
                 source,
                 "end\nlocal replies = {{}}\nfor n, {item_names} in each_item() do\n  \
-                 replies[n] = run_item({item_names})\nend\nreturn replies\n"
+                 replies[n] = run_item({item_names})\nend\n{after_items}return replies\n"
             )
             .expect("a String");
         }

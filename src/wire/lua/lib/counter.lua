@@ -20,17 +20,25 @@
 -- few milliseconds) costs a second write.
 -- A script runs alone, so once it wrote the counter it knows the value: a second reservation
 -- in the same run (the next item of a script run per item) writes past it without reading.
+-- One whose tokens only the script's reply carries (`reply_only`: a lock taken free) does not
+-- write it: a script run per item that takes locks free writes it once after its last item
+-- (`catch_up_counter`), and its reply goes out only when it ran to its end, past that write.
+-- A reservation whose tokens are written anywhere else (a grant's block, a wake message)
+-- writes the counter at once, and so does the first of every run: a script run once takes a
+-- lock free before any other reservation, so it never leaves the counter behind.
 local tokens_ahead_us = 2000
 local counter_written
 
-local function next_tokens(block)
+local function next_tokens(block, reply_only)
   local now = now_us()
   local first = now + 1
   if counter_written then
     first = math.max(now, counter_written) + 1
     block = math.max(1, math.min(block, now + tokens_ahead_us - (first - 1)))
     counter_written = first + block - 1
-    redis.call('set', TOKEN_COUNTER, string.format('%d', counter_written))
+    if not reply_only then
+      redis.call('set', TOKEN_COUNTER, string.format('%d', counter_written))
+    end
     return first, block
   end
   local counter = redis.call('set', TOKEN_COUNTER, string.format('%d', first + block - 1), 'get')
@@ -47,7 +55,16 @@ end
 -- The last token reserved in the scope (0 before the first): what a waiter's look reads, so
 -- that a grant it hears of later is known to come after that look only when its first token
 -- is above this one. The server's clock cannot tell: a clock that stepped back between a grant
--- and a later look dates the grant after the look.
+-- and a later look dates the grant after the look. Within a script run per item it may miss
+-- tokens its earlier items took with locks free (not written yet): no grant carries those.
 local function last_token()
   return (redis.call('get', TOKEN_COUNTER) or 0) + 0
+end
+
+-- Writes the counter past the tokens a script run per item reserved, after its last item (see
+-- `next_tokens`).
+local function catch_up_counter()
+  if counter_written then
+    redis.call('set', TOKEN_COUNTER, string.format('%d', counter_written))
+  end
 end

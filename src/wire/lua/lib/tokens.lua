@@ -15,9 +15,10 @@ end
 
 -- Makes `owner` the holder of a lock found free with nobody queued, and returns its first
 -- token and how many were reserved. Nothing else is written: the block of an earlier grant
--- in LAST_GRANT names its own owner, so a look by this one never takes it.
+-- in LAST_GRANT names its own owner, so a look by this one never takes it. The tokens go out
+-- in the script's reply alone.
 local function take_free(owner, lease_ms, block)
   redis.call('hset', LOCK, owner, '1')
   redis.call('pexpire', LOCK, lease_ms)
-  return next_tokens(block)
+  return next_tokens(block, true)
 end
