@@ -88,3 +88,39 @@ start_cluster() {
         CLUSTER_URLS+=("redis://127.0.0.1:$port")
     done
 }
+
+# Installs valgrind when missing, for the scripts that count Redis's instructions under
+# callgrind (`$1` names the script). apt's output goes to stderr: their stdout carries results.
+ensure_valgrind() {
+    local sudo=""
+    command -v callgrind_control >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo="sudo"
+    fi
+    echo "$1: installing valgrind" >&2
+    $sudo apt-get update >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y valgrind >&2
+}
+
+# Dumps the counts of the server `$1` run under callgrind with its files in `$2`, and prints
+# the instructions it executed since its counts were last zeroed (`callgrind_control -z`).
+callgrind_instructions() {
+    local server=$1 dir=$2 dumps
+    callgrind_control -d "$server" >/dev/null 2>&1
+    # Each dump is a file of its own, numbered from 1: the newest is the count of them.
+    dumps=$(find "$dir" -name "callgrind.$server.*" | wc -l)
+    awk '/^summary:/ { print $2 }' "$dir/callgrind.$server.$dumps"
+}
+
+# Sets `rounds` from the arguments `[--rounds N]` that follow its default `$1`; any other
+# argument ends the script with its usage.
+rounds_argument() {
+    rounds=$1
+    shift
+    if [ "${1:-}" = "--rounds" ] && [ -n "${2:-}" ]; then
+        rounds=$2
+    elif [ $# -gt 0 ]; then
+        echo "usage: $0 [--rounds N]" >&2
+        exit 2
+    fi
+}

@@ -14,25 +14,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-if ! command -v callgrind_control >/dev/null 2>&1; then
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo="sudo"
-    fi
-    echo "redis-work: installing valgrind" >&2
-    # On stderr: stdout carries the JSON line alone.
-    $sudo apt-get update >&2
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y valgrind >&2
-fi
 source scripts/lib.sh
+ensure_valgrind redis-work
 
-rounds=100
-if [ "${1:-}" = "--rounds" ] && [ -n "${2:-}" ]; then
-    rounds=$2
-elif [ $# -gt 0 ]; then
-    echo "usage: $0 [--rounds N]" >&2
-    exit 2
-fi
+rounds_argument 100 "$@"
 
 cargo build --locked --quiet --example redis_work
 work=${CARGO_TARGET_DIR:-target}/debug/examples/redis_work
@@ -44,20 +29,18 @@ server=${started_pids[-1]}
 # Runs `workload` for `n` rounds and prints "<operations> <instructions> <commands>": what
 # Redis executed between the program's warm-up and the end of its rounds.
 count() {
-    local workload=$1 n=$2 line operations commands dumps
+    local workload=$1 n=$2 line operations commands instructions
     coproc WORK { "$work" --redis "$REDIS_URL" --workload "$workload" --rounds "$n"; }
     read -r line <&"${WORK[0]}"
     [ "$line" = ready ] || { echo "redis_work $workload: $line" >&2; exit 1; }
     callgrind_control -z "$server" >/dev/null 2>&1
     echo go >&"${WORK[1]}"
     read -r line <&"${WORK[0]}"
-    callgrind_control -d "$server" >/dev/null 2>&1
-    # Each dump is a file of its own, numbered from 1: the newest is the count of them.
-    dumps=$(find "$out" -name "callgrind.$server.*" | wc -l)
+    instructions=$(callgrind_instructions "$server" "$out")
     echo end >&"${WORK[1]}"
     wait "$WORK_PID"
     read -r _ operations commands <<<"$line"
-    echo "$operations $(awk '/^summary:/ { print $2 }' "$out/callgrind.$server.$dumps") $commands"
+    echo "$operations $instructions $commands"
 }
 
 json="{\"rounds\":$rounds"

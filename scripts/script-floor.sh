@@ -8,28 +8,14 @@
 #   ./scripts/script-floor.sh [--rounds N]   (default 1000)
 #
 # Each figure is the difference between N calls and 3N calls, over the 2N between them.
-# Installs valgrind when missing (as ./scripts/redis-work.sh does). Prints a table.
+# Installs valgrind when missing. Prints a table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-if ! command -v callgrind_control >/dev/null 2>&1; then
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo="sudo"
-    fi
-    echo "script-floor: installing valgrind" >&2
-    $sudo apt-get update
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y valgrind
-fi
 source scripts/lib.sh
+ensure_valgrind script-floor
 
-rounds=1000
-if [ "${1:-}" = "--rounds" ] && [ -n "${2:-}" ]; then
-    rounds=$2
-elif [ $# -gt 0 ]; then
-    echo "usage: $0 [--rounds N]" >&2
-    exit 2
-fi
+rounds_argument 1000 "$@"
 
 out=$(mktemp -d)
 trap 'cleanup; rm -rf "$out"' EXIT
@@ -49,14 +35,11 @@ cli HSET "${keys[0]}" holder 1 >/dev/null
 
 # Prints what Redis executed for `n` calls of the script `sha` with the inputs that follow.
 measure() {
-    local sha=$1 n=$2 dumps
+    local sha=$1 n=$2
     shift 2
     callgrind_control -z "$server" >/dev/null 2>&1
     cli -r "$n" EVALSHA "$sha" "$@" >/dev/null
-    callgrind_control -d "$server" >/dev/null 2>&1
-    # Each dump is a file of its own, numbered from 1: the newest is the count of them.
-    dumps=$(find "$out" -name "callgrind.$server.*" | wc -l)
-    awk '/^summary:/ { print $2 }' "$out/callgrind.$server.$dumps"
+    callgrind_instructions "$server" "$out"
 }
 
 # Prints the instructions per call of `script` (Lua) called with the inputs that follow (the
