@@ -105,6 +105,7 @@ async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_eac
     proxy.set_latency(Duration::from_millis(30));
     let names: Vec<String> = (0..AT_ONCE).map(|n| format!("gathered-{n}")).collect();
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    log_every_command(&server);
 
     let guards = join_all(names.iter().map(|name| {
         let lock = locks.lock(name).unwrap();
@@ -131,16 +132,27 @@ async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_eac
     for once_per_call in ["lastsave", "time"] {
         assert_eq!(calls(&server, once_per_call), 2, "{once_per_call}");
     }
+    // So are the epoch and its marker: the first look of each call reads them with its lock
+    // and queue, the others their lock and queue alone.
+    let looks: Vec<usize> = logged(&server, "exists")
+        .iter()
+        .map(|args| args.len() - 1)
+        .collect();
+    assert_eq!(looks.len(), AT_ONCE, "a look per lock: {looks:?}");
+    assert_eq!(
+        looks.iter().filter(|&&keys| keys == 8).count(),
+        2,
+        "{looks:?}"
+    );
+    assert_eq!(
+        looks.iter().filter(|&&keys| keys == 2).count(),
+        AT_ONCE - 2,
+        "{looks:?}"
+    );
     // The token counter is written by the first reservation of each call (`SET ... GET`),
     // and once more after the gathered items, whose tokens only the reply carries.
     assert_eq!(calls(&server, "set"), 3, "the token counter's writes");
-    let tokens: BTreeSet<u64> = guards.iter().map(|guard| guard.fencing_token()).collect();
-    assert_eq!(tokens.len(), AT_ONCE, "every holder has a token of its own");
-    let counter: u64 = server.cmd(&["GET", "lock:tokens"]);
-    assert!(
-        tokens.iter().all(|token| *token <= counter),
-        "the counter {counter} is past every token given out: {tokens:?}"
-    );
+    tokens_are_distinct_and_counted(&server, &guards);
     for name in &names {
         let held: i64 = server.cmd(&["EXISTS", &format!("lock:{{{name}}}")]);
         assert_eq!(held, 1, "{name} is held in Redis");
@@ -158,6 +170,138 @@ async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_eac
     for name in &names {
         let held: i64 = server.cmd(&["EXISTS", &format!("lock:{{{name}}}")]);
         assert_eq!(held, 0, "{name} was released");
+    }
+}
+
+/// Checks that each of `guards` has a token of its own, and that the token counter is past
+/// every one.
+fn tokens_are_distinct_and_counted(server: &RedisServer, guards: &[tower_redis_lock::LockGuard]) {
+    let tokens: BTreeSet<u64> = guards.iter().map(|guard| guard.fencing_token()).collect();
+    assert_eq!(
+        tokens.len(),
+        guards.len(),
+        "every holder has a token of its own"
+    );
+    let counter: u64 = server.cmd(&["GET", "lock:tokens"]);
+    assert!(
+        tokens.iter().all(|token| *token <= counter),
+        "the counter {counter} is past every token given out: {tokens:?}"
+    );
+}
+
+/// Makes the slow log keep every command from now on, and forgets what it kept.
+fn log_every_command(server: &RedisServer) {
+    let _: () = server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    let _: () = server.cmd(&["CONFIG", "SET", "slowlog-max-len", "10000"]);
+    let _: () = server.cmd(&["SLOWLOG", "RESET"]);
+}
+
+/// The commands the slow log kept (see [`log_every_command`]) named `name`, with their
+/// arguments, scripts' own included.
+fn logged(server: &RedisServer, name: &str) -> Vec<Vec<String>> {
+    type Entry = (i64, i64, i64, Vec<String>, String, String);
+    let entries: Vec<Entry> = server.cmd(&["SLOWLOG", "GET", "-1"]);
+    entries
+        .into_iter()
+        .map(|(_, _, _, args, _, _)| args)
+        .filter(|args| {
+            args.first()
+                .is_some_and(|first| first.eq_ignore_ascii_case(name))
+        })
+        .collect()
+}
+
+/// The script calls logged whose first key is `key`: a gathered acquire names the token
+/// counter first, an acquire sent alone its lock.
+fn script_calls_with_first_key(server: &RedisServer, key: &str) -> usize {
+    logged(server, "evalsha")
+        .iter()
+        .filter(|args| args.get(3).is_some_and(|first_key| first_key == key))
+        .count()
+}
+
+#[tokio::test]
+async fn after_a_snapshot_the_first_gathered_look_checks_the_epoch_and_the_rest_take_their_locks() {
+    let (server, proxy, locks) = through_proxy_on_one_connection().await;
+    // Long enough that the snapshot and every other look come while the first's reply is on
+    // its way.
+    proxy.set_latency(Duration::from_secs(1));
+    let sent_before = locks.round_trips();
+    let first = locks.lock("before-the-snapshot").unwrap();
+    let first = tokio::spawn(async move { first.acquire().await });
+    in_flight(&locks, sent_before + 1).await;
+    // Taken in Redis while its reply is on its way (no signal for that: Redis's state is
+    // polled).
+    let taken = support::eventually(GIVEN_BACK_WITHIN, || {
+        server.cmd::<i64>(&["EXISTS", "lock:{before-the-snapshot}"]) == 1
+    });
+    assert!(taken.await, "the first look took its lock");
+    log_every_command(&server);
+    // A snapshot moves the last save, which ends the name of the epoch's marker: the marker
+    // the client names is missing until a check of the epoch writes it.
+    let saved: i64 = server.cmd(&["LASTSAVE"]);
+    let _: () = server.cmd(&["SAVE"]);
+    assert_ne!(
+        server.cmd::<i64>(&["LASTSAVE"]),
+        saved,
+        "the snapshot moved the last save"
+    );
+    let names: Vec<String> = (1..AT_ONCE)
+        .map(|n| format!("after-the-snapshot-{n}"))
+        .collect();
+    let gathered = join_all(names.iter().map(|name| {
+        let lock = locks.lock(name).unwrap();
+        async move { lock.acquire().await }
+    }));
+    let (first, gathered) = tokio::join!(first, gathered);
+    let guards: Vec<_> = std::iter::once(first.unwrap())
+        .chain(gathered)
+        .map(|guard| guard.expect("every lock is free"))
+        .collect();
+
+    assert_eq!(
+        script_calls_with_first_key(&server, "lock:tokens"),
+        1,
+        "the looks after the first went out in one gathered call"
+    );
+    // The slow log keeps the newest first. The gathered call's first look finds the marker
+    // missing and checks the epoch, which writes it; so the next looks at the epoch again, and
+    // finds it current, and the rest look at their lock and queue alone.
+    let looks: Vec<usize> = logged(&server, "exists")
+        .iter()
+        .map(|args| args.len() - 1)
+        .collect();
+    let mut expected = vec![2; AT_ONCE - 3];
+    expected.extend([8, 8]);
+    assert_eq!(looks, expected, "the keys each look named, newest first");
+    tokens_are_distinct_and_counted(&server, &guards);
+}
+
+#[tokio::test]
+async fn a_gathered_call_that_takes_one_lock_free_writes_the_token_counter_once() {
+    let (server, proxy, locks) = through_proxy_on_one_connection().await;
+    // Long enough that the second look surely comes while the first is in flight.
+    proxy.set_latency(Duration::from_secs(1));
+    log_every_command(&server);
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let sent_before = locks.round_trips();
+    let first = locks.lock("alone").unwrap();
+    let first = tokio::spawn(async move { first.acquire().await });
+    in_flight(&locks, sent_before + 1).await;
+    let gathered = locks.lock("gathered-alone").unwrap().acquire().await;
+    let guards = [first.await.unwrap(), gathered].map(|guard| guard.expect("both are free"));
+
+    assert_eq!(script_calls_with_first_key(&server, "lock:{alone}"), 1);
+    assert_eq!(
+        script_calls_with_first_key(&server, "lock:tokens"),
+        1,
+        "the second look gathered behind the first, as a call of one item"
+    );
+    // Each call's one reservation wrote the counter (`SET ... GET`): nothing left to catch up.
+    assert_eq!(calls(&server, "set"), 2, "the token counter's writes");
+    tokens_are_distinct_and_counted(&server, &guards);
+    for guard in guards {
+        guard.release().await.expect("released");
     }
 }
 

@@ -31,6 +31,10 @@ use crate::wire::script_reply::{ScriptReply, Status};
 /// (`lua/lib/counter.lua`).
 const COUNTER_AFTER_ITEMS: &str = "catch_up_counter()\n";
 
+/// What such a script says before its items, past the counter's library: only then may a
+/// reservation leave the counter behind for [`COUNTER_AFTER_ITEMS`].
+const COUNTER_BEFORE_ITEMS: &str = "counter_caught_up_after_items = true\n";
+
 /// A Lua script, described: it takes the inputs `I`, and per item of a batch the inputs `E`.
 pub(crate) struct ScriptSpec<I: Inputs, E: Inputs = NoItems> {
     /// The file of its own code under `lua/`.
@@ -152,21 +156,22 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
         let mut source = self.bindings();
         let item_names = Self::item_names().join(", ");
         let mut used = functions_used(self.code);
-        let after_items = if self.per_item && used.contains("take_free") {
+        let (before_items, after_items) = if self.per_item && used.contains("take_free") {
             assert!(
                 self.hoisted.contains(&"counter"),
                 "{}: the counter is written after the items it is hoisted before",
                 self.file
             );
             used.insert("catch_up_counter");
-            COUNTER_AFTER_ITEMS
+            (COUNTER_BEFORE_ITEMS, COUNTER_AFTER_ITEMS)
         } else {
-            ""
+            ("", "")
         };
         if self.per_item {
             for name in self.hoisted {
                 source.push_str(&cut(library(name), &used));
             }
+            source.push_str(before_items);
             writeln!(source, "local function run_item({item_names})").expect("a String");
         }
         for line in self.code.split_inclusive('\n') {

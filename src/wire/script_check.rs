@@ -364,3 +364,24 @@ fn every_library_function_a_scripts_source_names_is_made_in_it() {
         assert!(missing.is_empty(), "{}: {missing:?}", script.file());
     }
 }
+
+#[test]
+fn only_a_script_that_catches_the_counter_up_after_its_items_may_leave_it_behind() {
+    let mut catching_up = 0;
+    for script in scripts::all() {
+        let source = script.source();
+        let allowed = source.find("\ncounter_caught_up_after_items = true\n");
+        let items = source.find("\nlocal function run_item(");
+        let caught_up = source.find("\ncatch_up_counter()\nreturn replies\n");
+        match (allowed, items, caught_up) {
+            (None, _, None) => {}
+            (Some(allowed), Some(items), Some(caught_up)) if allowed < items => {
+                assert!(items < caught_up, "{}", script.file());
+                catching_up += 1;
+            }
+            _ => panic!("{}: {allowed:?} {items:?} {caught_up:?}", script.file()),
+        }
+    }
+    // The gathered acquire's: the one script whose items take locks free.
+    assert_eq!(catching_up, 1);
+}

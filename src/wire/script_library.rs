@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 pub(crate) const LIBRARIES: &[(&str, &str)] = &[
     ("clock", include_str!("lua/lib/clock.lua")),
     ("saves", include_str!("lua/lib/saves.lua")),
+    ("epoch_look", include_str!("lua/lib/epoch_look.lua")),
     ("counter", include_str!("lua/lib/counter.lua")),
     ("tokens", include_str!("lua/lib/tokens.lua")),
     ("life", include_str!("lua/lib/life.lua")),

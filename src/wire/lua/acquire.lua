@@ -18,6 +18,7 @@
 
 --#include clock
 --#include saves
+--#include epoch_look
 --#include counter
 --#include tokens
 
@@ -31,10 +32,18 @@
 -- EXISTS would be a ninth command for an uncontended acquire and release).
 -- The marker's name ends with the server's last save, which a restart moves (epoch.lua);
 -- formatted with '%d', which costs Redis less than `..` does with a number (the same text).
-local marker = string.format('%s:%d', EPOCH_MARKER, last_save())
-local count = redis.call('exists', LOCK, QUEUE, EPOCH, EPOCH, EPOCH, marker, marker, marker)
-local lock_and_queue = count % 3
-local epoch_found = (count - lock_and_queue) / 3
+-- The items after the first of a script run per item look at their lock and queue alone
+-- (epoch_look.lua): the epoch they see is the one the first saw, or that a check left.
+local lock_and_queue, epoch_found
+if epoch_seen then
+  lock_and_queue, epoch_found = redis.call('exists', LOCK, QUEUE), epoch_seen
+else
+  local marker = string.format('%s:%d', EPOCH_MARKER, last_save())
+  local count = redis.call('exists', LOCK, QUEUE, EPOCH, EPOCH, EPOCH, marker, marker, marker)
+  lock_and_queue = count % 3
+  epoch_found = (count - lock_and_queue) / 3
+  epoch_seen = epoch_found
+end
 local epoch_current = epoch_found == 2 and LEASE_WITHIN_KNOWN == 'yes'
 if lock_and_queue == 0 and MODE ~= 'reenter' and epoch_current then
   -- Read as a number once, by arithmetic (see clock.lua).
@@ -67,8 +76,11 @@ local function may_grant()
 --#include life
 --#include promotion
 --#include epoch
-  return check_epoch(EPOCH, known_epoch, known_lease_ms, quarantine_ms, LEASE_MS, EPOCH_MARKER,
-    keeps_writes)
+  local blocked = check_epoch(EPOCH, known_epoch, known_lease_ms, quarantine_ms, LEASE_MS,
+    EPOCH_MARKER, keeps_writes)
+  -- It may have written the epoch or its marker: the next item looks at them again.
+  epoch_seen = nil
+  return blocked
 end
 
 if lock_and_queue == 0 and MODE ~= 'reenter' then

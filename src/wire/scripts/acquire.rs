@@ -187,7 +187,7 @@ static ACQUIRE_EACH: ScriptSpec<AcquireEachInputs<'static>, AcquireItem<'static>
         include_str!("../lua/acquire.lua"),
         ACQUIRE_STATUSES,
     )
-    .with_code_per_item(&["clock", "saves", "counter"])
+    .with_code_per_item(&["clock", "saves", "epoch_look", "counter"])
     .with_short_reply(acquired::ACQUIRED);
 
 static RW_ACQUIRE: ScriptSpec<RwAcquireInputs<'static>> = ScriptSpec::new(

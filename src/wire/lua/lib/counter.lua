@@ -24,10 +24,15 @@
 -- write it: a script run per item that takes locks free writes it once after its last item
 -- (`catch_up_counter`), and its reply goes out only when it ran to its end, past that write.
 -- A reservation whose tokens are written anywhere else (a grant's block, a wake message)
--- writes the counter at once, and so does the first of every run: a script run once takes a
--- lock free before any other reservation, so it never leaves the counter behind.
+-- writes the counter at once, and so does the first of every run and every reservation of a
+-- script run once, which writes nothing after its code.
 local tokens_ahead_us = 2000
 local counter_written
+-- Whether TOKEN_COUNTER is behind counter_written: only reply_only reservations leave it so.
+local counter_behind = false
+-- Set by a script run per item whose items take locks free, after this library: it runs
+-- catch_up_counter after its last item. A script without it writes every reservation at once.
+local counter_caught_up_after_items = false
 
 local function next_tokens(block, reply_only)
   local now = now_us()
@@ -36,8 +41,11 @@ local function next_tokens(block, reply_only)
     first = math.max(now, counter_written) + 1
     block = math.max(1, math.min(block, now + tokens_ahead_us - (first - 1)))
     counter_written = first + block - 1
-    if not reply_only then
+    if reply_only and counter_caught_up_after_items then
+      counter_behind = true
+    else
       redis.call('set', TOKEN_COUNTER, string.format('%d', counter_written))
+      counter_behind = false
     end
     return first, block
   end
@@ -61,10 +69,10 @@ local function last_token()
   return (redis.call('get', TOKEN_COUNTER) or 0) + 0
 end
 
--- Writes the counter past the tokens a script run per item reserved, after its last item (see
--- `next_tokens`).
+-- Writes the counter past the tokens a script run per item reserved, after its last item, if
+-- a reservation left it behind (see `next_tokens`).
 local function catch_up_counter()
-  if counter_written then
+  if counter_behind then
     redis.call('set', TOKEN_COUNTER, string.format('%d', counter_written))
   end
 end
