@@ -128,9 +128,17 @@ fn no_grants_after_a_loss() -> Duration {
     QUARANTINE.max(LEASE)
 }
 
+/// The quarantine after a loss of data, from now: when it ends, in `quarantine_ends`, and how
+/// long it keeps every lock from being granted.
+fn quarantine_from_now(quarantine_ends: &mut Instant) -> Duration {
+    *quarantine_ends = Instant::now() + no_grants_after_a_loss();
+    no_grants_after_a_loss()
+}
+
 /// Injects one fault of `kind` and undoes it; Redis may be replaced (same port, no data).
 /// Returns how long the fault keeps every lock from being granted: the time Redis is down
-/// and the quarantine after it comes back without its data.
+/// and the quarantine after it comes back without its data, which ends at `quarantine_ends`
+/// (moved here), or by how much a step back of the server's clock lengthens that quarantine.
 async fn inject(
     kind: Fault,
     rng: &mut StdRng,
@@ -138,6 +146,7 @@ async fn inject(
     server: &mut RedisServer,
     proxies: &[FaultProxy],
     workers: &[Child],
+    quarantine_ends: &mut Instant,
 ) -> Duration {
     let port = server.port();
     let chosen = rng.random_range(0..proxies.len());
@@ -174,14 +183,14 @@ async fn inject(
         Fault::RestartRedis => {
             server.kill();
             *server = restart_without_data(clock, port);
-            return no_grants_after_a_loss();
+            return quarantine_from_now(quarantine_ends);
         }
         Fault::RedisDown => {
             server.kill();
             let down = Duration::from_millis(rng.random_range(500..3000));
             sleep(down).await;
             *server = restart_without_data(clock, port);
-            return down + no_grants_after_a_loss();
+            return down + quarantine_from_now(quarantine_ends);
         }
         Fault::RestartFromFiles => {
             clock.set_offset(0);
@@ -193,15 +202,16 @@ async fn inject(
             let mut args = PERSISTENCE.to_vec();
             args.extend(from);
             server.crash_and_restart_with_clock(clock, &args);
-            return no_grants_after_a_loss();
+            return quarantine_from_now(quarantine_ends);
         }
         Fault::CutHolderDuringRestart => {
             one.black_hole();
             server.kill();
             *server = restart_without_data(clock, port);
+            let quarantine = quarantine_from_now(quarantine_ends);
             sleep(Duration::from_millis(rng.random_range(500..3500))).await;
             one.heal();
-            return no_grants_after_a_loss();
+            return quarantine;
         }
         Fault::StallRuntime => {
             if let Some(pid) = workers[chosen].id() {
@@ -213,7 +223,13 @@ async fn inject(
             }
         }
         Fault::ClockStepBack => {
-            clock.step_back(Duration::from_millis(rng.random_range(1000..30_000)));
+            let step = Duration::from_millis(rng.random_range(1000..30_000));
+            clock.step_back(step);
+            // A quarantine ends by the server's clock: one under way lasts the step longer.
+            if Instant::now() < *quarantine_ends {
+                *quarantine_ends += step;
+                return step;
+            }
         }
         Fault::ClockStepForward => {
             clock.step_forward(Duration::from_millis(rng.random_range(20..100)));
@@ -277,16 +293,30 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
     let faults_end = started + Duration::from_secs(seconds).saturating_sub(QUIET_END);
     let mut injected: BTreeMap<String, usize> = BTreeMap::new();
     let mut no_grants = Duration::ZERO;
+    let mut quarantine_ends = started;
     while Instant::now() < faults_end {
         sleep(Duration::from_millis(rng.random_range(1000..3000))).await;
         if Instant::now() >= faults_end {
             break;
         }
         let kind = FAULTS[rng.random_range(0..FAULTS.len())];
-        no_grants += inject(kind, &mut rng, &clock, &mut server, &proxies, &workers).await;
+        no_grants += inject(
+            kind,
+            &mut rng,
+            &clock,
+            &mut server,
+            &proxies,
+            &workers,
+            &mut quarantine_ends,
+        )
+        .await;
         *injected.entry(format!("{kind:?}")).or_default() += 1;
     }
-    let granting = Duration::from_secs(seconds).saturating_sub(no_grants);
+    // What a step back lengthened a quarantine by past the run's end kept no grant from it.
+    let past_the_end =
+        quarantine_ends.saturating_duration_since(started + Duration::from_secs(seconds));
+    let granting =
+        Duration::from_secs(seconds).saturating_sub(no_grants.saturating_sub(past_the_end));
 
     for worker in &mut workers {
         let status = tokio::time::timeout(QUIET_END + WAIT + WAIT_SLACK * 4, worker.wait())
