@@ -185,7 +185,14 @@ impl RedisServer {
             let mut conn = admin
                 .get_connection_with_timeout(Duration::from_millis(200))
                 .ok()?;
-            redis::cmd("INFO").arg("server").query(&mut conn).ok()
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .arg("persistence")
+                .query(&mut conn)
+                .ok()?;
+            // Still loading its data (a restart from its files): it answers INFO, but refuses
+            // most commands with LOADING, so it is not up yet.
+            (!info.contains("\nloading:1")).then_some(info)
         };
         match await_own_process(&mut server.child, port, STARTUP_BOUND, info) {
             Ok(()) => Ok(server),
