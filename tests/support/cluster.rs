@@ -326,7 +326,10 @@ impl RedisCluster {
             let dir = self.dir.join(port.to_string());
             std::fs::create_dir_all(&dir).expect("node directory");
             let mut child = spawn_node(port, &dir, &env);
-            let info = || self.try_cmd::<String>(port, &["INFO", "server"]).ok();
+            let info = || {
+                self.try_cmd::<String>(port, &["INFO", "server", "persistence"])
+                    .ok()
+            };
             match super::await_own_process(&mut child, port, FORM_BOUND, info) {
                 Ok(()) => {
                     return Node {

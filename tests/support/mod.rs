@@ -185,14 +185,11 @@ impl RedisServer {
             let mut conn = admin
                 .get_connection_with_timeout(Duration::from_millis(200))
                 .ok()?;
-            let info: String = redis::cmd("INFO")
+            redis::cmd("INFO")
                 .arg("server")
                 .arg("persistence")
                 .query(&mut conn)
-                .ok()?;
-            // Still loading its data (a restart from its files): it answers INFO, but refuses
-            // most commands with LOADING, so it is not up yet.
-            (!info.contains("\nloading:1")).then_some(info)
+                .ok()
         };
         match await_own_process(&mut server.child, port, STARTUP_BOUND, info) {
             Ok(()) => Ok(server),
@@ -344,8 +341,9 @@ pub fn uptime_in_seconds(info: &str) -> Option<u64> {
 }
 
 /// Waits up to `bound` until the process that answers on `port` is `child`, by the process
-/// id its `INFO server` tells (`info` asks the port for it): a port found free can be taken
-/// by another test's server before `child` binds it. `Err` says why not.
+/// id its `INFO server` tells (`info` asks the port for it, with `persistence` where the
+/// server keeps data), and has loaded its data: a port found free can be taken by another
+/// test's server before `child` binds it. `Err` says why not.
 pub fn await_own_process(
     child: &mut Child,
     port: u16,
@@ -359,6 +357,12 @@ pub fn await_own_process(
             return Err(format!("{binary} on port {port} exited with {status}"));
         }
         if let Some(info) = info() {
+            // Still loading its data (a restart from its files): it answers INFO, but refuses
+            // most commands with LOADING, so it is not up yet.
+            if info.contains("\nloading:1") {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
             if process_id(&info) == Some(child.id()) {
                 return Ok(());
             }
