@@ -122,23 +122,57 @@ fn spawn_worker(index: usize, url: &str, log: &str, seconds: u64, seed: u64) -> 
         .expect("a chaos worker starts")
 }
 
-/// How long no lock is granted after Redis lost its data: the quarantine covers the
-/// workers' lease too.
-fn no_grants_after_a_loss() -> Duration {
-    QUARANTINE.max(LEASE)
+/// The spans of a run in which no lock can be granted: Redis down, and the quarantine after
+/// it comes back without its data. A restart during a quarantine starts another that
+/// overlaps it, so the time they keep grants away is their union, not their sum.
+#[derive(Default)]
+struct NoGrants {
+    spans: Vec<(Instant, Instant)>,
 }
 
-/// The quarantine after a loss of data, from now: when it ends, in `quarantine_ends`, and how
-/// long it keeps every lock from being granted.
-fn quarantine_from_now(quarantine_ends: &mut Instant) -> Duration {
-    *quarantine_ends = Instant::now() + no_grants_after_a_loss();
-    no_grants_after_a_loss()
+impl NoGrants {
+    /// Redis went down at `from` and is back now without its data: no grant until its
+    /// quarantine ends, which covers the workers' lease too.
+    fn down_since(&mut self, from: Instant) {
+        let quarantine = QUARANTINE.max(LEASE);
+        self.spans.push((from, Instant::now() + quarantine));
+    }
+
+    /// The server's clock stepped back by `step`: a quarantine under way ends by that clock,
+    /// so it lasts the step longer.
+    fn clock_stepped_back(&mut self, step: Duration) {
+        let now = Instant::now();
+        if let Some((_, end)) = self.spans.iter_mut().filter(|(_, end)| *end > now).last() {
+            *end += step;
+        }
+    }
+
+    /// How much of `from..to` the spans cover.
+    fn within(&self, from: Instant, to: Instant) -> Duration {
+        let mut spans: Vec<(Instant, Instant)> = self
+            .spans
+            .iter()
+            .map(|&(start, end)| (start.max(from), end.min(to)))
+            .filter(|(start, end)| start < end)
+            .collect();
+        spans.sort();
+        let mut covered = Duration::ZERO;
+        let mut reached = from;
+        for (start, end) in spans {
+            let start = start.max(reached);
+            if end > start {
+                covered += end - start;
+                reached = end;
+            }
+        }
+        covered
+    }
 }
 
 /// Injects one fault of `kind` and undoes it; Redis may be replaced (same port, no data).
-/// Returns how long the fault keeps every lock from being granted: the time Redis is down
-/// and the quarantine after it comes back without its data, which ends at `quarantine_ends`
-/// (moved here), or by how much a step back of the server's clock lengthens that quarantine.
+/// What keeps every lock from being granted (Redis down, the quarantine after it comes back
+/// without its data, a step back of the server's clock during that quarantine) goes into
+/// `no_grants`.
 async fn inject(
     kind: Fault,
     rng: &mut StdRng,
@@ -146,8 +180,8 @@ async fn inject(
     server: &mut RedisServer,
     proxies: &[FaultProxy],
     workers: &[Child],
-    quarantine_ends: &mut Instant,
-) -> Duration {
+    no_grants: &mut NoGrants,
+) {
     let port = server.port();
     let chosen = rng.random_range(0..proxies.len());
     let one = &proxies[chosen];
@@ -181,16 +215,17 @@ async fn inject(
             let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
         }
         Fault::RestartRedis => {
+            let down = Instant::now();
             server.kill();
             *server = restart_without_data(clock, port);
-            return quarantine_from_now(quarantine_ends);
+            no_grants.down_since(down);
         }
         Fault::RedisDown => {
+            let down = Instant::now();
             server.kill();
-            let down = Duration::from_millis(rng.random_range(500..3000));
-            sleep(down).await;
+            sleep(Duration::from_millis(rng.random_range(500..3000))).await;
             *server = restart_without_data(clock, port);
-            return down + quarantine_from_now(quarantine_ends);
+            no_grants.down_since(down);
         }
         Fault::RestartFromFiles => {
             clock.set_offset(0);
@@ -201,17 +236,18 @@ async fn inject(
             };
             let mut args = PERSISTENCE.to_vec();
             args.extend(from);
+            let down = Instant::now();
             server.crash_and_restart_with_clock(clock, &args);
-            return quarantine_from_now(quarantine_ends);
+            no_grants.down_since(down);
         }
         Fault::CutHolderDuringRestart => {
             one.black_hole();
+            let down = Instant::now();
             server.kill();
             *server = restart_without_data(clock, port);
-            let quarantine = quarantine_from_now(quarantine_ends);
+            no_grants.down_since(down);
             sleep(Duration::from_millis(rng.random_range(500..3500))).await;
             one.heal();
-            return quarantine;
         }
         Fault::StallRuntime => {
             if let Some(pid) = workers[chosen].id() {
@@ -225,17 +261,12 @@ async fn inject(
         Fault::ClockStepBack => {
             let step = Duration::from_millis(rng.random_range(1000..30_000));
             clock.step_back(step);
-            // A quarantine ends by the server's clock: one under way lasts the step longer.
-            if Instant::now() < *quarantine_ends {
-                *quarantine_ends += step;
-                return step;
-            }
+            no_grants.clock_stepped_back(step);
         }
         Fault::ClockStepForward => {
             clock.step_forward(Duration::from_millis(rng.random_range(20..100)));
         }
     }
-    Duration::ZERO
 }
 
 /// Whether the server's wall clock is within a second of the real one.
@@ -292,31 +323,27 @@ async fn chaos_keeps_exclusion_and_fencing_and_leaks_nothing() {
     let started = Instant::now();
     let faults_end = started + Duration::from_secs(seconds).saturating_sub(QUIET_END);
     let mut injected: BTreeMap<String, usize> = BTreeMap::new();
-    let mut no_grants = Duration::ZERO;
-    let mut quarantine_ends = started;
+    let mut no_grants = NoGrants::default();
     while Instant::now() < faults_end {
         sleep(Duration::from_millis(rng.random_range(1000..3000))).await;
         if Instant::now() >= faults_end {
             break;
         }
         let kind = FAULTS[rng.random_range(0..FAULTS.len())];
-        no_grants += inject(
+        inject(
             kind,
             &mut rng,
             &clock,
             &mut server,
             &proxies,
             &workers,
-            &mut quarantine_ends,
+            &mut no_grants,
         )
         .await;
         *injected.entry(format!("{kind:?}")).or_default() += 1;
     }
-    // What a step back lengthened a quarantine by past the run's end kept no grant from it.
-    let past_the_end =
-        quarantine_ends.saturating_duration_since(started + Duration::from_secs(seconds));
-    let granting =
-        Duration::from_secs(seconds).saturating_sub(no_grants.saturating_sub(past_the_end));
+    let run_end = started + Duration::from_secs(seconds);
+    let granting = Duration::from_secs(seconds) - no_grants.within(started, run_end);
 
     for worker in &mut workers {
         let status = tokio::time::timeout(QUIET_END + WAIT + WAIT_SLACK * 4, worker.wait())
@@ -458,4 +485,23 @@ fn the_checker_finds_overlaps_token_regressions_and_stuck_waiters() {
     }];
     let verdict = check(&[], &stalled, 1_000);
     assert_eq!((verdict.stuck, verdict.stalled), (0, 1));
+}
+
+#[test]
+fn spans_without_grants_that_overlap_count_once_and_only_within_the_run() {
+    let start = Instant::now();
+    let at = |millis: u64| start + Duration::from_millis(millis);
+    let no_grants = NoGrants {
+        spans: vec![
+            (at(1_000), at(3_000)),
+            (at(2_000), at(4_000)),
+            (at(9_000), at(12_000)),
+        ],
+    };
+    // 1..4 s once, not 2 + 2 s; and the last span up to the run's end at 10 s.
+    assert_eq!(no_grants.within(start, at(10_000)), Duration::from_secs(4));
+    assert_eq!(
+        no_grants.within(at(2_500), at(10_000)),
+        Duration::from_millis(2_500)
+    );
 }
