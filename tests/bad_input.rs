@@ -112,7 +112,7 @@ async fn invalid_names_are_typed_errors_everywhere_in_the_client_api() {
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidName);
     }
-    assert_eq!(support::command_calls(&server, "evalsha"), 0);
+    assert_eq!(support::script_calls(&server), 0);
     assert_eq!(lock_keys(&server), BTreeSet::new());
     assert_eq!(locks.local_keys(), 0);
 }
@@ -397,7 +397,7 @@ async fn unusable_header_values_are_400_or_invalid_argument_and_never_reach_redi
     assert_eq!(runs.load(Ordering::SeqCst), 0, "no handler ran");
     let kinds = kinds.lock().unwrap().clone();
     assert_eq!(kinds, vec![RejectionKind::InvalidKey; 12]);
-    assert_eq!(support::command_calls(&server, "evalsha"), 0);
+    assert_eq!(support::script_calls(&server), 0);
     assert_eq!(support::command_calls(&server, "eval"), 0);
     assert_eq!(server.keys_besides_epoch(), 0);
     assert_eq!(locks.local_keys(), 0);
@@ -604,7 +604,7 @@ async fn ten_thousand_keys_in_one_request_are_400_quickly_and_never_reach_redis(
     let kinds = kinds.lock().unwrap().clone();
     assert_eq!(kinds[..6], [RejectionKind::TooManyKeys; 6]);
     assert_eq!(kinds[6..], [RejectionKind::InvalidKey; 2]);
-    assert_eq!(support::command_calls(&server, "evalsha"), 0);
+    assert_eq!(support::script_calls(&server), 0);
     assert_eq!(server.keys_besides_epoch(), 0);
     assert_eq!(locks.local_keys(), 0);
 

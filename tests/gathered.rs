@@ -35,6 +35,11 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
     counts.get(command).copied().unwrap_or(0)
 }
 
+/// How many script calls the server ran: functions (`FCALL`), or scripts (`EVALSHA`).
+fn script_calls(server: &RedisServer) -> u64 {
+    calls(server, "fcall") + calls(server, "evalsha")
+}
+
 /// A server up past its first second (see `tests/redis_cost.rs`), a proxy in front of it, and
 /// a client with group commit through the proxy on one command connection (5 s command
 /// timeouts), warmed up: its connection open,
@@ -118,7 +123,7 @@ async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_eac
         .collect();
 
     assert_eq!(
-        calls(&server, "evalsha"),
+        script_calls(&server),
         2,
         "one call for the first look, sent alone, and one for the {} gathered behind it",
         AT_ONCE - 1
@@ -162,7 +167,7 @@ async fn first_looks_that_come_while_one_is_in_flight_go_out_in_one_call_and_eac
     let released = join_all(guards.into_iter().map(|guard| guard.release())).await;
     assert!(released.iter().all(Result::is_ok), "{released:?}");
     assert_eq!(
-        calls(&server, "evalsha"),
+        script_calls(&server),
         0,
         "locks taken with nobody queued are released by plain commands, not gathered"
     );
@@ -214,7 +219,9 @@ fn logged(server: &RedisServer, name: &str) -> Vec<Vec<String>> {
 /// The script calls logged whose first key is `key`: a gathered acquire names the token
 /// counter first, an acquire sent alone its lock.
 fn script_calls_with_first_key(server: &RedisServer, key: &str) -> usize {
-    logged(server, "evalsha")
+    let mut scripts = logged(server, "fcall");
+    scripts.extend(logged(server, "evalsha"));
+    scripts
         .iter()
         .filter(|args| args.get(3).is_some_and(|first_key| first_key == key))
         .count()
@@ -354,7 +361,7 @@ async fn last_releases_that_come_while_one_is_in_flight_go_out_in_one_call() {
     let released = join_all(guards.into_iter().map(|guard| guard.release())).await;
     assert!(released.iter().all(Result::is_ok), "{released:?}");
     assert_eq!(
-        calls(&server, "evalsha"),
+        script_calls(&server),
         2,
         "one call for the first release, and one for those gathered behind it"
     );
@@ -392,7 +399,7 @@ async fn without_group_commit_each_acquisition_and_release_goes_out_alone() {
     join_all(guards.into_iter().map(|guard| guard.release())).await;
 
     assert_eq!(
-        calls(&server, "evalsha"),
+        script_calls(&server),
         AT_ONCE as u64,
         "a call per acquisition, and plain commands per release"
     );

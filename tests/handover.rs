@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::proxy::FaultProxy;
-use support::{ChildGuard, RedisServer, client, command_calls, eventually, queued};
+use support::{ChildGuard, RedisServer, client, command_calls, eventually, queued, script_calls};
 use tokio::sync::mpsc;
 use tower_redis_lock::{LockClient, LockGuard, LostReason};
 
@@ -77,7 +77,7 @@ async fn a_release_wakes_one_waiting_instance_in_arrival_order() {
     // Each client's watchdog may send its heartbeat (one script a second) while the waiters
     // still wait, on a slow machine; a herd would add several scripts per release.
     let ticks = CLIENTS as u64 * (released_at.elapsed().as_secs() + 1);
-    let scripts = command_calls(&server, "evalsha");
+    let scripts = script_calls(&server);
     assert!(
         (CLIENTS as u64 + 1..=CLIENTS as u64 + 1 + ticks).contains(&scripts),
         "{scripts} scripts for {CLIENTS} releases and the first, {ticks} heartbeats allowed"
@@ -177,7 +177,7 @@ async fn tasks_of_one_client_hand_the_lock_over_without_redis_with_growing_token
     // Five hand-overs, then one release: no script (the lock was taken with nobody queued,
     // so its release is an HDEL and an EXISTS), and consecutive tokens from the block the
     // first acquisition reserved.
-    assert_eq!(command_calls(&server, "evalsha"), 0);
+    assert_eq!(script_calls(&server), 0);
     assert_eq!(command_calls(&server, "hdel"), 1);
     assert_eq!(tokens, (first_token..first_token + 6).collect::<Vec<_>>());
     // Taken free, the block came from the server clock: no counter was written.

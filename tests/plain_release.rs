@@ -87,7 +87,7 @@ fn refused_scripts(server: &RedisServer) -> i64 {
     log.iter()
         .filter(|entry| {
             matches!(entry.get("object"), Some(redis::Value::BulkString(object))
-                if object.starts_with(b"eval"))
+                if object.starts_with(b"eval") || object.as_slice() == b"fcall")
         })
         .map(|entry| match entry.get("count") {
             Some(redis::Value::Int(count)) => *count,
@@ -135,7 +135,7 @@ async fn a_release_whose_grant_fails_after_its_plain_commands_is_given_back_and_
 
     // The holder's scripts are refused from now on: its release's plain commands run, and
     // the script that would grant the lock on fails. The hold is released all the same.
-    let _: () = server.cmd(&["ACL", "SETUSER", "holder", "-evalsha", "-eval"]);
+    let _: () = server.cmd(&["ACL", "SETUSER", "holder", "-fcall", "-evalsha", "-eval"]);
     held.release().await.unwrap();
     // Left marked with no holder: the waiter's look finds it held, and waits.
     let fields = lock_fields(&server, "tenant-1");
@@ -149,7 +149,7 @@ async fn a_release_whose_grant_fails_after_its_plain_commands_is_given_back_and_
     assert!(!waiting.is_finished(), "nobody granted the lock yet");
 
     // Scripts allowed again: the release given back in the background grants the lock.
-    let _: () = server.cmd(&["ACL", "SETUSER", "holder", "+evalsha", "+eval"]);
+    let _: () = server.cmd(&["ACL", "SETUSER", "holder", "+fcall", "+evalsha", "+eval"]);
     let granted = granted(waiting, "after scripts were allowed").await;
     assert!(granted.fencing_token() > 0);
 }

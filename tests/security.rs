@@ -19,9 +19,13 @@ const REFUSAL_BOUND: Duration = Duration::from_secs(2);
 
 /// Every command the library sends, at the top level or from its scripts, as the ACL line of
 /// the security chapter (`src/guide/security.md`) grants them.
-const LIBRARY_COMMANDS: &str = "-@all +evalsha +script|load +eval +exists +hexists +hget +hgetall \
-    +hset +hincrby +hdel +del +get +set +pexpire +pttl +time +lastsave +zadd +zrange +zrangebyscore \
-    +zremrangebyscore +zrem +zscore +zpopmin +publish +subscribe +ping +unwatch +info";
+const LIBRARY_COMMANDS: &str = "-@all +fcall +function|load +function|list +function|delete \
+    +evalsha +script|load +eval +exists +hexists +hget +hgetall +hset +hincrby +hdel +del +get +set \
+    +pexpire +pttl +time +lastsave +zadd +zrange +zrangebyscore +zremrangebyscore +zrem +zscore \
+    +zpopmin +publish +subscribe +ping +unwatch +info";
+
+/// The commands of [`LIBRARY_COMMANDS`] that run the scripts as Redis Functions.
+const FUNCTION_COMMANDS: &str = " +fcall +function|load +function|list +function|delete";
 
 const PASSWORD: &str = "s3cret-pass";
 
@@ -128,6 +132,22 @@ fn denied_commands(server: &RedisServer) -> Vec<String> {
         // redis-rs's own CLIENT SETINFO, whose refusal it ignores.
         .filter(|command| command != "client")
         .collect()
+}
+
+/// How many times the server's ACL refused `command` (its log counts the refusals of one
+/// command by one user in one entry).
+fn refusals_of(server: &RedisServer, command: &str) -> i64 {
+    let log: Vec<HashMap<String, redis::Value>> = server.cmd(&["ACL", "LOG"]);
+    log.iter()
+        .filter(|entry| {
+            matches!(entry.get("object"), Some(redis::Value::BulkString(object))
+                if object.as_slice() == command.as_bytes())
+        })
+        .map(|entry| match entry.get("count") {
+            Some(redis::Value::Int(count)) => *count,
+            other => panic!("an ACL LOG entry's count: {other:?}"),
+        })
+        .sum()
 }
 
 fn db_size(server: &RedisServer) -> i64 {
@@ -256,7 +276,9 @@ async fn a_user_without_the_promotion_witness_takes_locks_and_is_refused_it_once
 #[tokio::test]
 async fn scripts_that_cannot_be_loaded_run_by_their_source() {
     let server = RedisServer::start();
-    let without_load = LIBRARY_COMMANDS.replace(" +script|load", "");
+    let without_load = LIBRARY_COMMANDS
+        .replace(" +script|load", "")
+        .replace(FUNCTION_COMMANDS, "");
     add_user(
         &server,
         "no-load",
@@ -272,8 +294,45 @@ async fn scripts_that_cannot_be_loaded_run_by_their_source() {
         assert!(!holder.lock(name).unwrap().is_locked().await.unwrap());
     }
     let mut denied = denied_commands(&server);
+    denied.sort();
     denied.dedup();
-    assert_eq!(denied, ["script"], "only the loads were refused");
+    assert_eq!(
+        denied,
+        ["fcall", "script"],
+        "only functions and the loads were refused"
+    );
+}
+
+/// A user whose ACL has no functions (one written for the scripts alone) runs the scripts:
+/// each connection is refused `FCALL` once, and sends scripts from then on.
+#[tokio::test]
+async fn a_user_without_functions_runs_the_scripts_and_is_refused_them_once_per_connection() {
+    let server = RedisServer::start();
+    let without_functions = LIBRARY_COMMANDS.replace(FUNCTION_COMMANDS, "");
+    add_user(
+        &server,
+        "scripts-only",
+        LIBRARY_KEYS,
+        "&lock:wake:*",
+        &without_functions,
+    );
+    let url = server.url_as("scripts-only", PASSWORD);
+    let (holder, guard, renewed) = hand_over_and_renew(&server, &url, "scripted").await;
+    renewed.release().await.unwrap();
+    guard.release().await.unwrap();
+    for name in ["scripted", "renewed"] {
+        assert!(!holder.lock(name).unwrap().is_locked().await.unwrap());
+    }
+    let mut denied = denied_commands(&server);
+    denied.sort();
+    denied.dedup();
+    assert_eq!(denied, ["fcall"]);
+    let scripts = support::command_calls(&server, "evalsha");
+    let refusals = refusals_of(&server, "fcall");
+    assert!(
+        scripts >= 10 && refusals <= 4,
+        "{refusals} refusals of FCALL for {scripts} scripts"
+    );
 }
 
 #[tokio::test]

@@ -349,7 +349,7 @@ async fn waiters_of_one_client_queue_locally_and_only_the_head_talks_to_redis() 
     // the client holds in a queue); the holder's watchdog adds an epoch check or two.
     let () = server.cmd(&["CONFIG", "RESETSTAT"]);
     tokio::time::sleep(repoll * 10).await;
-    let scripts = support::command_calls(&server, "evalsha");
+    let scripts = support::script_calls(&server);
     assert!(scripts <= 35, "{scripts} scripts in ten re-polls");
     // A different key of the same client is not held up by the queue.
     let unrelated = waiter

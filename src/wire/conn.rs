@@ -10,8 +10,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -27,18 +27,34 @@ use crate::meter;
 use crate::wire::cluster_node::{cluster_node_error, is_cluster_answer, is_cluster_node};
 use crate::wire::sentinel::Dialer;
 
-/// A connection to the server, or to the cluster (boxed: waiters keep one, and most
-/// clients talk to one server).
+/// A connection to the server, with what it knows of the server's functions, or to the
+/// cluster (boxed: waiters keep one, and most clients talk to one server).
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Server(MultiplexedConnection),
+    Server(MultiplexedConnection, Functions),
     Cluster(Box<ClusterConnection>),
+}
+
+/// Whether a server refused Redis Functions to this connection (`FCALL` or `FUNCTION LOAD`
+/// unknown or denied): its scripts then run as scripts (`EVALSHA`), without asking again.
+/// Shared by the clones of one connection; a new connection asks again.
+#[derive(Clone, Default)]
+pub(crate) struct Functions(Arc<AtomicBool>);
+
+impl Functions {
+    pub(crate) fn refused(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn refuse(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Self::Server(_) => "Conn::Server",
+            Self::Server(..) => "Conn::Server",
             Self::Cluster(_) => "Conn::Cluster",
         })
     }
@@ -50,7 +66,7 @@ impl Conn {
     /// operation sends one.
     pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
         let reply = match self {
-            Self::Server(conn) => conn.send_packed_command(cmd).await?,
+            Self::Server(conn, _) => conn.send_packed_command(cmd).await?,
             Self::Cluster(conn) => conn.req_packed_command(cmd).await?,
         };
         Ok(redis::from_redis_value(reply.extract_error()?)?)
@@ -60,7 +76,7 @@ impl Conn {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Self::Server(conn) => conn.req_packed_command(cmd),
+            Self::Server(conn, _) => conn.req_packed_command(cmd),
             Self::Cluster(conn) => conn.req_packed_command(cmd),
         }
     }
@@ -72,14 +88,14 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Server(conn) => conn.req_packed_commands(cmd, offset, count),
+            Self::Server(conn, _) => conn.req_packed_commands(cmd, offset, count),
             Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Self::Server(conn) => conn.get_db(),
+            Self::Server(conn, _) => conn.get_db(),
             Self::Cluster(conn) => conn.get_db(),
         }
     }
@@ -244,7 +260,7 @@ impl Connections {
                         return Err(self.cluster_node_error(url));
                     }
                     Checkout {
-                        shared: Conn::Server(shared),
+                        shared: Conn::Server(shared, Functions::default()),
                         _pooled: Some(pooled),
                     }
                 }
@@ -256,7 +272,7 @@ impl Connections {
                         .await?;
                     shared.set_response_timeout(Duration::MAX);
                     Checkout {
-                        shared: Conn::Server(shared),
+                        shared: Conn::Server(shared, Functions::default()),
                         _pooled: None,
                     }
                 }

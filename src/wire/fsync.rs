@@ -18,7 +18,7 @@ pub(crate) async fn every_write_synced(connections: &Connections) -> Result<()> 
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("appendonly").arg("appendfsync");
     let answers = match connections.get("").await? {
-        Conn::Server(mut conn) => {
+        Conn::Server(mut conn, _) => {
             let settings: HashMap<String, String> = cmd.query_async(&mut conn).await?;
             vec![("the server".to_owned(), settings)]
         }

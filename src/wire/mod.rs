@@ -7,6 +7,8 @@ pub(crate) mod cluster_node;
 pub(crate) mod conn;
 pub(crate) mod endpoint;
 pub(crate) mod fsync;
+mod function_library;
+mod function_names;
 mod lua;
 mod redis_error;
 pub(crate) mod replica_ack;

@@ -72,7 +72,7 @@ async fn on_node<T: FromRedisValue>(
     command: Cmd,
 ) -> redis::RedisResult<T> {
     match conn {
-        Conn::Server(conn) => command.query_async(conn).await,
+        Conn::Server(conn, _) => command.query_async(conn).await,
         Conn::Cluster(conn) => {
             let node = Route::new(slot, SlotAddr::Master);
             let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(node));

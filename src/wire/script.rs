@@ -35,6 +35,14 @@ const COUNTER_AFTER_ITEMS: &str = "catch_up_counter()\n";
 /// reservation leave the counter behind for [`COUNTER_AFTER_ITEMS`].
 const COUNTER_BEFORE_ITEMS: &str = "counter_caught_up_after_items = true\n";
 
+/// The flags of a script's function that must run when Redis is over `maxmemory`, as a
+/// script that writes only what frees or keeps (a release, a renewal, a heartbeat) runs there:
+/// a function without them is refused at its start.
+pub(crate) const RUNS_OVER_MAXMEMORY: &[&str] = &["allow-oom"];
+
+/// The flags of a script's function that writes nothing (it runs over `maxmemory` too).
+pub(crate) const READS_ONLY: &[&str] = &["no-writes"];
+
 /// A Lua script, described: it takes the inputs `I`, and per item of a batch the inputs `E`.
 pub(crate) struct ScriptSpec<I: Inputs, E: Inputs = NoItems> {
     /// The file of its own code under `lua/`.
@@ -56,6 +64,9 @@ pub(crate) struct ScriptSpec<I: Inputs, E: Inputs = NoItems> {
     hoisted: &'static [&'static str],
     /// Its own code.
     pub(crate) code: &'static str,
+    /// The flags of its function when a server runs it as one (`function_library.rs`): a
+    /// function without `allow-oom` does not start when Redis is over `maxmemory`.
+    function_flags: &'static [&'static str],
     /// The whole source and its SHA, built on first use.
     lua: OnceLock<Lua>,
     inputs: PhantomData<fn() -> (I, E)>,
@@ -85,6 +96,7 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
             per_item: false,
             hoisted: &[],
             code,
+            function_flags: &[],
             lua: OnceLock::new(),
             inputs: PhantomData,
         }
@@ -113,6 +125,12 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
         self
     }
 
+    /// This script, whose function (on a server that runs it as one) has `flags`.
+    pub(crate) const fn with_function_flags(mut self, flags: &'static [&'static str]) -> Self {
+        self.function_flags = flags;
+        self
+    }
+
     /// This script, whose reply of one integer `n` alone stands for `{status, n}`.
     pub(crate) const fn with_short_reply(mut self, status: i64) -> Self {
         self.short_reply = Some(status);
@@ -121,7 +139,8 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
 
     /// The script as Redis runs it.
     pub(crate) fn lua(&self) -> &Lua {
-        self.lua.get_or_init(|| Lua::new(self.source()))
+        self.lua
+            .get_or_init(|| Lua::new(self.file, self.source(), self.function_flags))
     }
 
     /// Runs `cmd`, one of this script's commands, and reads its reply.
@@ -279,7 +298,7 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
         )
     }
 
-    /// The `EVALSHA` of this script with `inputs`, sized before it is built: a lock
+    /// The call of this script with `inputs`, sized before it is built: a lock
     /// operation should not allocate per argument, nor grow its buffers.
     pub(crate) fn command(&self, inputs: &I::Borrowing<'_>) -> Cmd {
         self.command_each(inputs, &[])
@@ -311,7 +330,7 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
         let lua = self.lua();
         let key_count = I::KEY_COUNT + items.len() * E::KEY_COUNT;
         let arg_count = 4 + key_count + I::ARG_COUNT + items.len() * E::ARG_COUNT + rest.len();
-        let mut bytes = "EVALSHA".len() + lua.sha().len() + MAX_NUMBER_LEN;
+        let mut bytes = "FCALL".len() + lua.name().len() + MAX_NUMBER_LEN;
         let mut count_key = |key: &str| bytes += key.len();
         inputs.keys(&mut count_key);
         items.iter().for_each(|item| item.keys(&mut count_key));
@@ -319,7 +338,7 @@ impl<I: Inputs, E: Inputs> ScriptSpec<I, E> {
         inputs.args(&mut count_arg);
         items.iter().for_each(|item| item.args(&mut count_arg));
         rest.iter().copied().for_each(count_arg);
-        let mut cmd = lua.evalsha_in(Cmd::with_capacity(arg_count, bytes), key_count);
+        let mut cmd = lua.call_in(Cmd::with_capacity(arg_count, bytes), key_count);
         let mut write_key = |key: &str| {
             cmd.arg(key);
         };

@@ -44,6 +44,8 @@ pub(crate) fn library(name: &str) -> &'static str {
 #[derive(Debug)]
 pub(crate) struct Word<'a> {
     pub(crate) name: &'a str,
+    /// Where it starts in the code, in bytes.
+    pub(crate) start: usize,
     /// Read by the check of each script's Lua, which finds a function used before it is made.
     #[cfg_attr(not(test), expect(dead_code, reason = "read by the scripts' check"))]
     pub(crate) defines_function: bool,
@@ -76,6 +78,7 @@ pub(crate) fn words(code: &str) -> Vec<Word<'_>> {
             if !field {
                 words.push(Word {
                     name,
+                    start,
                     defines_function: after_local_function,
                 });
             }

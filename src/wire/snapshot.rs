@@ -4,7 +4,7 @@
 use crate::keys::LockKeys;
 use crate::layout;
 use crate::wire::conn::Conn;
-use crate::wire::script::ScriptSpec;
+use crate::wire::script::{READS_ONLY, ScriptSpec};
 use crate::wire::script_inputs::script_inputs;
 use crate::wire::scripts::LockKeyNames;
 
@@ -20,7 +20,8 @@ script_inputs! {
 }
 
 static INSPECT: ScriptSpec<InspectInputs<'static>> =
-    ScriptSpec::new("inspect.lua", include_str!("lua/inspect.lua"), &[]);
+    ScriptSpec::new("inspect.lua", include_str!("lua/inspect.lua"), &[])
+        .with_function_flags(READS_ONLY);
 
 /// The script, for the check of its Lua against its description.
 #[cfg(test)]

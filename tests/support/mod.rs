@@ -589,6 +589,13 @@ pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .map_or(0, |calls| calls.parse().expect("a count"))
 }
 
+/// How many script calls the server ran since the last `CONFIG RESETSTAT`: one server runs
+/// the library's scripts as functions (`FCALL`), or as scripts (`EVALSHA`) where it refuses
+/// functions.
+pub fn script_calls(server: &RedisServer) -> u64 {
+    command_calls(server, "fcall") + command_calls(server, "evalsha")
+}
+
 /// How many clients the server has subscribed to `channel`.
 pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
     let reply: (String, i64) = redis::cmd("PUBSUB")

@@ -22,7 +22,7 @@ if mode ~= 'wait' and mode ~= 'join' and mode ~= 'try' then
   return {NOT_OWNER}
 end
 local lease, block = tonumber(LEASE_MS), tonumber(TOKEN_BLOCK)
-local permits, take = tonumber(PERMITS), tonumber(TAKE)
+local permits, asked = tonumber(PERMITS), tonumber(TAKE)
 local blocked = check_epoch(EPOCH, known_epoch, known_lease_ms, quarantine_ms, LEASE_MS, nil,
   keeps_writes)
 if blocked then
@@ -49,14 +49,14 @@ if token then
   return {ACQUIRED, token, granted}
 end
 -- Nobody queued ahead and enough permits free: taken. Nobody overtakes a live waiter.
-if not waiting and used + take <= permits then
-  return {ACQUIRED, sem_add(owner, now, lease, block, take, permits), lease}
+if not waiting and used + asked <= permits then
+  return {ACQUIRED, sem_add(owner, now, lease, block, asked, permits), lease}
 end
 -- An owner that queues is told the last token reserved (see `last_token`); one that does not,
 -- or that Redis has never seen ('join', see acquire.lua's step 6), 0.
 local last = 0
 if mode ~= 'try' then
-  enqueue(owner, now, alive_ms + 0, lease, block, tostring(take))
+  enqueue(owner, now, alive_ms + 0, lease, block, tostring(asked))
   if mode ~= 'join' then
     last = last_token()
   end

@@ -5,7 +5,7 @@ use crate::keys::LockKeys;
 use crate::lock_kind::LockKind;
 use crate::scopes::ScopeKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::ScriptSpec;
+use crate::wire::script::{RUNS_OVER_MAXMEMORY, ScriptSpec};
 use crate::wire::script_inputs::{Arg, OneArg, script_inputs};
 use crate::wire::script_reply::{ScriptReply, reply_statuses};
 use crate::wire::scripts::acquire::AcquireTerms;
@@ -188,7 +188,8 @@ static RELEASE: ScriptSpec<ReleaseInputs<'static>> = ScriptSpec::new(
     include_str!("../lua/release.lua"),
     &[released::ALL],
 )
-.with_short_reply(released::RELEASED);
+.with_short_reply(released::RELEASED)
+.with_function_flags(RUNS_OVER_MAXMEMORY);
 
 /// [`RELEASE`] of every hold of many owners of one scope at once, each of a lock of its own:
 /// the keys and argument that differ per lock and owner are given per item, the rest once,
@@ -201,43 +202,50 @@ static RELEASE_EACH: ScriptSpec<ReleaseEachInputs<'static>, ReleaseItem<'static>
         &[released::ALL],
     )
     .with_code_per_item(&["clock", "counter"])
-    .with_short_reply(released::RELEASED);
+    .with_short_reply(released::RELEASED)
+    .with_function_flags(RUNS_OVER_MAXMEMORY);
 
 static HANDOVER: ScriptSpec<HandoverInputs<'static>> = ScriptSpec::new(
     "handover.lua",
     include_str!("../lua/handover.lua"),
     &[released::ALL, handed_over::ALL],
-);
+)
+.with_function_flags(RUNS_OVER_MAXMEMORY);
 
 static RW_RELEASE: ScriptSpec<RwReleaseInputs<'static>> = ScriptSpec::new(
     "rw_release.lua",
     include_str!("../lua/rw_release.lua"),
     &[released::ALL],
-);
+)
+.with_function_flags(RUNS_OVER_MAXMEMORY);
 
 static SEM_RELEASE: ScriptSpec<SemReleaseInputs<'static>> = ScriptSpec::new(
     "sem_release.lua",
     include_str!("../lua/sem_release.lua"),
     &[released::ALL],
-);
+)
+.with_function_flags(RUNS_OVER_MAXMEMORY);
 
 static FORCE_UNLOCK: ScriptSpec<ForceUnlockInputs<'static>> = ScriptSpec::new(
     "force_unlock.lua",
     include_str!("../lua/force_unlock.lua"),
     &[unlocked::ALL],
-);
+)
+.with_function_flags(RUNS_OVER_MAXMEMORY);
 
 static RW_FORCE_UNLOCK: ScriptSpec<ForceUnlockInputs<'static>> = ScriptSpec::new(
     "rw_force_unlock.lua",
     include_str!("../lua/rw_force_unlock.lua"),
     &[unlocked::ALL],
-);
+)
+.with_function_flags(RUNS_OVER_MAXMEMORY);
 
 static SEM_FORCE_UNLOCK: ScriptSpec<SemForceUnlockInputs<'static>> = ScriptSpec::new(
     "sem_force_unlock.lua",
     include_str!("../lua/sem_force_unlock.lua"),
     &[unlocked::ALL],
-);
+)
+.with_function_flags(RUNS_OVER_MAXMEMORY);
 
 #[cfg(test)]
 pub(super) fn all() -> Vec<&'static dyn crate::wire::script::Described> {

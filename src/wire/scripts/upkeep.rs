@@ -3,7 +3,7 @@
 
 use crate::keys::LockKeys;
 use crate::wire::conn::Conn;
-use crate::wire::script::ScriptSpec;
+use crate::wire::script::{RUNS_OVER_MAXMEMORY, ScriptSpec};
 use crate::wire::script_inputs::script_inputs;
 use crate::wire::script_reply::{ScriptReply, reply_statuses};
 use crate::wire::scripts::acquire::{KnownEpoch, epoch_checked};
@@ -99,13 +99,15 @@ static RENEW: ScriptSpec<RenewInputs<'static>, RenewItem<'static>> = ScriptSpec:
     "renew.lua",
     include_str!("../lua/renew.lua"),
     &[renewed::ALL, epoch_checked::ALL],
-);
+)
+.with_function_flags(RUNS_OVER_MAXMEMORY);
 
 static HEARTBEAT: ScriptSpec<HeartbeatInputs, HeartbeatItem<'static>> = ScriptSpec::new(
     "heartbeat.lua",
     include_str!("../lua/heartbeat.lua"),
     &[heartbeat_kept::ALL],
-);
+)
+.with_function_flags(RUNS_OVER_MAXMEMORY);
 
 static EPOCH_WAIVE: ScriptSpec<WaiveInputs<'static>> = ScriptSpec::new(
     "epoch_waive.lua",
