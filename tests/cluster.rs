@@ -345,8 +345,10 @@ async fn thousands_of_awaited_keys_use_one_pub_sub_connection_per_node() {
             tokio::spawn(async move { lock.acquire().await })
         })
         .collect();
+    // 10,000 looks through one cluster client: within a minute on a quiet machine, and
+    // more than that on a busy one (CI once took longer on Valkey), so three are allowed.
     assert!(
-        support::eventually(PROMPTLY * 6, || {
+        support::eventually(PROMPTLY * 18, || {
             cluster
                 .ports()
                 .iter()

@@ -142,3 +142,75 @@ async fn over_maxmemory_a_release_still_grants_its_waiter_and_a_free_lock_is_not
     assert!(!free.is_locked().await.unwrap());
     granted.release().await.unwrap();
 }
+
+/// Every kind of call a client of one server makes, as functions: no script runs as a script
+/// (a library that failed to load would, silently).
+#[tokio::test]
+async fn every_operation_on_one_server_runs_as_a_function() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(900);
+    let locks = support::client_with_lease(&server.url(), lease).await;
+    let other = support::client_with_lease(&server.url(), lease).await;
+
+    // Taken free, entered again, one hold released, a refused try, a hand-over through Redis
+    // (the waiter's look, heartbeat and grant), renewals past a third of the lease.
+    let lock = locks.lock("tour").unwrap();
+    let held = lock.acquire().await.unwrap();
+    held.reenter().await.unwrap().release().await.unwrap();
+    assert!(
+        other
+            .lock("tour")
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let next = other.lock("tour").unwrap();
+    let waiting = tokio::spawn(async move { next.acquire().await });
+    assert!(support::eventually(PROMPT, || other.queued_waiters() == 1).await);
+    // Time passing is what is under test: the watchdog renews the lease within it.
+    tokio::time::sleep(lease).await;
+    assert!(held.is_held(), "renewed");
+    let written = held
+        .write_if_held(&tower_redis_lock::GuardedWrites::new().set("tour:written", "yes"))
+        .await
+        .unwrap();
+    assert!(written);
+    held.release().await.unwrap();
+    let granted = tokio::time::timeout(PROMPT, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(locks.inspect("tour").await.is_ok());
+    granted.release().await.unwrap();
+
+    // A read-write lock, a semaphore, force-unlocks.
+    let rw = locks.read_write_lock("shared").unwrap();
+    rw.read().acquire().await.unwrap().release().await.unwrap();
+    rw.write().acquire().await.unwrap().release().await.unwrap();
+    let permits = locks.semaphore("permits", 2).unwrap();
+    let _permit = permits.acquire().await.unwrap();
+    assert!(permits.force_unlock().await.unwrap());
+    let _kept = locks.lock("forced").unwrap().acquire().await.unwrap();
+    assert!(other.lock("forced").unwrap().force_unlock().await.unwrap());
+
+    // Calls gathered (group commit): the scripts run once per item.
+    let gathering = LockClient::builder(&server.url())
+        .group_commit(true)
+        .connections(1)
+        .build()
+        .await
+        .unwrap();
+    let guards = futures_util::future::join_all((0..8).map(|n| {
+        let lock = gathering.lock(&format!("gathered-{n}")).unwrap();
+        async move { lock.acquire().await.unwrap() }
+    }))
+    .await;
+    futures_util::future::join_all(guards.into_iter().map(|guard| guard.release())).await;
+
+    assert_eq!(command_calls(&server, "evalsha"), 0);
+    assert_eq!(command_calls(&server, "eval"), 0);
+    assert!(command_calls(&server, "fcall") > 20);
+}

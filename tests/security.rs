@@ -36,6 +36,12 @@ const LIBRARY_KEYS: &str = "~lock:* ~tower-redis-lock:promoted*";
 /// Creates the ACL user `name` (password [`PASSWORD`]) with the keys and channels given and
 /// `commands`.
 fn add_user(server: &RedisServer, name: &str, keys: &str, channels: &str, commands: &str) {
+    // Redis 6.2 knows no functions, and refuses to grant them.
+    let commands = if support::has_functions(server) {
+        commands.to_owned()
+    } else {
+        commands.replace(FUNCTION_COMMANDS, "")
+    };
     let rules = format!("reset on >{PASSWORD} {keys} resetchannels {channels} {commands}");
     let mut args = vec!["ACL", "SETUSER", name];
     args.extend(rules.split_whitespace());
@@ -296,9 +302,13 @@ async fn scripts_that_cannot_be_loaded_run_by_their_source() {
     let mut denied = denied_commands(&server);
     denied.sort();
     denied.dedup();
+    let expected: &[&str] = if support::has_functions(&server) {
+        &["fcall", "script"]
+    } else {
+        &["script"]
+    };
     assert_eq!(
-        denied,
-        ["fcall", "script"],
+        denied, expected,
         "only functions and the loads were refused"
     );
 }
@@ -326,7 +336,12 @@ async fn a_user_without_functions_runs_the_scripts_and_is_refused_them_once_per_
     let mut denied = denied_commands(&server);
     denied.sort();
     denied.dedup();
-    assert_eq!(denied, ["fcall"]);
+    let expected: &[&str] = if support::has_functions(&server) {
+        &["fcall"]
+    } else {
+        &[]
+    };
+    assert_eq!(denied, expected);
     let scripts = support::command_calls(&server, "evalsha");
     let refusals = refusals_of(&server, "fcall");
     assert!(

@@ -185,11 +185,8 @@ impl RedisServer {
             let mut conn = admin
                 .get_connection_with_timeout(Duration::from_millis(200))
                 .ok()?;
-            redis::cmd("INFO")
-                .arg("server")
-                .arg("persistence")
-                .query(&mut conn)
-                .ok()
+            // The default sections hold both: Redis 6.2 takes one section by name, not two.
+            redis::cmd("INFO").query(&mut conn).ok()
         };
         match await_own_process(&mut server.child, port, STARTUP_BOUND, info) {
             Ok(()) => Ok(server),
@@ -342,7 +339,7 @@ pub fn uptime_in_seconds(info: &str) -> Option<u64> {
 
 /// Waits up to `bound` until the process that answers on `port` is `child`, by the process
 /// id its `INFO server` tells (`info` asks the port for it, with `persistence` where the
-/// server keeps data), and has loaded its data: a port found free can be taken by another
+/// server keeps data: `INFO`'s default sections), and has loaded its data: a port found free can be taken by another
 /// test's server before `child` binds it. `Err` says why not.
 pub fn await_own_process(
     child: &mut Child,
@@ -594,6 +591,13 @@ pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
 /// functions.
 pub fn script_calls(server: &RedisServer) -> u64 {
     command_calls(server, "fcall") + command_calls(server, "evalsha")
+}
+
+/// Whether the server knows Redis Functions (Redis 7.0 and later, Valkey): Redis 6.2 runs
+/// the library's scripts as scripts.
+pub fn has_functions(server: &RedisServer) -> bool {
+    let info: Vec<redis::Value> = server.cmd(&["COMMAND", "INFO", "FCALL"]);
+    !matches!(info.as_slice(), [] | [redis::Value::Nil])
 }
 
 /// How many clients the server has subscribed to `channel`.
