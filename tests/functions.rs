@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{RedisServer, command_calls};
+use support::{RedisServer, command_calls, queue_behind};
 use tower_redis_lock::LockClient;
 
 /// What a grant may take to reach a waiter on a loaded machine.
@@ -93,24 +93,6 @@ async fn scripts_run_as_functions_and_a_server_that_lost_them_loads_them_again()
         "loaded again: {loaded:?}"
     );
     assert_eq!(command_calls(&server, "evalsha"), 0);
-}
-
-/// `holder` takes the lock `name`, `waiter` queues for it in Redis, and the holder's release
-/// grants it: the waiter's acquisition, running.
-async fn queue_behind(
-    holder: &LockClient,
-    waiter: &LockClient,
-    name: &str,
-) -> (
-    tower_redis_lock::LockGuard,
-    tokio::task::JoinHandle<tower_redis_lock::Result<tower_redis_lock::LockGuard>>,
-) {
-    let held = holder.lock(name).unwrap().acquire().await.unwrap();
-    let next = waiter.lock(name).unwrap();
-    let waiting = tokio::spawn(async move { next.acquire().await });
-    let queued = support::eventually(PROMPT, || waiter.queued_waiters() == 1).await;
-    assert!(queued, "the waiter never queued in Redis");
-    (held, waiting)
 }
 
 #[tokio::test]

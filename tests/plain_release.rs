@@ -9,8 +9,8 @@ mod support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use support::RedisServer;
 use support::proxy::FaultProxy;
+use support::{RedisServer, Waiting, queue_behind};
 use tower_redis_lock::{ErrorKind, LockClient, LockGuard};
 
 /// The watchdog lease of every client here, and how long a queued waiter sleeps without a
@@ -23,23 +23,6 @@ const PROMPT: Duration = Duration::from_secs(10);
 
 /// The password of the ACL user whose scripts are refused for a while.
 const PASSWORD: &str = "plain-release-test";
-
-/// A waiter's acquisition of a lock, running.
-type Waiting = tokio::task::JoinHandle<tower_redis_lock::Result<LockGuard>>;
-
-/// `holder` takes the lock `name` and `waiter` asks for it, until its look queued it in Redis.
-async fn queue_behind(
-    holder: &LockClient,
-    waiter: &LockClient,
-    name: &str,
-) -> (LockGuard, Waiting) {
-    let held = holder.lock(name).unwrap().acquire().await.unwrap();
-    let next = waiter.lock(name).unwrap();
-    let waiting = tokio::spawn(async move { next.acquire().await });
-    let queued = support::eventually(PROMPT, || waiter.queued_waiters() == 1).await;
-    assert!(queued, "the waiter never queued in Redis");
-    (held, waiting)
-}
 
 /// The lock `waiting` is granted within [`PROMPT`] of now, `when` (what the test did last).
 async fn granted(waiting: Waiting, when: &str) -> LockGuard {

@@ -555,6 +555,24 @@ pub async fn eventually(bound: Duration, mut condition: impl FnMut() -> bool) ->
     }
 }
 
+/// A waiter's acquisition of a lock, running.
+pub type Waiting = tokio::task::JoinHandle<tower_redis_lock::Result<tower_redis_lock::LockGuard>>;
+
+/// `holder` takes the lock `name` and `waiter` asks for it, until its look queued it in Redis
+/// (within 10 s: a look on a loaded machine).
+pub async fn queue_behind(
+    holder: &LockClient,
+    waiter: &LockClient,
+    name: &str,
+) -> (tower_redis_lock::LockGuard, Waiting) {
+    let held = holder.lock(name).unwrap().acquire().await.unwrap();
+    let next = waiter.lock(name).unwrap();
+    let waiting = tokio::spawn(async move { next.acquire().await });
+    let queued = eventually(Duration::from_secs(10), || waiter.queued_waiters() == 1).await;
+    assert!(queued, "the waiter never queued in Redis");
+    (held, waiting)
+}
+
 /// The owner ids queued in Redis for the lock `name` (default prefix), first first.
 pub fn queued(server: &RedisServer, name: &str) -> Vec<String> {
     server.cmd(&["ZRANGE", &format!("lock:{{{name}}}:queue"), "0", "-1"])
