@@ -184,7 +184,11 @@ impl Lua {
         let mut load = redis::cmd("FUNCTION");
         load.arg("LOAD").arg(&self.function.library);
         match conn.query::<redis::Value>(&load).await {
-            Ok(_) => remove_older_releases(conn).await,
+            // In the background: the call waits for nothing but its own load.
+            Ok(_) => {
+                let mut conn = conn.clone();
+                tokio::spawn(async move { remove_older_releases(&mut conn).await });
+            }
             // Loaded meanwhile by another client.
             Err(err) if err.to_string().contains("already exists") => {}
             Err(err) => {
