@@ -49,44 +49,78 @@ start_redis() {
     return 1
 }
 
+# Starts a cluster-enabled redis-server on a free port, in a directory of its own under $1,
+# run under the command and arguments that follow (none: redis-server alone); sets NODE_PORT.
+# Fails when the port was taken (the caller tries another).
+start_cluster_node() {
+    local dir=$1 port pid
+    shift
+    port=$((20000 + RANDOM % 40000))
+    if redis-cli -p "$port" ping >/dev/null 2>&1; then
+        return 1 # taken by someone else's server
+    fi
+    mkdir -p "$dir/$port"
+    (cd "$dir/$port" && exec "$@" redis-server --port "$port" --bind 127.0.0.1 --save "" \
+        --appendonly no --daemonize no --loglevel warning --cluster-enabled yes \
+        --cluster-config-file nodes.conf) >/dev/null 2>&1 &
+    pid=$!
+    # Up to 10 s: a node run under callgrind starts slowly.
+    for _ in $(seq 1 200); do
+        kill -0 "$pid" 2>/dev/null || break
+        redis-cli -p "$port" ping >/dev/null 2>&1 && break
+        sleep 0.05
+    done
+    if redis-cli -p "$port" ping >/dev/null 2>&1; then
+        started_pids+=("$pid")
+        NODE_PORT=$port
+        return 0
+    fi
+    kill "$pid" 2>/dev/null || true
+    return 1
+}
+
+# Waits until the cluster node on port $1 says the cluster is up.
+await_cluster_ok() {
+    for _ in $(seq 1 200); do
+        redis-cli -p "$1" cluster info | grep -q cluster_state:ok && return 0
+        sleep 0.05
+    done
+}
+
 # Starts a Redis Cluster of three masters on free ports, each node in a directory of its own
 # under $1, joined by `redis-cli --cluster create`; sets CLUSTER_URLS (one per master).
 start_cluster() {
-    local dir=$1 port pid ports=() addresses=()
+    local dir=$1 port ports=() addresses=()
     while [ "${#ports[@]}" -lt 3 ]; do
-        port=$((20000 + RANDOM % 40000))
-        if redis-cli -p "$port" ping >/dev/null 2>&1; then
-            continue # taken by someone else's server
-        fi
-        mkdir -p "$dir/$port"
-        (cd "$dir/$port" && exec redis-server --port "$port" --bind 127.0.0.1 --save "" \
-            --appendonly no --daemonize no --loglevel warning --cluster-enabled yes \
-            --cluster-config-file nodes.conf) >/dev/null 2>&1 &
-        pid=$!
-        for _ in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            redis-cli -p "$port" ping >/dev/null 2>&1 && break
-            sleep 0.05
-        done
-        if redis-cli -p "$port" ping >/dev/null 2>&1; then
-            started_pids+=("$pid")
-            ports+=("$port")
-            addresses+=("127.0.0.1:$port")
-        else
-            kill "$pid" 2>/dev/null || true
-        fi
+        start_cluster_node "$dir" || continue
+        ports+=("$NODE_PORT")
+        addresses+=("127.0.0.1:$NODE_PORT")
     done
     redis-cli --cluster create "${addresses[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
-    for port in "${ports[@]}"; do
-        for _ in $(seq 1 200); do
-            redis-cli -p "$port" cluster info | grep -q cluster_state:ok && break
-            sleep 0.05
-        done
-    done
     CLUSTER_URLS=()
     for port in "${ports[@]}"; do
+        await_cluster_ok "$port"
         CLUSTER_URLS+=("redis://127.0.0.1:$port")
     done
+}
+
+# Starts a Redis Cluster of one master that serves every slot, in a directory of its own
+# under $1, run under the command and arguments that follow (as `start_redis` takes them);
+# sets REDIS_PORT and REDIS_URL (a seed of the cluster).
+start_one_node_cluster() {
+    local dir=$1
+    shift
+    for _ in 1 2 3 4 5; do
+        if start_cluster_node "$dir" "$@"; then
+            redis-cli -p "$NODE_PORT" cluster addslotsrange 0 16383 >/dev/null
+            await_cluster_ok "$NODE_PORT"
+            REDIS_PORT=$NODE_PORT
+            REDIS_URL="redis://127.0.0.1:$NODE_PORT"
+            return 0
+        fi
+    done
+    echo "could not start a cluster node" >&2
+    return 1
 }
 
 # Installs valgrind when missing, for the scripts that count Redis's instructions under

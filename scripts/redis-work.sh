@@ -8,7 +8,10 @@
 # 3N, over the operations between them, so connecting and warming up cancel out; the
 # commands Redis ran (scripts' own included) are counted over the same window.
 #
-#   ./scripts/redis-work.sh [--rounds N]   (default 100)
+#   ./scripts/redis-work.sh [--cluster] [--rounds N]   (default 100)
+#
+# With `--cluster` Redis is a cluster of one master that serves every slot, and the locks'
+# clients are cluster clients: the same figures for the scripts a cluster runs.
 #
 # Installs valgrind when missing. Prints a table on stderr and one JSON line on stdout.
 set -euo pipefail
@@ -17,20 +20,30 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ensure_valgrind redis-work
 
+cluster=()
+if [ "${1:-}" = "--cluster" ]; then
+    cluster=(--cluster)
+    shift
+fi
 rounds_argument 100 "$@"
 
 cargo build --locked --quiet --example redis_work
 work=${CARGO_TARGET_DIR:-target}/debug/examples/redis_work
 out=$(mktemp -d)
 trap 'cleanup; rm -rf "$out"' EXIT
-start_redis valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.%p"
+callgrind=(valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.%p")
+if [ ${#cluster[@]} -gt 0 ]; then
+    start_one_node_cluster "$out/cluster" "${callgrind[@]}"
+else
+    start_redis "${callgrind[@]}"
+fi
 server=${started_pids[-1]}
 
 # Runs `workload` for `n` rounds and prints "<operations> <instructions> <commands>": what
 # Redis executed between the program's warm-up and the end of its rounds.
 count() {
     local workload=$1 n=$2 line operations commands instructions
-    coproc WORK { "$work" --redis "$REDIS_URL" --workload "$workload" --rounds "$n"; }
+    coproc WORK { "$work" --redis "$REDIS_URL" "${cluster[@]}" --workload "$workload" --rounds "$n"; }
     read -r line <&"${WORK[0]}"
     [ "$line" = ready ] || { echo "redis_work $workload: $line" >&2; exit 1; }
     callgrind_control -z "$server" >/dev/null 2>&1
@@ -43,11 +56,14 @@ count() {
     echo "$operations $instructions $commands"
 }
 
-json="{\"rounds\":$rounds"
+json="{\"cluster\":$([ ${#cluster[@]} -gt 0 ] && echo true || echo false),\"rounds\":$rounds"
 printf '%-19s %14s %12s\n' workload instructions commands >&2
 for workload in uncontended group-commit one-at-a-time hand-over peer peer-one-at-a-time; do
-    read -r ops1 ir1 cmds1 <<<"$(count "$workload" "$rounds")"
-    read -r ops3 ir3 cmds3 <<<"$(count "$workload" "$((3 * rounds))")"
+    # Assigned first, so that a run that failed ends the script (`set -e`).
+    once=$(count "$workload" "$rounds")
+    thrice=$(count "$workload" "$((3 * rounds))")
+    read -r ops1 ir1 cmds1 <<<"$once"
+    read -r ops3 ir3 cmds3 <<<"$thrice"
     per_op=$(((ir3 - ir1) / (ops3 - ops1)))
     commands=$(awk -v a="$cmds1" -v b="$cmds3" -v n="$((ops3 - ops1))" \
         'BEGIN { printf "%.2f", (b - a) / n }')

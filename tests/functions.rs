@@ -1,20 +1,26 @@
-//! One server runs the library's scripts as Redis Functions (`FCALL`), loaded on first use:
-//! what must hold when the server loses them, and when it is over `maxmemory`, where a
-//! function runs only if flagged to.
+//! One server and a cluster run the library's scripts as Redis Functions (`FCALL`), loaded on
+//! first use: what must hold when a server or a master loses them, and when it is over
+//! `maxmemory`, where a function runs only if flagged to.
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use support::{RedisServer, command_calls, queue_behind};
-use tower_redis_lock::LockClient;
+use support::cluster::RedisCluster;
+use support::{RedisServer, Waiting, command_calls, queue_behind};
+use tower_redis_lock::{LockClient, LockGuard};
 
 /// What a grant may take to reach a waiter on a loaded machine.
 const PROMPT: Duration = Duration::from_secs(10);
 
 /// The libraries loaded on `server`, by name.
 fn libraries(server: &RedisServer) -> Vec<String> {
-    let listed: Vec<Vec<redis::Value>> = server.cmd(&["FUNCTION", "LIST"]);
+    names(server.cmd(&["FUNCTION", "LIST"]))
+}
+
+/// The names of the libraries of a `FUNCTION LIST` reply.
+fn names(listed: Vec<Vec<redis::Value>>) -> Vec<String> {
     listed
         .iter()
         .filter_map(|library| match library.as_slice() {
@@ -36,17 +42,23 @@ fn is_ours(name: &str, script: &str) -> bool {
     name.starts_with(&format!("tower_redis_lock_{release}_{script}_"))
 }
 
+/// A library `name` of one function that answers 1.
+fn library_code(name: &str) -> String {
+    format!("#!lua name={name}\nredis.register_function('{name}', function() return 1 end)")
+}
+
 /// Loads a library `name` of one function that answers 1.
 fn load_library(server: &RedisServer, name: &str) {
-    let code =
-        format!("#!lua name={name}\nredis.register_function('{name}', function() return 1 end)");
-    let _: String = server.cmd(&["FUNCTION", "LOAD", &code]);
+    let _: String = server.cmd(&["FUNCTION", "LOAD", &library_code(name)]);
 }
+
+/// An older release's library of the acquire.
+const OLDER: &str = "tower_redis_lock_0_0_9_acquire_0123456789abcdef";
 
 #[tokio::test]
 async fn loading_its_functions_deletes_those_of_older_releases_and_no_other() {
     let server = RedisServer::start();
-    let older = "tower_redis_lock_0_0_9_acquire_0123456789abcdef";
+    let older = OLDER;
     let newer = "tower_redis_lock_99_0_0_acquire_0123456789abcdef";
     for name in [older, newer, "an_applications_own"] {
         load_library(&server, name);
@@ -99,6 +111,25 @@ async fn scripts_run_as_functions_and_a_server_that_lost_them_loads_them_again()
     assert_eq!(command_calls(&server, "evalsha"), 0);
 }
 
+/// Puts `server` over `maxmemory` (every write that needs memory refused from then on:
+/// `noeviction`, Redis's default), releases `held`, and returns what its release granted the
+/// lock's `waiting` waiter.
+async fn released_over_maxmemory(
+    server: &RedisServer,
+    held: LockGuard,
+    waiting: Waiting,
+) -> LockGuard {
+    let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    held.release().await.unwrap();
+    let granted = tokio::time::timeout(PROMPT, waiting)
+        .await
+        .expect("the release granted the waiter over maxmemory")
+        .unwrap()
+        .unwrap();
+    assert!(granted.is_held());
+    granted
+}
+
 #[tokio::test]
 async fn over_maxmemory_a_release_still_grants_its_waiter_and_a_free_lock_is_not_taken() {
     let server = RedisServer::start();
@@ -111,15 +142,7 @@ async fn over_maxmemory_a_release_still_grants_its_waiter_and_a_free_lock_is_not
     waiting.await.unwrap().unwrap().release().await.unwrap();
 
     let (held, waiting) = queue_behind(&holder, &waiter, "tenant-1").await;
-    // Every write that needs memory is refused from now on (noeviction, Redis's default).
-    let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
-    held.release().await.unwrap();
-    let granted = tokio::time::timeout(PROMPT, waiting)
-        .await
-        .expect("the release granted the waiter over maxmemory")
-        .unwrap()
-        .unwrap();
-    assert!(granted.is_held());
+    let granted = released_over_maxmemory(&server, held, waiting).await;
     // A new holder of a free lock would need memory: refused before anything is written.
     let free = holder.lock("tenant-2").unwrap();
     let refused = free.try_acquire().await;
@@ -127,6 +150,24 @@ async fn over_maxmemory_a_release_still_grants_its_waiter_and_a_free_lock_is_not
     let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
     assert!(!free.is_locked().await.unwrap());
     granted.release().await.unwrap();
+}
+
+/// A server over `maxmemory` that lost the functions (a restart without its data) cannot load
+/// them again, a library being a write: the release runs as a script by its SHA. Redis refuses
+/// a script's write over `maxmemory` only while the script has written nothing, and a
+/// release's first write deletes (`HDEL`): it runs whole, and still grants its waiter.
+#[tokio::test]
+async fn over_maxmemory_without_the_functions_a_release_still_grants_its_waiter() {
+    let server = RedisServer::start();
+    let holder = support::client(&server).await;
+    let waiter = support::client(&server).await;
+    let (held, waiting) = queue_behind(&holder, &waiter, "tenant-1").await;
+    let _: () = server.cmd(&["FUNCTION", "FLUSH"]);
+    let granted = released_over_maxmemory(&server, held, waiting).await;
+    assert!(libraries(&server).is_empty(), "loaded over maxmemory");
+    let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    granted.release().await.unwrap();
+    assert!(!holder.lock("tenant-1").unwrap().is_locked().await.unwrap());
 }
 
 /// Every kind of call a client of one server makes, as functions: no script runs as a script
@@ -137,7 +178,29 @@ async fn every_operation_on_one_server_runs_as_a_function() {
     let lease = Duration::from_millis(900);
     let locks = support::client_with_lease(&server.url(), lease).await;
     let other = support::client_with_lease(&server.url(), lease).await;
+    every_kind_of_call(&locks, &other, lease).await;
 
+    // Calls gathered (group commit): the scripts run once per item.
+    let gathering = LockClient::builder(&server.url())
+        .group_commit(true)
+        .connections(1)
+        .build()
+        .await
+        .unwrap();
+    let guards = futures_util::future::join_all((0..8).map(|n| {
+        let lock = gathering.lock(&format!("gathered-{n}")).unwrap();
+        async move { lock.acquire().await.unwrap() }
+    }))
+    .await;
+    futures_util::future::join_all(guards.into_iter().map(|guard| guard.release())).await;
+
+    assert_eq!(command_calls(&server, "evalsha"), 0);
+    assert_eq!(command_calls(&server, "eval"), 0);
+    assert!(command_calls(&server, "fcall") > 20);
+}
+
+/// Every kind of call of `locks`, with `other` as another instance, whose leases are `lease`.
+async fn every_kind_of_call(locks: &LockClient, other: &LockClient, lease: Duration) {
     // Taken free, entered again, one hold released, a refused try, a hand-over through Redis
     // (the waiter's look, heartbeat and grant), renewals past a third of the lease.
     let lock = locks.lock("tour").unwrap();
@@ -159,7 +222,7 @@ async fn every_operation_on_one_server_runs_as_a_function() {
     tokio::time::sleep(lease).await;
     assert!(held.is_held(), "renewed");
     let written = held
-        .write_if_held(&tower_redis_lock::GuardedWrites::new().set("tour:written", "yes"))
+        .write_if_held(&tower_redis_lock::GuardedWrites::new().set("tour:{tour}:written", "yes"))
         .await
         .unwrap();
     assert!(written);
@@ -181,22 +244,82 @@ async fn every_operation_on_one_server_runs_as_a_function() {
     assert!(permits.force_unlock().await.unwrap());
     let _kept = locks.lock("forced").unwrap().acquire().await.unwrap();
     assert!(other.lock("forced").unwrap().force_unlock().await.unwrap());
+}
 
-    // Calls gathered (group commit): the scripts run once per item.
-    let gathering = LockClient::builder(&server.url())
-        .group_commit(true)
-        .connections(1)
+/// A cluster runs the scripts as functions too, every kind of call: each master loads them
+/// when a lock of its slots first needs them (and deletes an older release's), a master that
+/// lost them (a restart without its data, an operator's `FUNCTION FLUSH`) loads them again,
+/// and no script runs by its SHA.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_runs_its_scripts_as_functions_and_a_master_that_lost_them_loads_them_again() {
+    let cluster = RedisCluster::start(3);
+    cluster.provision_epochs().await;
+    let locks = LockClient::builder_cluster(cluster.urls())
         .build()
         .await
         .unwrap();
-    let guards = futures_util::future::join_all((0..8).map(|n| {
-        let lock = gathering.lock(&format!("gathered-{n}")).unwrap();
-        async move { lock.acquire().await.unwrap() }
-    }))
-    .await;
-    futures_util::future::join_all(guards.into_iter().map(|guard| guard.release())).await;
+    let masters = cluster.masters();
+    for &port in &masters {
+        let _: String = cluster.cmd(port, &["FUNCTION", "LOAD", &library_code(OLDER)]);
+    }
+    // A lock name served by each master.
+    let mut name_on: BTreeMap<u16, String> = BTreeMap::new();
+    for n in 0.. {
+        let name = format!("tenant-{n}");
+        name_on
+            .entry(cluster.node_of(&format!("lock:{{{name}}}")))
+            .or_insert(name);
+        if name_on.len() == masters.len() {
+            break;
+        }
+    }
+    let take_and_release = |name: String| {
+        let lock = locks.lock(&name).unwrap();
+        async move {
+            let guard = lock.acquire().await.unwrap();
+            assert!(guard.fencing_token() > 0);
+            guard.release().await.unwrap();
+            assert!(!lock.is_locked().await.unwrap());
+        }
+    };
+    for name in name_on.values() {
+        take_and_release(name.clone()).await;
+    }
+    let lease = Duration::from_millis(900);
+    let with_lease = || {
+        LockClient::builder_cluster(cluster.urls())
+            .watchdog_lease(lease)
+            .lease_limit(Duration::from_secs(5))
+            .build()
+    };
+    let (one, other) = (with_lease().await.unwrap(), with_lease().await.unwrap());
+    every_kind_of_call(&one, &other, lease).await;
+    let acquire_loaded = |port: u16| {
+        names(cluster.cmd(port, &["FUNCTION", "LIST"]))
+            .iter()
+            .any(|name| is_ours(name, "acquire"))
+    };
+    for &port in &masters {
+        assert!(cluster.command_calls(port, "fcall") >= 1, "master {port}");
+        assert!(acquire_loaded(port), "master {port}");
+    }
+    // Deleted in the background, after a load, from every master.
+    let older_left = || {
+        masters.iter().any(|&port| {
+            names(cluster.cmd(port, &["FUNCTION", "LIST"]))
+                .iter()
+                .any(|name| name == OLDER)
+        })
+    };
+    assert!(support::eventually(PROMPT, || !older_left()).await);
 
-    assert_eq!(command_calls(&server, "evalsha"), 0);
-    assert_eq!(command_calls(&server, "eval"), 0);
-    assert!(command_calls(&server, "fcall") > 20);
+    let lost = masters[0];
+    let _: () = cluster.cmd(lost, &["FUNCTION", "FLUSH"]);
+    assert!(!acquire_loaded(lost));
+    take_and_release(name_on[&lost].clone()).await;
+    assert!(acquire_loaded(lost), "loaded again on master {lost}");
+    for &port in &masters {
+        assert_eq!(cluster.command_calls(port, "evalsha"), 0, "master {port}");
+        assert_eq!(cluster.command_calls(port, "eval"), 0, "master {port}");
+    }
 }

@@ -27,27 +27,43 @@ use crate::meter;
 use crate::wire::cluster_node::{cluster_node_error, is_cluster_answer, is_cluster_node};
 use crate::wire::sentinel::Dialer;
 
-/// A connection to the server, with what it knows of the server's functions, or to the
-/// cluster (boxed: waiters keep one, and most clients talk to one server).
+/// A connection to the server, or to the cluster (boxed: waiters keep one, and most clients
+/// talk to one server), with what it knows of their functions.
 #[derive(Clone)]
 pub(crate) enum Conn {
     Server(MultiplexedConnection, Functions),
-    Cluster(Box<ClusterConnection>),
+    Cluster(Box<ClusterConnection>, Functions),
 }
 
-/// Whether a server refused Redis Functions to this connection (`FCALL` or `FUNCTION LOAD`
-/// unknown or denied): its scripts then run as scripts (`EVALSHA`), without asking again.
-/// Shared by the clones of one connection; a new connection asks again.
+/// What a connection learned of its server's or cluster's Redis Functions, shared by the
+/// clones of one connection (a new connection learns again): whether they were refused
+/// (`FCALL` or `FUNCTION LOAD` unknown or denied), after which its scripts run as scripts
+/// (`EVALSHA`) without asking again; and whether it has looked for older releases' functions
+/// to delete, which it does once, after its first load.
 #[derive(Clone, Default)]
-pub(crate) struct Functions(Arc<AtomicBool>);
+pub(crate) struct Functions(Arc<FunctionsSeen>);
+
+#[derive(Default)]
+struct FunctionsSeen {
+    refused: AtomicBool,
+    older_releases_looked_for: AtomicBool,
+}
 
 impl Functions {
     pub(crate) fn refused(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.refused.load(Ordering::Relaxed)
     }
 
     pub(crate) fn refuse(&self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.refused.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether this is the first time this connection asks (a load just succeeded).
+    pub(crate) fn first_to_look_for_older_releases(&self) -> bool {
+        !self
+            .0
+            .older_releases_looked_for
+            .swap(true, Ordering::Relaxed)
     }
 }
 
@@ -55,19 +71,26 @@ impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Server(..) => "Conn::Server",
-            Self::Cluster(_) => "Conn::Cluster",
+            Self::Cluster(..) => "Conn::Cluster",
         })
     }
 }
 
 impl Conn {
+    /// What this connection knows of its server's or cluster's functions.
+    pub(crate) fn functions(&self) -> &Functions {
+        match self {
+            Self::Server(_, functions) | Self::Cluster(_, functions) => functions,
+        }
+    }
+
     /// Sends `cmd` and reads its reply as `Cmd::query_async` does, but on one server without
     /// boxing the request: `ConnectionLike` boxes every command's future, and every lock
     /// operation sends one.
     pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
         let reply = match self {
             Self::Server(conn, _) => conn.send_packed_command(cmd).await?,
-            Self::Cluster(conn) => conn.req_packed_command(cmd).await?,
+            Self::Cluster(conn, _) => conn.req_packed_command(cmd).await?,
         };
         Ok(redis::from_redis_value(reply.extract_error()?)?)
     }
@@ -77,7 +100,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Server(conn, _) => conn.req_packed_command(cmd),
-            Self::Cluster(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn, _) => conn.req_packed_command(cmd),
         }
     }
 
@@ -89,14 +112,14 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Self::Server(conn, _) => conn.req_packed_commands(cmd, offset, count),
-            Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+            Self::Cluster(conn, _) => conn.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Self::Server(conn, _) => conn.get_db(),
-            Self::Cluster(conn) => conn.get_db(),
+            Self::Cluster(conn, _) => conn.get_db(),
         }
     }
 }
@@ -278,7 +301,10 @@ impl Connections {
                 }
                 // Its response timeout is lifted where the cluster client is built.
                 Source::Cluster(client) => Checkout {
-                    shared: Conn::Cluster(Box::new(client.get_async_connection().await?)),
+                    shared: Conn::Cluster(
+                        Box::new(client.get_async_connection().await?),
+                        Functions::default(),
+                    ),
                     _pooled: None,
                 },
             };

@@ -22,7 +22,7 @@ pub(crate) async fn every_write_synced(connections: &Connections) -> Result<()> 
             let settings: HashMap<String, String> = cmd.query_async(&mut conn).await?;
             vec![("the server".to_owned(), settings)]
         }
-        Conn::Cluster(mut conn) => each_master(&mut conn, &cmd).await?,
+        Conn::Cluster(mut conn, _) => each_master(&mut conn, &cmd).await?,
     };
     for (node, settings) in answers {
         let setting = |name: &str| settings.get(name).map_or("unknown", String::as_str);

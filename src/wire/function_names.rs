@@ -9,7 +9,10 @@
 //! ("function not found") and loads it again, and never deletes a newer release's, so the two
 //! settle after one load each, and a server keeps the libraries of the releases in use.
 
+use std::collections::BTreeSet;
+
 use redis::Value;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 
 use crate::wire::conn::Conn;
 
@@ -75,14 +78,11 @@ fn names_listed(listed: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Deletes the libraries of this crate's releases older than this one on `conn`'s server.
-/// Best effort: a user without `FUNCTION LIST` or `FUNCTION DELETE` leaves them.
+/// Deletes the libraries of this crate's releases older than this one on `conn`'s server,
+/// or on every master of its cluster. Best effort: a user without `FUNCTION LIST` or
+/// `FUNCTION DELETE` leaves them, and so does a master that was down.
 pub(crate) async fn remove_older_releases(conn: &mut Conn) {
-    let mut list = redis::cmd("FUNCTION");
-    list.arg("LIST")
-        .arg("LIBRARYNAME")
-        .arg(format!("{PREFIX}*"));
-    let listed: Value = match conn.query(&list).await {
+    let listed = match listed(conn).await {
         Ok(listed) => listed,
         Err(err) => {
             tracing::debug!(error = %err, "older releases' functions not listed");
@@ -90,15 +90,37 @@ pub(crate) async fn remove_older_releases(conn: &mut Conn) {
         }
     };
     let ours = this_release();
-    for name in names_listed(&listed) {
+    for name in listed {
         if release_of(&name).is_some_and(|release| release < ours) {
             let mut delete = redis::cmd("FUNCTION");
+            // On a cluster redis-rs sends it to every master.
             delete.arg("DELETE").arg(&name);
             if let Err(err) = conn.query::<Value>(&delete).await {
                 tracing::debug!(error = %err, library = name, "an older release's functions stay");
             }
         }
     }
+}
+
+/// The names of this crate's libraries on the server, or on any master of the cluster.
+async fn listed(conn: &mut Conn) -> redis::RedisResult<BTreeSet<String>> {
+    let mut list = redis::cmd("FUNCTION");
+    list.arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(format!("{PREFIX}*"));
+    let Conn::Cluster(cluster, _) = conn else {
+        return Ok(names_listed(&conn.query(&list).await?)
+            .into_iter()
+            .collect());
+    };
+    let every_master = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let Value::Map(replies) = cluster.route_command(list, every_master).await? else {
+        return Ok(BTreeSet::new());
+    };
+    Ok(replies
+        .iter()
+        .flat_map(|(_node, reply)| names_listed(reply))
+        .collect())
 }
 
 #[cfg(test)]

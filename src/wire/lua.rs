@@ -1,22 +1,24 @@
-//! A Lua script that one server runs as a Redis Function (`FCALL`) and a cluster by its SHA
-//! (`EVALSHA`), and the fallbacks that keep a server
-//! without it in its script cache from surfacing as an error: first use, a restart,
-//! `SCRIPT FLUSH`, a replica just promoted to master (scripts are not replicated), or an ACL
-//! that denies `SCRIPT LOAD`. A `NOSCRIPT` reply means the script did not run, so running it
-//! again is always safe.
+//! A Lua script that a server or a cluster runs as a Redis Function (`FCALL`), and the
+//! fallbacks that keep a node without it from surfacing as an error. A function is lost with
+//! the data (a restart without a snapshot, `FUNCTION FLUSH`) and a node added to a cluster
+//! starts without it: "function not found" loads it (on every master of a cluster) and calls
+//! again. A server that does not know functions (before Redis 7.0) or an ACL that denies them
+//! runs the script by its SHA (`EVALSHA`), loading it on `NOSCRIPT`: first use, a restart,
+//! `SCRIPT FLUSH`, a replica just promoted to master (scripts are not replicated). None of
+//! these replies ran anything, so running again is always safe.
 //!
-//! A cluster client runs each script with `lua/cluster.lua` before it (another SHA), which
-//! stops it before its first write while its slot migrates. A resharding moves a slot in
-//! milliseconds, so a stopped script is tried again a few times within about a third of a
-//! second (as redis-rs tries a `TRYAGAIN` again); after that the refusal comes back as an
-//! error the callers count as Redis being unavailable for now, and ride out within their own
-//! bounds until the migration ends.
+//! A cluster runs each script with `lua/cluster.lua` before it (another library, another
+//! SHA), which stops it before its first write while its slot migrates. A resharding moves a
+//! slot in milliseconds, so a stopped script is tried again a few times within about a third
+//! of a second (as redis-rs tries a `TRYAGAIN` again); after that the refusal comes back as
+//! an error the callers count as Redis being unavailable for now, and ride out within their
+//! own bounds until the migration ends.
 
 use redis::{Arg, Cmd, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind};
 
 use std::time::Duration;
 
-use crate::wire::conn::{Conn, Functions};
+use crate::wire::conn::Conn;
 use crate::wire::function_library::function_library;
 use crate::wire::function_names::{library_name, remove_older_releases};
 use crate::wire::redis_error::stopped_by_a_migrating_slot;
@@ -30,22 +32,26 @@ const MIGRATING_SLOT_TRIES: u32 = 6;
 const FIRST_MIGRATING_SLOT_PAUSE: Duration = Duration::from_millis(10);
 const LONGEST_MIGRATING_SLOT_PAUSE: Duration = Duration::from_millis(100);
 
-/// A script's whole source, and its SHA: as a server runs it, and as a cluster does; and the
-/// same source as a function library, which one server runs in its place.
+/// A script's whole source as one server runs it and as a cluster does (with
+/// `lua/cluster.lua` before it): each as a function library, and as a script by its SHA.
 pub(crate) struct Lua {
-    server: Variant,
-    cluster: Variant,
-    function: Function,
+    server: Source,
+    cluster: Source,
 }
 
-/// A script as a Redis Functions library of one function of the library's name
-/// (`function_library.rs`).
+/// One source of a script: as a Redis Functions library of one function of the library's
+/// name (`function_library.rs`), and as a script where functions are not run.
+struct Source {
+    function: Function,
+    script: Variant,
+}
+
 struct Function {
     name: String,
     library: String,
 }
 
-/// One source of a script, and its SHA.
+/// A script's source, and its SHA.
 struct Variant {
     code: String,
     script: Script,
@@ -61,7 +67,7 @@ impl Variant {
     fn eval(&self, cmd: &Cmd) -> Cmd {
         let mut eval = redis::cmd("EVAL");
         eval.arg(&self.code);
-        copy_after_sha(cmd, &mut eval);
+        copy_after_name(cmd, &mut eval);
         eval
     }
 
@@ -69,15 +75,46 @@ impl Variant {
     fn evalsha(&self, cmd: &Cmd) -> Cmd {
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha.arg(self.script.get_hash());
-        copy_after_sha(cmd, &mut evalsha);
+        copy_after_name(cmd, &mut evalsha);
         evalsha
+    }
+
+    /// Runs `cmd`, a call of the script, as the `EVALSHA` of this source, loading the script
+    /// where its node lacks it.
+    async fn run<T: FromRedisValue>(&self, conn: &mut Conn, cmd: &Cmd) -> RedisResult<T> {
+        let evalsha = self.evalsha(cmd);
+        match conn.query(&evalsha).await {
+            // Boxed: rare, and every script's future would carry it otherwise.
+            Err(err) if no_script(&err) => Box::pin(self.load_and_run(conn, &evalsha)).await,
+            outcome => outcome,
+        }
+    }
+
+    /// On `NOSCRIPT` it loads the script (redis-rs sends `SCRIPT LOAD` to every master it
+    /// knows) and runs `evalsha` again; when that still meets `NOSCRIPT`, or the load failed,
+    /// it runs the script as `EVAL`, which carries the source to the node that owns the keys
+    /// and so cannot meet `NOSCRIPT`.
+    async fn load_and_run<T: FromRedisValue>(
+        &self,
+        conn: &mut Conn,
+        evalsha: &Cmd,
+    ) -> RedisResult<T> {
+        match self.script.load_async(conn).await {
+            Ok(_) => match conn.query(evalsha).await {
+                Err(err) if no_script(&err) => {
+                    tracing::debug!("the script was loaded but its node still lacks it: EVAL");
+                }
+                outcome => return outcome,
+            },
+            Err(err) => tracing::debug!(error = %err, "the script could not be loaded: EVAL"),
+        }
+        conn.query(&self.eval(evalsha)).await
     }
 }
 
 /// The key count, the keys and the arguments of `cmd` (after `FCALL` and the function's name,
-/// or `EVALSHA` and the SHA), added
-/// to `to`.
-fn copy_after_sha(cmd: &Cmd, to: &mut Cmd) {
+/// or `EVALSHA` and the SHA), added to `to`.
+fn copy_after_name(cmd: &Cmd, to: &mut Cmd) {
     for arg in cmd.args_iter().skip(2) {
         match arg {
             Arg::Simple(bytes) => to.arg(bytes),
@@ -91,53 +128,44 @@ impl Lua {
     /// The script of `file` with its whole source `code`; as a function, registered with
     /// `flags`.
     pub(crate) fn new(file: &str, code: String, flags: &[&str]) -> Self {
-        let cluster = Variant::new(format!("{CLUSTER_PRELUDE}{code}"));
-        let server = Variant::new(code);
-        let name = library_name(file, server.script.get_hash());
-        let library = function_library(&name, &server.code, flags);
+        let cluster = Source::new(file, format!("{CLUSTER_PRELUDE}{code}"), flags);
         Self {
-            server,
+            server: Source::new(file, code, flags),
             cluster,
-            function: Function { name, library },
         }
     }
 
-    /// The name a call of the script names: its function's.
+    /// The name a call of the script names: its function's on one server.
     pub(crate) fn name(&self) -> &str {
-        &self.function.name
+        &self.server.function.name
     }
 
     /// A call of this script with `key_count` keys (`FCALL` of its function), written into
     /// `cmd`, an empty command the caller sized for all its arguments; the caller adds the
     /// keys, then the arguments. Built as one server runs it; [`Self::run`] turns it into the
-    /// script's `EVALSHA` where functions are not run.
+    /// cluster's call on a cluster, and into the script's `EVALSHA` where functions are not
+    /// run.
     pub(crate) fn call_in(&self, mut cmd: Cmd, key_count: usize) -> Cmd {
         cmd.arg("FCALL").arg(self.name()).arg(key_count);
         cmd
     }
 
-    /// Runs `cmd`, a call of this script ([`Self::call_in`]): on one server as its function
-    /// (see [`Self::run_function`]), or as the script where the server refused functions; on a
-    /// cluster as the `EVALSHA` of its cluster source. On `NOSCRIPT` it loads the script
-    /// (redis-rs sends `SCRIPT LOAD` to every master it knows) and runs it again; when that
-    /// still meets `NOSCRIPT`, or the load failed, it runs the script as `EVAL`, which carries
-    /// the source to the node that owns the keys and so cannot meet `NOSCRIPT`.
+    /// Runs `cmd`, a call of this script ([`Self::call_in`]): on one server its function, on
+    /// a cluster the function of its cluster source (see [`Source::run`]).
     pub(crate) async fn run<T: FromRedisValue>(
         &self,
         conn: &mut Conn,
         cmd: &Cmd,
     ) -> RedisResult<T> {
-        if let Conn::Server(_, functions) = conn {
-            if functions.refused() {
-                return run_once(&self.server, conn, &self.server.evalsha(cmd)).await;
-            }
-            let functions = functions.clone();
-            return self.run_function(&functions, conn, cmd).await;
+        if let Conn::Server(..) = conn {
+            return self.server.run(conn, cmd).await;
         }
-        let cmd = self.cluster.evalsha(cmd);
+        let mut call = redis::cmd("FCALL");
+        call.arg(&self.cluster.function.name);
+        copy_after_name(cmd, &mut call);
         let mut pause = FIRST_MIGRATING_SLOT_PAUSE;
         for _ in 0..MIGRATING_SLOT_TRIES {
-            match run_once(&self.cluster, conn, &cmd).await {
+            match self.cluster.run(conn, &call).await {
                 // Stopped before its first write: nothing ran, so it may run again.
                 Err(err) if stopped_by_a_migrating_slot(&err) => {
                     tokio::time::sleep(pause).await;
@@ -146,63 +174,68 @@ impl Lua {
                 outcome => return outcome,
             }
         }
-        run_once(&self.cluster, conn, &cmd).await
+        self.cluster.run(conn, &call).await
     }
 }
 
-impl Lua {
-    /// Runs `cmd`, the `FCALL` of this script's function, on one server.
-    /// On "function not found" (first use, a restart without the library, `FUNCTION FLUSH`) it
-    /// loads the library and calls it again; a server that does not know or allow functions
-    /// runs the script, and this connection runs scripts from then on. None of these replies
-    /// ran anything, so running again is always safe.
-    async fn run_function<T: FromRedisValue>(
-        &self,
-        functions: &Functions,
-        conn: &mut Conn,
-        cmd: &Cmd,
-    ) -> RedisResult<T> {
+impl Source {
+    fn new(file: &str, code: String, flags: &[&str]) -> Self {
+        let script = Variant::new(code);
+        let name = library_name(file, script.script.get_hash());
+        let library = function_library(&name, &script.code, flags);
+        Self {
+            function: Function { name, library },
+            script,
+        }
+    }
+
+    /// Runs `cmd`, the `FCALL` of this source's function.
+    /// On "function not found" (first use, a restart without the library, `FUNCTION FLUSH`, a
+    /// cluster node added empty) it loads the library and calls it again; a server or cluster
+    /// that does not know or allow functions runs the script, and this connection runs
+    /// scripts from then on. None of these replies ran anything, so running again is always
+    /// safe.
+    async fn run<T: FromRedisValue>(&self, conn: &mut Conn, cmd: &Cmd) -> RedisResult<T> {
+        if conn.functions().refused() {
+            return self.script.run(conn, cmd).await;
+        }
         match conn.query(cmd).await {
             // Boxed: rare, and every script's future would carry it otherwise.
-            Err(err) if function_not_found(&err) => {
-                Box::pin(self.load_and_call(functions, conn, cmd)).await
-            }
+            Err(err) if function_not_found(&err) => Box::pin(self.load_and_call(conn, cmd)).await,
             Err(err) if refused(&err, "fcall") => {
-                functions.refuse();
-                Box::pin(run_once(&self.server, conn, &self.server.evalsha(cmd))).await
+                conn.functions().refuse();
+                Box::pin(self.script.run(conn, cmd)).await
             }
             outcome => outcome,
         }
     }
 
-    async fn load_and_call<T: FromRedisValue>(
-        &self,
-        functions: &Functions,
-        conn: &mut Conn,
-        cmd: &Cmd,
-    ) -> RedisResult<T> {
+    /// Loads the library (on a cluster, redis-rs sends `FUNCTION LOAD` to every master) and
+    /// calls its function again. `REPLACE`: another client may have loaded it meanwhile, or
+    /// some masters of a cluster have it and others not; a library's name is its source's
+    /// SHA, so what it replaces is the same code.
+    async fn load_and_call<T: FromRedisValue>(&self, conn: &mut Conn, cmd: &Cmd) -> RedisResult<T> {
         let mut load = redis::cmd("FUNCTION");
-        load.arg("LOAD").arg(&self.function.library);
+        load.arg("LOAD").arg("REPLACE").arg(&self.function.library);
         match conn.query::<redis::Value>(&load).await {
             // In the background: the call waits for nothing but its own load.
-            Ok(_) => {
+            Ok(_) if conn.functions().first_to_look_for_older_releases() => {
                 let mut conn = conn.clone();
                 tokio::spawn(async move { remove_older_releases(&mut conn).await });
             }
-            // Loaded meanwhile by another client.
-            Err(err) if err.to_string().contains("already exists") => {}
+            Ok(_) => {}
             Err(err) => {
                 if refused(&err, "function|load") {
-                    functions.refuse();
+                    conn.functions().refuse();
                 }
                 tracing::debug!(error = %err, "the function could not be loaded: EVALSHA");
-                return run_once(&self.server, conn, &self.server.evalsha(cmd)).await;
+                return self.script.run(conn, cmd).await;
             }
         }
         match conn.query(cmd).await {
             Err(err) if function_not_found(&err) => {
-                tracing::debug!("the function was loaded but the server still lacks it: EVALSHA");
-                run_once(&self.server, conn, &self.server.evalsha(cmd)).await
+                tracing::debug!("the function was loaded but its node still lacks it: EVALSHA");
+                self.script.run(conn, cmd).await
             }
             outcome => outcome,
         }
@@ -223,36 +256,6 @@ fn refused(err: &RedisError, command: &str) -> bool {
     let name = command.split('|').next().unwrap_or(command);
     (message.contains("unknown command") && message.contains(name))
         || message.contains(&format!("'{command}' command"))
-}
-
-/// Runs `cmd`, an `EVALSHA` of `variant`, loading the script when its node lacks it.
-async fn run_once<T: FromRedisValue>(
-    variant: &Variant,
-    conn: &mut Conn,
-    cmd: &Cmd,
-) -> RedisResult<T> {
-    match conn.query(cmd).await {
-        // Boxed: rare, and every script's future would carry it otherwise.
-        Err(err) if no_script(&err) => Box::pin(load_and_run(variant, conn, cmd)).await,
-        outcome => outcome,
-    }
-}
-
-async fn load_and_run<T: FromRedisValue>(
-    variant: &Variant,
-    conn: &mut Conn,
-    cmd: &Cmd,
-) -> RedisResult<T> {
-    match variant.script.load_async(conn).await {
-        Ok(_) => match conn.query(cmd).await {
-            Err(err) if no_script(&err) => {
-                tracing::debug!("the script was loaded but its node still lacks it: EVAL");
-            }
-            outcome => return outcome,
-        },
-        Err(err) => tracing::debug!(error = %err, "the script could not be loaded: EVAL"),
-    }
-    conn.query(&variant.eval(cmd)).await
 }
 
 fn no_script(err: &RedisError) -> bool {
@@ -312,10 +315,11 @@ mod tests {
         };
         assert_eq!(written(&call), head(b"FCALL", echo.name().as_bytes()));
         assert!(echo.name().starts_with("tower_redis_lock_"));
-        let eval = echo.server.eval(&call);
-        assert_eq!(written(&eval), head(b"EVAL", echo.server.code.as_bytes()));
-        let evalsha = echo.server.evalsha(&call);
-        let sha = echo.server.script.get_hash().as_bytes();
+        let script = &echo.server.script;
+        let eval = script.eval(&call);
+        assert_eq!(written(&eval), head(b"EVAL", script.code.as_bytes()));
+        let evalsha = script.evalsha(&call);
+        let sha = script.script.get_hash().as_bytes();
         assert_eq!(written(&evalsha), head(b"EVALSHA", sha));
     }
 }

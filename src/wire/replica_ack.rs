@@ -24,7 +24,7 @@ pub(crate) async fn write_and_wait_for_replicas(
     pipe.cmd("WAIT").arg(replicas).arg(timeout_ms);
     let replies = match conn {
         Conn::Server(conn, _) => pipe.query_async::<Vec<Value>>(conn).await?,
-        Conn::Cluster(conn) => {
+        Conn::Cluster(conn, _) => {
             let node = Route::new(slot_of(tokens_key), SlotAddr::Master);
             conn.route_pipeline(pipe, 0, 2, SingleNodeRoutingInfo::SpecificNode(node))
                 .await?

@@ -11,7 +11,7 @@ use crate::wire::conn::Conn;
 /// The nodes to scan, each named by a slot it serves: `[0]` for one server, and for a
 /// cluster the lowest slot of each master, in ascending order.
 pub(crate) async fn nodes(conn: &mut Conn) -> redis::RedisResult<Vec<u16>> {
-    let Conn::Cluster(conn) = conn else {
+    let Conn::Cluster(conn, _) = conn else {
         return Ok(vec![0]);
     };
     let mut slots = redis::cmd("CLUSTER");
@@ -73,7 +73,7 @@ async fn on_node<T: FromRedisValue>(
 ) -> redis::RedisResult<T> {
     match conn {
         Conn::Server(conn, _) => command.query_async(conn).await,
-        Conn::Cluster(conn) => {
+        Conn::Cluster(conn, _) => {
             let node = Route::new(slot, SlotAddr::Master);
             let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(node));
             parse(conn.route_command(command, routing).await?)

@@ -3,9 +3,14 @@
 //! figure that does not move with the load on a shared machine as wall-clock times do.
 //!
 //! ```text
-//! redis_work --redis URL --workload uncontended|group-commit|one-at-a-time|hand-over|peer|peer-one-at-a-time \
+//! redis_work --redis URL [--cluster] \
+//!     --workload uncontended|group-commit|one-at-a-time|hand-over|peer|peer-one-at-a-time \
 //!     --rounds N
 //! ```
+//!
+//! With `--cluster`, `URL` is a node of a Redis Cluster that serves every slot, and the lock
+//! clients are cluster clients (`LockClient::builder_cluster`). The program gives every slot
+//! its epoch first (a cluster that just started, as an operator gives one known to be new).
 //!
 //! - `uncontended`: one client; per round, 16 tasks each acquire and release a lock of their
 //!   own at once (16 operations).
@@ -37,7 +42,7 @@ use std::time::Duration;
 use futures_util::future::{join_all, try_join_all};
 use redis::aio::MultiplexedConnection;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
-use tower_redis_lock::{Lock, LockClient, LockGuard};
+use tower_redis_lock::{Lock, LockClient, LockClientBuilder, LockGuard};
 
 use simplest_lock::SimplestLock;
 
@@ -48,20 +53,26 @@ const IN_FLIGHT: usize = 16;
 
 #[tokio::main]
 async fn main() -> Res<()> {
-    let (url, workload, rounds) = parse()?;
+    let (url, cluster, workload, rounds) = parse()?;
+    let target = Target { url, cluster };
+    if target.cluster {
+        let operator = target.builder().build().await?;
+        operator.waive_restart_quarantine().await?;
+        operator.shutdown().await;
+    }
     let mut window = Window {
         stdin: BufReader::new(tokio::io::stdin()).lines(),
-        stats: redis::Client::open(url.as_str())?
+        stats: redis::Client::open(target.url.as_str())?
             .get_multiplexed_async_connection()
             .await?,
     };
     let operations = match workload.as_str() {
-        "uncontended" => uncontended(&url, rounds, IN_FLIGHT, false, &mut window).await?,
-        "group-commit" => uncontended(&url, rounds, IN_FLIGHT, true, &mut window).await?,
-        "one-at-a-time" => uncontended(&url, rounds, 1, false, &mut window).await?,
-        "hand-over" => hand_over(&url, rounds, &mut window).await?,
-        "peer" => peer(&url, rounds, IN_FLIGHT, &mut window).await?,
-        "peer-one-at-a-time" => peer(&url, rounds, 1, &mut window).await?,
+        "uncontended" => uncontended(&target, rounds, IN_FLIGHT, false, &mut window).await?,
+        "group-commit" => uncontended(&target, rounds, IN_FLIGHT, true, &mut window).await?,
+        "one-at-a-time" => uncontended(&target, rounds, 1, false, &mut window).await?,
+        "hand-over" => hand_over(&target, rounds, &mut window).await?,
+        "peer" => peer(&target.url, rounds, IN_FLIGHT, &mut window).await?,
+        "peer-one-at-a-time" => peer(&target.url, rounds, 1, &mut window).await?,
         other => return Err(format!("unknown workload {other}").into()),
     };
     let commands = window.commands().await?;
@@ -70,10 +81,35 @@ async fn main() -> Res<()> {
     Ok(())
 }
 
-fn parse() -> Res<(String, String, usize)> {
-    let (mut url, mut workload, mut rounds) = (None, None, None);
+/// The Redis the lock clients talk to.
+struct Target {
+    url: String,
+    /// Whether `url` is a node of a cluster, reached by cluster clients.
+    cluster: bool,
+}
+
+impl Target {
+    /// A builder of a lock client of this Redis, with a command timeout that a Redis run under
+    /// callgrind (tens of times slower) meets: giving every slot of a cluster its epoch takes
+    /// it seconds.
+    fn builder(&self) -> LockClientBuilder {
+        let builder = if self.cluster {
+            LockClient::builder_cluster([&self.url])
+        } else {
+            LockClient::builder(&self.url)
+        };
+        builder.command_timeout(Duration::from_secs(60))
+    }
+}
+
+fn parse() -> Res<(String, bool, String, usize)> {
+    let (mut url, mut cluster, mut workload, mut rounds) = (None, false, None, None);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--cluster" {
+            cluster = true;
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--redis" => url = Some(value),
@@ -82,11 +118,12 @@ fn parse() -> Res<(String, String, usize)> {
             _ => return Err(format!("unknown option {flag}").into()),
         }
     }
-    let usage = "usage: redis_work --redis URL --workload \
+    let usage = "usage: redis_work --redis URL [--cluster] --workload \
                  uncontended|group-commit|one-at-a-time|hand-over|peer|peer-one-at-a-time \
                  --rounds N";
     Ok((
         url.ok_or(usage)?,
+        cluster,
         workload.ok_or(usage)?,
         rounds.ok_or(usage)?,
     ))
@@ -131,16 +168,13 @@ impl Window {
 /// Per round, `at_once` tasks of one client (with `group_commit` or not) each acquire and
 /// release a lock of their own.
 async fn uncontended(
-    url: &str,
+    target: &Target,
     rounds: usize,
     at_once: usize,
     group_commit: bool,
     window: &mut Window,
 ) -> Res<usize> {
-    let client = LockClient::builder(url)
-        .group_commit(group_commit)
-        .build()
-        .await?;
+    let client = target.builder().group_commit(group_commit).build().await?;
     let locks = (0..at_once)
         .map(|worker| client.lock(&format!("redis-work:{worker}")))
         .collect::<Result<Vec<_>, _>>()?;
@@ -160,10 +194,10 @@ async fn uncontended(
     Ok(rounds * at_once)
 }
 
-async fn hand_over(url: &str, rounds: usize, window: &mut Window) -> Res<usize> {
+async fn hand_over(target: &Target, rounds: usize, window: &mut Window) -> Res<usize> {
     let clients = [
-        LockClient::connect(url).await?,
-        LockClient::connect(url).await?,
+        target.builder().build().await?,
+        target.builder().build().await?,
     ];
     let locks = [
         clients[0].lock("redis-work:hand-over")?,

@@ -1,7 +1,8 @@
 //! The Lua scripts about locks, each described once in Rust (see `script.rs`): what it takes,
 //! in what order, and what it answers. Each script's own file under `lua/` reads top to
 //! bottom: what it does, in what order, and where it creates the shared functions of
-//! `lua/lib/` it needs. The scripts run with EVALSHA (`lua.rs` reloads them on NOSCRIPT).
+//! `lua/lib/` it needs. The scripts run as Redis Functions, or by their SHA where functions
+//! are refused (`lua.rs` loads them where a server lacks them).
 
 mod acquire;
 mod guarded;

@@ -2,7 +2,7 @@
 //! commands instead of the release script: `HDEL` of the owner's field and `EXISTS` of the
 //! lock, sent together. Redis runs them for under a third of what the script costs it (its
 //! arguments, its Lua and the `HDEL` it calls), and they are as many commands as the
-//! script's `EVALSHA` and `HDEL`.
+//! script's call (`FCALL`) and its `HDEL`.
 //!
 //! Only the owner's own field is deleted, never the two that say someone may wait (see
 //! `lua/lib/queue.lua`): a lock that outlived this owner's lease and is another's now keeps
