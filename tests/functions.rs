@@ -58,9 +58,8 @@ const OLDER: &str = "tower_redis_lock_0_0_9_acquire_0123456789abcdef";
 #[tokio::test]
 async fn loading_its_functions_deletes_those_of_older_releases_and_no_other() {
     let server = RedisServer::start();
-    let older = OLDER;
     let newer = "tower_redis_lock_99_0_0_acquire_0123456789abcdef";
-    for name in [older, newer, "an_applications_own"] {
+    for name in [OLDER, newer, "an_applications_own"] {
         load_library(&server, name);
     }
     let locks = support::client(&server).await;
@@ -68,7 +67,7 @@ async fn loading_its_functions_deletes_those_of_older_releases_and_no_other() {
     lock.acquire().await.unwrap().release().await.unwrap();
     // Deleted in the background, after the load.
     let deleted = support::eventually(PROMPT, || {
-        !libraries(&server).iter().any(|name| name == older)
+        !libraries(&server).iter().any(|name| name == OLDER)
     });
     assert!(deleted.await, "{:?}", libraries(&server));
     let loaded = libraries(&server);
